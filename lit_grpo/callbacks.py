@@ -1,0 +1,71 @@
+"""Callbacks that observe training: completion samples as TensorBoard text, HF-format export."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.utilities import rank_zero_only
+
+
+def _code(text: str) -> str:
+    """Render ``text`` verbatim in TensorBoard's Markdown: every line indented as a code block."""
+    return "\n".join("    " + line for line in str(text).splitlines() or [""])
+
+
+def _prompt_text(messages: list[dict]) -> str:
+    parts = []
+    for m in messages:
+        content = m["content"] if isinstance(m["content"], list) else [{"type": "text", "text": m["content"]}]
+        body = " ".join("<image>" if c["type"] == "image" else c.get("text", "") for c in content)
+        parts.append(f"[{m['role']}] {body}")
+    return "\n".join(parts)
+
+
+class CompletionSamples(L.Callback):
+    """Every ``every_n_steps`` optimizer steps, log a few prompts with their completions and rewards as text."""
+
+    def __init__(self, every_n_steps: int = 10, num_prompts: int = 1, num_completions: int = 4):
+        self.every_n_steps, self.num_prompts, self.num_completions = every_n_steps, num_prompts, num_completions
+
+    @rank_zero_only
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        if not isinstance(outputs, dict) or "completions" not in outputs or batch_idx % self.every_n_steps:
+            return
+        writer = getattr(trainer.logger, "experiment", None)
+        if writer is None or not hasattr(writer, "add_text"):
+            return
+        g = outputs["group_size"]
+        blocks = []
+        for p in range(min(self.num_prompts, len(outputs["prompts"]))):
+            blocks.append(f"**prompt {p}** (gold `{outputs['answers'][p]}`)\n\n{_code(_prompt_text(outputs['prompts'][p]))}")
+            for j in range(p * g, p * g + min(self.num_completions, g)):
+                rewards = ", ".join(f"{k}={v[j]:.3f}" for k, v in outputs["rewards"].items())
+                blocks.append(f"completion {j - p * g}: total={outputs['total'][j]:.3f} ({rewards}), "
+                              f"advantage={outputs['advantages'][j]:+.3f}\n\n{_code(outputs['completions'][j])}")
+        writer.add_text("train/completions", "\n\n".join(blocks), trainer.global_step)
+
+
+class ExportPretrained(L.Callback):
+    """At the end of fit, write the policy in Hugging Face format (``save_pretrained``) with its processor.
+
+    With LoRA the adapter is written (``merge: true`` merges it into a full model instead); the folder
+    then loads by path as ``model.policy.name_or_path`` (or ``lora.adapter_path``).
+    """
+
+    def __init__(self, dirpath: str = "checkpoints/export", merge: bool = False):
+        self.dirpath, self.merge = dirpath, merge
+
+    @rank_zero_only
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        model = pl_module.policy
+        if self.merge and hasattr(model, "merge_and_unload"):
+            import copy
+
+            model = copy.deepcopy(model).merge_and_unload()
+        out = Path(self.dirpath)
+        out.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(out)
+        pl_module.processor.save_pretrained(out)

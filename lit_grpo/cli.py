@@ -1,0 +1,65 @@
+"""``python -m lit_grpo {fit,validate,test,predict} --config X.yaml``: LightningCLI in ``omegaconf+`` mode.
+
+``omegaconf+`` resolves ``${...}`` interpolations after every ``--config`` file and command-line
+override is applied, so an override reaches the keys that interpolate it. Configs compose: later
+``--config`` files override earlier ones.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.utilities import rank_zero_info
+
+from lit_grpo.data.datamodule import VLMDataModule
+
+
+class GRPOCLI(LightningCLI):
+    """LightningCLI whose model is any LightningModule given by ``class_path`` (GRPO or SFT)."""
+
+    def after_fit(self) -> None:
+        trainer = self.trainer
+        logdir = trainer.logger.log_dir if trainer.logger is not None else None
+        ckpt = getattr(trainer.checkpoint_callback, "best_model_path", "") or getattr(
+            trainer.checkpoint_callback, "dirpath", None)
+        rank_zero_info(
+            "\nDone. Look at the run with:\n"
+            f"  tensorboard --logdir {os.path.dirname(logdir.rstrip('/')) if logdir else 'logs'}\n"
+            f"  logs and saved config: {logdir}\n"
+            f"  checkpoints:           {ckpt}\n"
+        )
+
+
+def _comment_print_config(args: list[str]) -> list[str]:
+    """A bare ``--print_config`` prints the commented config (field docstrings as YAML comments)."""
+    return ["--print_config=comments" if a == "--print_config" else a for a in args]
+
+
+def main(args: list[str] | None = None) -> GRPOCLI:
+    import sys
+
+    from jsonargparse import set_parsing_settings
+
+    set_parsing_settings(docstring_parse_attribute_docstrings=True)
+    args = _comment_print_config(list(sys.argv[1:] if args is None else args))
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    for noisy in ("httpx", "urllib3", "filelock", "fsspec"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    try:
+        import datasets
+        import transformers
+
+        datasets.disable_progress_bars()
+        transformers.utils.logging.disable_progress_bar()
+    except ImportError:  # pragma: no cover
+        pass
+    return GRPOCLI(
+        datamodule_class=VLMDataModule,
+        subclass_mode_model=True,
+        parser_kwargs={"parser_mode": "omegaconf+"},
+        save_config_kwargs={"overwrite": True},
+        args=args,
+    )

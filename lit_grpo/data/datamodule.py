@@ -1,0 +1,146 @@
+"""DataModule: datasets from readers (generated first when asked), prompt rendering, over-long filtering."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any, Callable
+
+import lightning as L
+from torch.utils.data import DataLoader, Dataset, Subset
+
+from lit_grpo.data.puzzles import PuzzleConfig, write_puzzles
+from lit_grpo.data.sample import Sample
+from lit_grpo.data.templates import TEMPLATES, render_messages
+from lit_grpo.data.visualsphinx import read_visualsphinx
+from lit_grpo.registry import Registry
+
+log = logging.getLogger(__name__)
+
+READERS: Registry[Callable[..., Dataset]] = Registry("dataset reader")
+READERS.register("visualsphinx")(read_visualsphinx)
+GENERATORS: Registry[Callable[..., Path]] = Registry("data generator")
+
+
+@GENERATORS.register("puzzles")
+def _generate_puzzles(path: str, num: int = 1000, seed: int = 0, **cfg: Any) -> Path:
+    return write_puzzles(path, num=num, seed=seed, cfg=PuzzleConfig(**cfg))
+
+
+@dataclasses.dataclass
+class DatasetSpec:
+    """Where one split comes from."""
+
+    path: str
+    """Local file or folder, or a hub id."""
+    reader: str = "visualsphinx"
+    """Registered reader (``visualsphinx``; later issues add ``phyx``)."""
+    split: str = "train"
+    """Split of the source to read."""
+    rows: str | None = None
+    """Python slice of rows to keep, e.g. ``"1000:3000"``."""
+    generate: dict[str, Any] | None = None
+    """Write the file first when ``path`` is missing: ``{"kind": "puzzles", "num": 2000, "seed": 0, ...}``."""
+    reader_args: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Extra keyword arguments of the reader."""
+
+    def load(self) -> Dataset:
+        if self.generate is not None and not Path(self.path).exists():
+            args = dict(self.generate)
+            GENERATORS.get(args.pop("kind", "puzzles"))(self.path, **args)
+        return READERS.get(self.reader)(self.path, split=self.split, rows=self.rows, **self.reader_args)
+
+
+@dataclasses.dataclass
+class PromptBatch:
+    """B samples and their rendered chat messages."""
+
+    samples: list[Sample]
+    messages: list[list[dict]]
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+
+class VLMDataModule(L.LightningDataModule):
+    """Train/val/test/predict splits of :class:`Sample` rows, batched as :class:`PromptBatch`.
+
+    Prompts are never truncated: when the module can measure prompt length (``prompt_length``) and
+    ``max_prompt_length`` is set, longer samples are dropped at setup and the count is logged.
+    """
+
+    def __init__(
+        self,
+        train: DatasetSpec | None = None,
+        val: DatasetSpec | None = None,
+        test: DatasetSpec | None = None,
+        predict: DatasetSpec | None = None,
+        batch_size: int = 4,
+        eval_batch_size: int = 8,
+        template: str = "visualsphinx_seed",
+        system_prompt: str | None = None,
+        max_prompt_length: int | None = None,
+        num_workers: int = 0,
+    ):
+        """
+        Args:
+            train, val, test, predict: dataset of each stage (``val`` doubles as ``test`` when unset).
+            batch_size: prompts per training step (B); each gets G completions.
+            eval_batch_size: prompts per validation/test/predict step.
+            template: registered prompt template (``visualsphinx_seed``, ``visualsphinx_official``, ...).
+            system_prompt: replaces the template's system prompt ("" removes it).
+            max_prompt_length: drop samples whose prompt (image tokens included) is longer.
+            num_workers: DataLoader workers.
+        """
+        super().__init__()
+        TEMPLATES.get(template)  # fail at construction on a typo
+        self.specs = {"train": train, "val": val, "test": test or val, "predict": predict or test or val}
+        self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
+        self.template, self.system_prompt = template, system_prompt
+        self.max_prompt_length, self.num_workers = max_prompt_length, num_workers
+        self.datasets: dict[str, Dataset] = {}
+
+    def setup(self, stage: str | None = None) -> None:
+        wanted = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("predict",)}
+        for split in wanted.get(stage, ("train", "val", "test", "predict")):
+            spec = self.specs[split]
+            if spec is not None and split not in self.datasets:
+                self.datasets[split] = self._filter(split, spec.load())
+
+    def render(self, sample: Sample) -> list[dict]:
+        return render_messages(sample, self.template, self.system_prompt)
+
+    def _filter(self, split: str, ds: Dataset) -> Dataset:
+        module = getattr(self.trainer, "lightning_module", None) if self.trainer is not None else None
+        measure = getattr(module, "prompt_length", None)
+        if self.max_prompt_length is None or measure is None:
+            return ds
+        keep = [i for i in range(len(ds)) if measure(self.render(ds[i]), ds[i]) <= self.max_prompt_length]
+        if len(keep) < len(ds):
+            log.warning("%s: dropped %d of %d samples longer than max_prompt_length=%d tokens",
+                        split, len(ds) - len(keep), len(ds), self.max_prompt_length)
+        return Subset(ds, keep) if len(keep) < len(ds) else ds
+
+    def collate(self, samples: list[Sample]) -> PromptBatch:
+        return PromptBatch(samples=samples, messages=[self.render(s) for s in samples])
+
+    def _loader(self, split: str, batch_size: int, shuffle: bool) -> DataLoader:
+        if split not in self.datasets:
+            raise RuntimeError(f"no {split} dataset configured: set data.{split} in the config")
+        return DataLoader(self.datasets[split], batch_size=batch_size, shuffle=shuffle,
+                          collate_fn=self.collate, num_workers=self.num_workers)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", self.batch_size, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader | list:
+        if "val" not in self.datasets and self.specs["val"] is None:
+            return []  # no validation configured: Lightning skips it
+        return self._loader("val", self.eval_batch_size, shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", self.eval_batch_size, shuffle=False)
+
+    def predict_dataloader(self) -> DataLoader:
+        return self._loader("predict", self.eval_batch_size, shuffle=False)

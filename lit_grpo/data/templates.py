@@ -1,0 +1,48 @@
+"""Prompt templates: a sample -> chat messages (system turn + a user turn with image and text parts).
+
+The model's processor turns the messages into tokens with its own chat template.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from lit_grpo.data.sample import Sample
+from lit_grpo.registry import Registry
+
+Messages = list[dict]
+TEMPLATES: Registry[Callable[[Sample], tuple[str | None, str]]] = Registry("prompt template")
+"""Template name -> function returning ``(default system prompt or None, user text)``."""
+
+SEED_SUFFIX = "Let's think step by step and output the final answer within \\boxed{}."
+R1V_INSTRUCTION = (
+    "You FIRST think about the reasoning process as an internal monologue and then provide the final "
+    "answer. The reasoning process MUST BE enclosed within <think> </think> tags. The final answer MUST "
+    "BE put in \\boxed{}."
+)
+
+
+def _choices(sample: Sample) -> str:
+    return "The choices are:\n" + "\n".join(f"{k}: {v}" for k, v in sample.options.items())
+
+
+@TEMPLATES.register("visualsphinx_official")
+def visualsphinx_official(sample: Sample) -> tuple[str | None, str]:
+    """VisualSphinx's training prompt: problem, choices, then the think-then-box instruction."""
+    return "You are a helpful assistant.", f"{sample.question}\n\n{_choices(sample)}\n\n{R1V_INSTRUCTION}"
+
+
+@TEMPLATES.register("visualsphinx_seed")
+def visualsphinx_seed(sample: Sample) -> tuple[str | None, str]:
+    """The seed paper's suffix: "Let's think step by step and output the final answer within \\boxed{}."."""
+    return None, f"{sample.question}\n\n{_choices(sample)}\n\n{SEED_SUFFIX}"
+
+
+def render_messages(sample: Sample, template: str, system_prompt: str | None = None) -> Messages:
+    """Chat messages for ``sample``: ``system_prompt`` (if given) replaces the template's default."""
+    default_system, text = TEMPLATES.get(template)(sample)
+    system = system_prompt if system_prompt is not None else default_system
+    messages: Messages = [{"role": "system", "content": [{"type": "text", "text": system}]}] if system else []
+    content = [{"type": "image"} for _ in sample.images] + [{"type": "text", "text": text}]
+    messages.append({"role": "user", "content": content})
+    return messages

@@ -1,0 +1,223 @@
+"""GRPO maths as pure functions on tensors: token log-probs, group advantages, clipped surrogate, KL.
+
+Shapes: ``B`` prompts, ``G`` completions per prompt (a group), ``N = B * G`` completions with the
+``G`` completions of one prompt contiguous, ``T`` completion tokens, ``V`` vocabulary.
+
+Sources: GRPO (Shao et al. 2024, DeepSeekMath, eq. 3 with the k3 KL estimator of Schulman 2020);
+clip-higher and token-level aggregation ``dapo`` (Yu et al. 2025, DAPO, eq. 8); ``dr_grpo``
+(Liu et al. 2025, "Understanding R1-Zero-like training", sec. 3.1: constant normaliser);
+``bnpo`` (Xiao et al. 2025, batch-normalised policy optimisation: token mean of the micro-batch).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+LOG_RATIO_CLAMP = 20.0
+"""Log-ratios are clamped to ``[-20, 20]`` before ``exp`` so a stale or masked token cannot overflow."""
+
+
+def selective_log_softmax(
+    logits: Tensor,
+    index: Tensor,
+    temperature: float = 1.0,
+    suppress_ids: Tensor | None = None,
+    chunk_rows: int = 1024,
+    with_entropy: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """Log-probability of ``index`` under ``softmax(logits / temperature)``, row chunk by row chunk.
+
+    Only ``chunk_rows x V`` float32 values exist at once, never the whole ``[N, T, V]`` in float32.
+    ``suppress_ids`` are token ids the sampler never emits (set to ``-inf`` by generation, e.g. image
+    placeholders); they are removed here too so the result is the log-prob of the distribution that
+    was actually sampled from.
+
+    Shape:
+        logits ``[N, T, V]`` (any float dtype), index ``[N, T]`` long -> logps ``[N, T]`` float32 and,
+        with ``with_entropy``, the entropy ``[N, T]`` float32 (nats, computed without grad).
+    Raises:
+        ValueError: when ``temperature <= 0``.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 for log-probs, got {temperature}")
+    n, t, v = logits.shape
+    flat_logits, flat_index = logits.reshape(n * t, v), index.reshape(n * t)
+    logps, entropies = [], []
+    for start in range(0, n * t, chunk_rows):
+        chunk = flat_logits[start : start + chunk_rows].float() / temperature  # (c, V)
+        if suppress_ids is not None and suppress_ids.numel():
+            chunk = chunk.index_fill(1, suppress_ids.to(chunk.device), float("-inf"))
+        lse = torch.logsumexp(chunk, dim=-1)  # (c,)
+        picked = chunk.gather(1, flat_index[start : start + chunk_rows, None]).squeeze(1)
+        logps.append(picked - lse)
+        if with_entropy:
+            with torch.no_grad():
+                p = torch.softmax(chunk, dim=-1)
+                entropies.append(-(p * torch.log_softmax(chunk, -1).nan_to_num(neginf=0.0)).sum(-1))
+    out = torch.cat(logps).reshape(n, t)
+    ent = torch.cat(entropies).reshape(n, t) if with_entropy else None
+    return out, ent
+
+
+def _nan_group_stats(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """NaN-aware mean, unbiased std and valid count along the last dim (std 0 with < 2 values)."""
+    valid = ~torch.isnan(x)
+    count = valid.sum(-1)
+    filled = torch.where(valid, x, torch.zeros_like(x))
+    mean = filled.sum(-1) / count.clamp(min=1)
+    sq = torch.where(valid, (x - mean.unsqueeze(-1)) ** 2, torch.zeros_like(x)).sum(-1)
+    std = torch.where(count > 1, (sq / (count - 1).clamp(min=1)).sqrt(), torch.zeros_like(mean))
+    return mean, std, count
+
+
+def group_advantages(rewards: Tensor, group_size: int, scale: str = "group", eps: float = 1e-4) -> Tensor:
+    """Group-relative advantages ``(r - mean_group) / (std + eps)``.
+
+    ``scale``: ``"group"`` divides by the group's std (GRPO), ``"batch"`` by the std of every valid
+    reward in ``rewards`` (Hu et al. 2025, REINFORCE++ baseline; TRL ``scale_rewards="batch"``),
+    ``"none"`` does not divide (Dr. GRPO). Statistics skip NaN ("cannot score") rewards and use the
+    unbiased std. A NaN reward gets advantage 0; a group whose valid rewards are all equal gets
+    exactly 0 (not a rounding residue).
+
+    Shape:
+        rewards ``[N]`` float, groups contiguous -> advantages ``[N]`` float32.
+    Raises:
+        ValueError: when ``N`` is not a multiple of ``group_size`` or ``scale`` is unknown.
+    """
+    if scale not in ("group", "batch", "none"):
+        raise ValueError(f"scale must be one of 'group', 'batch', 'none', got {scale!r}")
+    if group_size < 1 or rewards.numel() % group_size:
+        raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
+    r = rewards.float().reshape(-1, group_size)  # (B, G)
+    mean, std, _ = _nan_group_stats(r)  # (B,)
+    centred = r - mean.unsqueeze(1)  # (B, G)
+    if scale == "group":
+        centred = centred / (std.unsqueeze(1) + eps)
+    elif scale == "batch":
+        centred = centred / (_nan_group_stats(r.reshape(-1))[1] + eps)
+    valid = ~torch.isnan(r)
+    big, small = torch.where(valid, r, -math.inf).amax(1), torch.where(valid, r, math.inf).amin(1)
+    flat_group = (big == small).unsqueeze(1)  # (B, 1) all valid rewards equal
+    adv = torch.where(valid & ~flat_group, centred, torch.zeros_like(centred))
+    return adv.reshape(-1)
+
+
+def k3_kl(logps: Tensor, ref_logps: Tensor) -> Tensor:
+    """Per-token k3 estimator of KL(policy || reference): ``exp(d) - d - 1`` with ``d = ref - logp``.
+
+    Always >= 0, unbiased (Schulman 2020, "Approximating KL divergence"). ``d`` is clamped to
+    ``[-20, 20]``. Shape: ``[N, T]`` -> ``[N, T]``.
+    """
+    d = (ref_logps - logps).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    return torch.exp(d) - d - 1
+
+
+def _agg_grpo(per_token: Tensor, mask: Tensor, *, num_sequences: float, **_) -> Tensor:
+    per_seq = (per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)  # (N,)
+    return per_seq.sum() / num_sequences
+
+
+def _agg_bnpo(per_token: Tensor, mask: Tensor, **_) -> Tensor:
+    return (per_token * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def _agg_dr_grpo(per_token: Tensor, mask: Tensor, *, num_sequences: float, max_completion_length, **_) -> Tensor:
+    if max_completion_length is None:
+        raise ValueError("loss_type='dr_grpo' needs max_completion_length")
+    return (per_token * mask).sum() / (num_sequences * max_completion_length)
+
+
+def _agg_dapo(per_token: Tensor, mask: Tensor, *, num_items: float, **_) -> Tensor:
+    return (per_token * mask).sum() / max(float(num_items), 1.0)
+
+
+LOSS_AGGREGATIONS: dict[str, Callable[..., Tensor]] = {
+    "grpo": _agg_grpo,
+    "bnpo": _agg_bnpo,
+    "dr_grpo": _agg_dr_grpo,
+    "dapo": _agg_dapo,
+}
+"""``loss_type`` -> aggregation of per-token losses ``[N, T]`` into a scalar (see :func:`grpo_loss`)."""
+
+
+def grpo_loss(
+    logps: Tensor,
+    old_logps: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    ref_logps: Tensor | None = None,
+    beta: float = 0.0,
+    epsilon_low: float = 0.2,
+    epsilon_high: float = 0.2,
+    loss_type: str = "dapo",
+    max_completion_length: int | None = None,
+    num_items: float | None = None,
+    num_sequences: float | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Clipped surrogate plus ``beta`` times k3 KL, aggregated by ``loss_type``.
+
+    Per token: ``-min(rho * A, clip(rho, 1 - epsilon_low, 1 + epsilon_high) * A) + beta * KL`` with
+    importance ratio ``rho = exp(logp - old_logp)`` (log-ratio clamped to ``[-20, 20]`` and zeroed on
+    masked positions before ``exp``). Aggregation, ``S`` = sum of masked per-token losses:
+
+    - ``grpo``: mean over each sequence's tokens, summed, divided by ``num_sequences``.
+    - ``bnpo``: ``S / mask.sum()`` (token mean over this micro-batch).
+    - ``dr_grpo``: ``S / (num_sequences * max_completion_length)``.
+    - ``dapo``: ``S / num_items``.
+
+    ``num_items`` (tokens) and ``num_sequences`` default to this call's own counts; pass the counts
+    of the whole optimizer step (every micro-batch and rank) so accumulation does not change the
+    objective.
+
+    Shape:
+        logps, old_logps, ref_logps, mask ``[N, T]``; advantages ``[N]`` -> loss scalar; ``stats``
+        holds detached scalars ``kl``, ``clip_ratio_low``, ``clip_ratio_high``, ``clip_ratio``
+        (token means over ``mask``).
+    Raises:
+        ValueError: unknown ``loss_type``, ``beta > 0`` without ``ref_logps``, ``dr_grpo`` without
+        ``max_completion_length``.
+    """
+    if loss_type not in LOSS_AGGREGATIONS:
+        raise ValueError(f"loss_type must be one of {sorted(LOSS_AGGREGATIONS)}, got {loss_type!r}")
+    if beta > 0 and ref_logps is None:
+        raise ValueError("beta > 0 needs ref_logps")
+    m = mask.to(logps.dtype)  # (N, T)
+    keep = m > 0
+    log_ratio = torch.where(keep, logps - old_logps, torch.zeros_like(logps))
+    ratio = torch.exp(log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))  # (N, T)
+    adv = advantages.to(logps.dtype).unsqueeze(1)  # (N, 1)
+    clipped = ratio.clamp(1 - epsilon_low, 1 + epsilon_high)
+    per_token = -torch.min(ratio * adv, clipped * adv)  # (N, T)
+    kl = None
+    if ref_logps is not None:
+        kl = k3_kl(logps, torch.where(keep, ref_logps, logps))
+        if beta > 0:
+            per_token = per_token + beta * kl
+    loss = LOSS_AGGREGATIONS[loss_type](
+        per_token,
+        m,
+        num_items=m.sum().item() if num_items is None else num_items,
+        num_sequences=logps.shape[0] if num_sequences is None else num_sequences,
+        max_completion_length=max_completion_length,
+    )
+    with torch.no_grad():
+        low = ((ratio < 1 - epsilon_low) & (adv < 0)).to(m.dtype)
+        high = ((ratio > 1 + epsilon_high) & (adv > 0)).to(m.dtype)
+        stats = {
+            "kl": masked_mean(kl, m) if kl is not None else torch.zeros((), device=logps.device),
+            "clip_ratio_low": masked_mean(low, m),
+            "clip_ratio_high": masked_mean(high, m),
+            "clip_ratio": masked_mean(low + high, m),
+        }
+    return loss, stats
+
+
+def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
+    """Mean of ``x`` over positions where ``mask`` is nonzero (0 when the mask is empty)."""
+    m = mask.to(x.dtype)
+    return (x * m).sum() / m.sum().clamp(min=1.0)

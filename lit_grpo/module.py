@@ -1,0 +1,335 @@
+"""GRPOModule: one training step = rollout -> score -> rewards -> advantages -> policy update -> log.
+
+Manual optimisation: every training step samples G completions for each of its B prompts and then makes
+``num_iterations`` optimizer steps on them, so ``trainer.global_step`` (and ``max_steps``, schedulers,
+``log_every_n_steps``) count optimizer steps = batches x ``num_iterations``. Rollout data lives in local
+variables of the step; callbacks see a small summary through the step's return value.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import time
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
+from torch import Tensor
+
+from lit_grpo import distributed as D
+from lit_grpo.data.datamodule import PromptBatch
+from lit_grpo.grpo import group_advantages, grpo_loss
+from lit_grpo.hparams import flatten_hparams
+from lit_grpo.metrics import StageMeans
+from lit_grpo.policy import PolicyConfig, ReferencePolicy, image_token_ids, is_peft, load_policy, stop_token_ids
+from lit_grpo.rewards import RewardSpec, build_rewards, score_completions
+from lit_grpo.rng import collect_rng_states, set_rng_states
+from lit_grpo.rollout import (Rollout, SamplingConfig, completion_logps, encode_prompts, repeat_rows,
+                              sample_completions)
+
+
+@dataclasses.dataclass
+class GRPOConfig:
+    """The policy-gradient objective."""
+
+    beta: float = 0.0
+    """Weight of the k3 KL to the reference policy; 0 loads no reference at all."""
+    epsilon_low: float = 0.2
+    """Lower clip range of the importance ratio (``1 - epsilon_low``)."""
+    epsilon_high: float = 0.2
+    """Upper clip range (``1 + epsilon_high``; DAPO's clip-higher uses 0.28)."""
+    loss_type: str = "dapo"
+    """Aggregation: ``grpo`` | ``bnpo`` | ``dr_grpo`` | ``dapo`` (see ``lit_grpo.grpo.grpo_loss``)."""
+    scale_rewards: str = "group"
+    """Advantage scaling: ``group`` | ``batch`` | ``none``."""
+    advantage_eps: float = 1e-4
+    """Added to the std before dividing."""
+    num_iterations: int = 1
+    """Optimizer steps per rollout (mu); > 1 stores the sampling policy's log-probs."""
+    micro_batch_size: int | None = None
+    """Completions per forward/backward (gradient accumulation inside a step); None = all N at once."""
+    mask_truncated_completions: bool = False
+    """Exclude completions that hit ``max_completion_length`` without a stop token from the loss."""
+    max_grad_norm: float | None = 1.0
+    """Gradient-norm clip (None = off)."""
+
+
+@dataclasses.dataclass
+class EvalConfig:
+    """How validation/test/predict complete prompts; each mode is logged under its own prefix."""
+
+    greedy: bool = True
+    """One greedy completion per prompt (``<stage>/greedy/...``)."""
+    num_samples: int = 0
+    """Sampled completions per prompt at ``temperature`` (``<stage>/sampled/...``); 0 = off."""
+    temperature: float | None = None
+    """Sampling temperature of evaluation (None = the training temperature)."""
+
+
+class GRPOModule(L.LightningModule):
+    """GRPO on an image-text-to-text policy; see the module docstring for what a step is."""
+
+    def __init__(
+        self,
+        policy: PolicyConfig,
+        rewards: list[RewardSpec],
+        grpo: GRPOConfig = GRPOConfig(),
+        sampling: SamplingConfig = SamplingConfig(),
+        evaluation: EvalConfig = EvalConfig(),
+        optimizer: OptimizerCallable = torch.optim.AdamW,
+        lr_scheduler: LRSchedulerCallable | None = None,
+    ):
+        """
+        Args:
+            policy: model to train (hub id or path, dtype, LoRA, ...).
+            rewards: reward terms; the total is their weighted sum.
+            grpo: objective (beta, clipping, loss aggregation, iterations, micro-batching).
+            sampling: rollout sampling (G, temperature, top_p, top_k, max_completion_length).
+            evaluation: validation/test completion modes.
+            optimizer: optimizer class and arguments (``class_path``/``init_args``).
+            lr_scheduler: optional scheduler, stepped once per optimizer step.
+        """
+        super().__init__()
+        self.save_hyperparameters(logger=False)
+        self.automatic_optimization = False
+        if grpo.loss_type not in ("grpo", "bnpo", "dr_grpo", "dapo"):
+            raise ValueError(f"grpo.loss_type must be grpo, bnpo, dr_grpo or dapo, got {grpo.loss_type!r}")
+        self.cfg, self.sampling, self.evaluation = grpo, sampling, evaluation
+        self.optimizer_factory, self.scheduler_factory = optimizer, lr_scheduler
+        self.reward_specs = list(rewards)
+        self.reward_fns = build_rewards(self.reward_specs)
+        self.reward_weights = {s.label: s.weight for s in self.reward_specs}
+        self.policy, self.processor = load_policy(policy)
+        self.stop_ids = stop_token_ids(self.policy, self.processor, policy.extra_stop_tokens)
+        self.register_buffer("suppress_ids", torch.tensor(image_token_ids(self.policy, self.processor)),
+                             persistent=False)
+        self.reference = ReferencePolicy(self.policy, bool(policy.lora and policy.lora.adapter_path)) \
+            if grpo.beta > 0 else None
+        self.strict_loading = False  # checkpoints hold only trainable weights; on_load_checkpoint checks them
+        self.means = StageMeans()
+
+    # ----------------------------------------------------------------- rollout and scoring
+    def prompt_length(self, messages: list[dict], sample) -> int:
+        """Prompt tokens of one sample, image tokens included (used to filter over-long samples)."""
+        return encode_prompts(self.processor, [messages], [sample.images])["input_ids"].shape[1]
+
+    def rollout(self, batch: PromptBatch, group_size: int, greedy: bool = False,
+                temperature: float | None = None) -> Rollout:
+        enc = encode_prompts(self.processor, batch.messages, [s.images for s in batch.samples])
+        prompt = {k: v.to(self.device) if isinstance(v, Tensor) else v for k, v in repeat_rows(enc, group_size).items()}
+        cfg = self.sampling if temperature is None else dataclasses.replace(self.sampling, temperature=temperature)
+        return sample_completions(self.policy, self.processor, prompt, cfg, self.stop_ids,
+                                  self.suppress_ids.tolist(), greedy=greedy)
+
+    def micro_batches(self, n: int) -> list[slice]:
+        size = self.cfg.micro_batch_size or n
+        return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+
+    @torch.no_grad()
+    def score(self, rollout: Rollout) -> tuple[Tensor | None, Tensor | None]:
+        """No-grad pass: sampling-policy log-probs (``num_iterations > 1``) and reference log-probs (``beta > 0``)."""
+        old = ref = None
+        temp = self.sampling.temperature
+        if self.cfg.num_iterations > 1:
+            old = torch.cat([completion_logps(self.policy, rollout.rows(s), temp, self.suppress_ids)[0]
+                             for s in self.micro_batches(rollout.num_completions)])
+        if self.reference is not None:
+            with self.reference.model_context(self.policy) as ref_model:
+                ref = torch.cat([completion_logps(ref_model, rollout.rows(s), temp, self.suppress_ids)[0]
+                                 for s in self.micro_batches(rollout.num_completions)])
+        return old, ref
+
+    def rewards(self, batch: PromptBatch, rollout: Rollout, group_size: int) -> tuple[dict[str, Tensor], Tensor]:
+        per_sample = [s.columns() for s in batch.samples]
+        columns = {k: [c[k] for c in per_sample for _ in range(group_size)] for k in per_sample[0]}
+        columns["truncated"] = rollout.truncated.tolist()
+        return score_completions(self.reward_fns, self.reward_weights, rollout.completions, columns)
+
+    # ----------------------------------------------------------------- training
+    def training_step(self, batch: PromptBatch, batch_idx: int) -> dict[str, Any]:
+        start, g = time.perf_counter(), self.sampling.num_generations
+        rollout = self.rollout(batch, g)
+        old_logps, ref_logps = self.score(rollout)
+        per_reward, total = self.rewards(batch, rollout, g)
+        rank, world = D.world()
+        all_total = D.all_gather_cat(total.to(self.device)).cpu()  # (W * N,)
+        advantages = group_advantages(all_total, g, self.cfg.scale_rewards, self.cfg.advantage_eps)
+        local_adv = advantages.reshape(world, -1)[rank].to(self.device)  # (N,)
+        stats = self.update(rollout, local_adv, old_logps, ref_logps)
+        elapsed = time.perf_counter() - start
+        self.log_train(per_reward, all_total, advantages, rollout, stats, len(all_total) / elapsed)
+        return {"prompts": [m for m in batch.messages], "completions": rollout.completions,
+                "rewards": {k: v.tolist() for k, v in per_reward.items()}, "total": total.tolist(),
+                "advantages": local_adv.tolist(), "answers": [s.answer for s in batch.samples], "group_size": g}
+
+    def _backward_sync(self, last: bool):
+        strategy = self._trainer.strategy if self._trainer is not None else None
+        if last or not hasattr(strategy, "block_backward_sync"):
+            return contextlib.nullcontext()
+        return strategy.block_backward_sync()
+
+    def update(self, rollout: Rollout, advantages: Tensor, old_logps: Tensor | None,
+               ref_logps: Tensor | None) -> dict[str, float]:
+        """``num_iterations`` optimizer steps over one rollout."""
+        opt, sched = self.optimizers(), self.lr_schedulers()
+        totals: dict[str, float] = {}
+        for _ in range(self.cfg.num_iterations):
+            opt.zero_grad()
+            stats = self.accumulate_gradients(rollout, advantages, old_logps, ref_logps)
+            clip = self.cfg.max_grad_norm if self.cfg.max_grad_norm is not None else math.inf
+            stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.trainable_parameters(), clip))
+            opt.step()
+            if sched is not None:
+                sched.step()
+            for k, v in stats.items():
+                totals[k] = totals.get(k, 0.0) + v / self.cfg.num_iterations
+        return totals
+
+    def accumulate_gradients(self, rollout: Rollout, advantages: Tensor, old_logps: Tensor | None,
+                             ref_logps: Tensor | None) -> dict[str, float]:
+        """Backward over every micro-batch; the loss normalisers cover the whole step (all micro-batches
+        and ranks), so the gradient does not depend on ``micro_batch_size`` or the number of ranks."""
+        mask = rollout.completion_mask
+        if self.cfg.mask_truncated_completions:
+            mask = mask & ~rollout.truncated[:, None]
+        _, world = D.world()
+        num_items = D.all_reduce_sum(mask.sum().float()).item()
+        num_seq = D.all_reduce_sum(torch.tensor(float(mask.shape[0]), device=mask.device)).item()
+        chunks = self.micro_batches(rollout.num_completions)
+        # grpo/dr_grpo/dapo: step-wide normalisers, times W to undo DDP's gradient averaging;
+        # bnpo: a token mean per micro-batch, averaged over micro-batches (and over ranks by DDP).
+        factor = world if self.cfg.loss_type != "bnpo" else 1.0 / len(chunks)
+        tokens = max(mask.sum().item(), 1)
+        stats = dict.fromkeys(("loss", "kl", "clip_ratio_low", "clip_ratio_high", "clip_ratio", "entropy"), 0.0)
+        for k, s in enumerate(chunks):
+            with self._backward_sync(last=k == len(chunks) - 1):
+                logps, entropy = completion_logps(self.policy, rollout.rows(s), self.sampling.temperature,
+                                                  self.suppress_ids, with_entropy=True)
+                loss, st = grpo_loss(
+                    logps, old_logps[s] if old_logps is not None else logps.detach(), advantages[s], mask[s],
+                    ref_logps=ref_logps[s] if ref_logps is not None else None, beta=self.cfg.beta,
+                    epsilon_low=self.cfg.epsilon_low, epsilon_high=self.cfg.epsilon_high,
+                    loss_type=self.cfg.loss_type, max_completion_length=self.sampling.max_completion_length,
+                    num_items=num_items, num_sequences=num_seq)
+                self._backward(loss * factor)
+            share = mask[s].sum().item() / tokens
+            stats["loss"] += loss.item() * factor
+            stats["entropy"] += (entropy * mask[s]).sum().item() / tokens
+            for key in ("kl", "clip_ratio_low", "clip_ratio_high", "clip_ratio"):
+                stats[key] += st[key].item() * share
+        return stats
+
+    def _backward(self, loss: Tensor) -> None:
+        if self._trainer is None:  # used outside a Trainer (tests, notebooks)
+            loss.backward()
+        else:
+            self.manual_backward(loss)
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.policy.parameters() if p.requires_grad]
+
+    def log_train(self, per_reward: dict[str, Tensor], total: Tensor, advantages: Tensor, rollout: Rollout,
+                  stats: dict[str, float], completions_per_s: float) -> None:
+        g = self.sampling.num_generations
+        groups = total.reshape(-1, g)
+        valid_counts = (~torch.isnan(groups)).sum(1)
+        group_std = torch.stack([row[~torch.isnan(row)].std() if c > 1 else torch.tensor(0.0)
+                                 for row, c in zip(groups, valid_counts)])
+        lengths = rollout.completion_mask.sum(1).float()
+        log = {
+            "train/reward": torch.nanmean(total).item(),
+            "train/reward_std": group_std.mean().item(),
+            "train/frac_reward_zero_std": (group_std == 0).float().mean().item(),
+            "train/frac_unscorable": torch.isnan(total).float().mean().item(),
+            "train/advantage/mean": advantages.mean().item(),
+            "train/advantage/std": advantages.std().item() if advantages.numel() > 1 else 0.0,
+            "train/completion_length/mean": lengths.mean().item(),
+            "train/completion_length/max": lengths.max().item(),
+            "train/completion_length/frac_truncated": rollout.truncated.float().mean().item(),
+            "train/lr": self.optimizers().param_groups[0]["lr"],
+            "train/completions_per_second": completions_per_s,
+        }
+        log.update({f"train/{k}": v for k, v in stats.items()})
+        for label, values in per_reward.items():
+            log[f"train/reward/{label}"] = torch.nanmean(values).item() if (~torch.isnan(values)).any() else math.nan
+            ok = values[~torch.isnan(values)]
+            log[f"train/reward/{label}_std"] = ok.std().item() if ok.numel() > 1 else 0.0
+        self.log_dict({k: v for k, v in log.items() if k != "train/reward"}, on_step=True, batch_size=len(total))
+        self.log("train/reward", log["train/reward"], on_step=True, prog_bar=True, batch_size=len(total))
+
+    # ----------------------------------------------------------------- evaluation
+    def eval_modes(self) -> list[tuple[str, int, bool, float | None]]:
+        """``(prefix, completions per prompt, greedy, temperature)`` of each configured evaluation mode."""
+        modes = [("greedy", 1, True, None)] if self.evaluation.greedy else []
+        if self.evaluation.num_samples > 0:
+            modes.append(("sampled", self.evaluation.num_samples, False, self.evaluation.temperature))
+        return modes
+
+    def _eval_step(self, batch: PromptBatch, stage: str) -> list[dict[str, Any]]:
+        records = []
+        for mode, n, greedy, temp in self.eval_modes():
+            rollout = self.rollout(batch, n, greedy=greedy, temperature=temp)
+            per_reward, total = self.rewards(batch, rollout, n)
+            for label, values in per_reward.items():
+                self.means.update(f"{stage}/{mode}/reward/{label}", values, self.device)
+            self.means.update(f"{stage}/{mode}/reward", total, self.device)
+            self.means.update(f"{stage}/{mode}/completion_length", rollout.completion_mask.sum(1).float(), self.device)
+            for i, text in enumerate(rollout.completions):
+                s = batch.samples[i // n]
+                records.append({"id": s.id, "mode": mode, "completion": text, "answer": s.answer,
+                                "rewards": {k: float(v[i]) for k, v in per_reward.items()}, "total": float(total[i])})
+        return records
+
+    def _log_means(self, stage: str) -> None:
+        for key, metric in self.means.items():
+            if key.startswith(f"{stage}/") and metric.update_count > 0:
+                self.log(key, metric.compute(), sync_dist=True)
+                metric.reset()
+
+    def validation_step(self, batch: PromptBatch, batch_idx: int) -> None:
+        self._eval_step(batch, "val")
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_means("val")
+
+    def test_step(self, batch: PromptBatch, batch_idx: int) -> None:
+        self._eval_step(batch, "test")
+
+    def on_test_epoch_end(self) -> None:
+        self._log_means("test")
+
+    def predict_step(self, batch: PromptBatch, batch_idx: int) -> list[dict[str, Any]]:
+        return self._eval_step(batch, "predict")
+
+    # ----------------------------------------------------------------- optimisation and checkpoints
+    def configure_optimizers(self):
+        opt = self.optimizer_factory(self.trainable_parameters())
+        if self.scheduler_factory is None:
+            return opt
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": self.scheduler_factory(opt), "interval": "step"}}
+
+    def on_fit_start(self) -> None:
+        if self.logger is not None:
+            self.logger.log_hyperparams(flatten_hparams(self.hparams))
+
+    def _trainable_names(self) -> set[str]:
+        return {f"policy.{n}" for n, p in self.policy.named_parameters() if p.requires_grad}
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Keep only trainable policy weights (just the adapter with LoRA; frozen weights are rebuilt from
+        ``name_or_path``) and save the RNG states for resuming."""
+        keep = self._trainable_names()
+        checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items()
+                                    if not k.startswith("policy.") or k in keep}
+        checkpoint["rng_states"] = collect_rng_states()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        missing = sorted(self._trainable_names() - set(checkpoint["state_dict"]))
+        if missing:
+            raise KeyError(f"checkpoint lacks {len(missing)} trainable weights, e.g. {missing[:3]}; "
+                           "was it written for another model or LoRA setting?")
+        if "rng_states" in checkpoint:
+            set_rng_states(checkpoint["rng_states"])

@@ -1,0 +1,192 @@
+"""Policy and reference policy: load any image-text-to-text model + processor, dtype, LoRA, frozen copies.
+
+Reference policy for the KL term (``beta > 0``): with a fresh LoRA adapter the policy itself with
+adapters disabled; when starting from an existing adapter or full fine-tuning a frozen copy of the
+initial state. ``beta == 0`` loads none.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+from pathlib import Path
+from typing import Iterator
+
+import torch
+from torch import nn
+from transformers import AutoModelForImageTextToText, AutoProcessor
+
+from lit_grpo.embedded.model import EmbeddedModelConfig, save_embedded_vlm
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+LANGUAGE_MODEL_ATTENTION = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj)"
+END_OF_TURN_TOKENS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>", "<end_of_utterance>")
+IMAGE_TOKEN_NAMES = ("<image>", "<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>",
+                     "<fake_token_around_image>", "<global-img>", "<video>", "<|image|>")
+
+
+@dataclasses.dataclass
+class LoRAConfig:
+    """A PEFT LoRA adapter on the language model (the vision tower stays frozen by default)."""
+
+    r: int = 16
+    """Rank."""
+    alpha: int = 32
+    """Scaling numerator (``lora_alpha``)."""
+    dropout: float = 0.0
+    """Dropout on the adapter input."""
+    target_modules: str | list[str] = LANGUAGE_MODEL_ATTENTION
+    """Regex (full match on module names) or list of names; the default keeps the vision tower out."""
+    adapter_path: str | None = None
+    """Start from an existing adapter (then the reference policy is a frozen copy of it)."""
+
+
+@dataclasses.dataclass
+class PolicyConfig:
+    """Which model to train and how."""
+
+    name_or_path: str = "ibm-granite/granite-vision-3.3-2b"
+    """Hub id or local folder of an image-text-to-text model (``AutoModelForImageTextToText``)."""
+    dtype: str = "float32"
+    """Weights dtype: ``float32``, ``bfloat16`` or ``float16``."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass to save memory."""
+    lora: LoRAConfig | None = None
+    """LoRA adapter; ``None`` trains every language-model and projector weight (full fine-tune)."""
+    freeze_vision_tower: bool = True
+    """Keep the vision encoder frozen in full fine-tuning."""
+    attn_implementation: str = "sdpa"
+    """Attention kernel (``sdpa`` or ``eager``)."""
+    embedded: EmbeddedModelConfig | None = None
+    """Build the offline embedded model into ``name_or_path`` first when that folder has no model."""
+    local_files_only: bool = False
+    """Never reach a hub (set ``HF_HUB_OFFLINE=1`` to the same effect)."""
+    extra_stop_tokens: list[str] = dataclasses.field(default_factory=list)
+    """Tokens that end a completion besides EOS and the chat template's end-of-turn token."""
+
+
+def load_policy(cfg: PolicyConfig) -> tuple[nn.Module, object]:
+    """Load ``(model, processor)``; prompts are left-padded; LoRA applied when configured.
+
+    Raises:
+        ValueError: unknown dtype.
+    """
+    if cfg.dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {cfg.dtype!r}")
+    path = cfg.name_or_path
+    if cfg.embedded is not None and not (Path(path) / "config.json").is_file():
+        save_embedded_vlm(path, cfg.embedded)
+    kw = {"local_files_only": cfg.local_files_only}
+    model = AutoModelForImageTextToText.from_pretrained(
+        path, dtype=DTYPES[cfg.dtype], attn_implementation=cfg.attn_implementation, **kw
+    )
+    processor = AutoProcessor.from_pretrained(path, **kw)
+    tokenizer = getattr(processor, "tokenizer", processor)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if cfg.lora is not None:
+        model = apply_lora(model, cfg.lora)
+    elif cfg.freeze_vision_tower:
+        for name, p in model.named_parameters():
+            if is_vision_parameter(name):
+                p.requires_grad_(False)
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if hasattr(model, "enable_input_require_grads"):
+            model.enable_input_require_grads()
+    model.config.use_cache = False
+    return model.train(), processor
+
+
+def is_vision_parameter(name: str) -> bool:
+    """Parameters of the vision encoder (not the projector, which maps into the language model)."""
+    return any(k in name for k in ("vision_tower", "vision_model", ".visual.", "vision_encoder"))
+
+
+def apply_lora(model: nn.Module, cfg: LoRAConfig) -> nn.Module:
+    """Wrap ``model`` with a LoRA adapter (fresh, or loaded trainable from ``cfg.adapter_path``)."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    if cfg.adapter_path:
+        return PeftModel.from_pretrained(model, cfg.adapter_path, is_trainable=True)
+    config = LoraConfig(r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules=cfg.target_modules,
+                        bias="none")
+    return get_peft_model(model, config)
+
+
+def is_peft(model: nn.Module) -> bool:
+    return hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
+
+
+class ReferencePolicy:
+    """Reference log-prob source for the KL term; ``model_context()`` yields the model to run.
+
+    ``mode`` is ``"adapter_off"`` (fresh LoRA: the policy with adapters disabled) or ``"copy"`` (a
+    frozen deep copy of the initial policy). The set of trainable parameters is restored after every
+    ``adapter_off`` pass (PEFT can flip frozen adapters back to trainable when leaving the block).
+    """
+
+    def __init__(self, policy: nn.Module, from_existing_adapter: bool):
+        if is_peft(policy) and not from_existing_adapter:
+            self.mode, self.frozen = "adapter_off", None
+        else:
+            self.mode = "copy"
+            self.frozen = copy.deepcopy(policy).eval().requires_grad_(False)
+
+    @contextlib.contextmanager
+    def model_context(self, policy: nn.Module) -> Iterator[nn.Module]:
+        if self.mode == "copy":
+            if next(self.frozen.parameters()).device != next(policy.parameters()).device:
+                self.frozen.to(next(policy.parameters()).device)
+            yield self.frozen
+            return
+        trainable = {n for n, p in policy.named_parameters() if p.requires_grad}
+        try:
+            with policy.disable_adapter():
+                yield policy
+        finally:
+            for n, p in policy.named_parameters():
+                p.requires_grad_(n in trainable)
+
+
+def _token_id(tokenizer, token: str) -> int | None:
+    ids = tokenizer.convert_tokens_to_ids([token])
+    tid = ids[0] if ids else None
+    return None if tid is None or tid == tokenizer.unk_token_id else int(tid)
+
+
+def stop_token_ids(model: nn.Module, processor, extra: list[str] | tuple = ()) -> list[int]:
+    """Tokenizer EOS ∪ generation-config EOS ∪ the chat template's end-of-turn token ∪ ``extra``."""
+    tok = getattr(processor, "tokenizer", processor)
+    ids: set[int] = set()
+    if tok.eos_token_id is not None:
+        ids.add(int(tok.eos_token_id))
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids.update([gen_eos] if isinstance(gen_eos, int) else list(gen_eos or []))
+    template = getattr(processor, "chat_template", None) or getattr(tok, "chat_template", None) or ""
+    for token in (*END_OF_TURN_TOKENS, *extra):
+        tid = _token_id(tok, token)
+        if tid is not None and (token in extra or token in str(template)):
+            ids.add(tid)
+    return sorted(ids)
+
+
+def image_token_ids(model: nn.Module, processor) -> list[int]:
+    """Ids of every image/video placeholder or marker token; the sampler must never emit them."""
+    tok = getattr(processor, "tokenizer", processor)
+    ids: set[int] = set()
+    cfg = model.config
+    for attr in ("image_token_index", "image_token_id", "video_token_id", "vision_start_token_id",
+                 "vision_end_token_id", "video_token_index"):
+        v = getattr(cfg, attr, None)
+        if isinstance(v, int) and v >= 0:
+            ids.add(v)
+    names = list(IMAGE_TOKEN_NAMES) + [getattr(processor, "image_token", None) or ""]
+    names += [t for t in tok.get_vocab() if t.startswith("<row_") or t.startswith("<tile_")]
+    for name in names:
+        tid = _token_id(tok, name) if name else None
+        if tid is not None:
+            ids.add(tid)
+    return sorted(ids)

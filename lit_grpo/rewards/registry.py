@@ -1,0 +1,82 @@
+"""Reward registry, reward specs from the config, and the weighted sum that makes the total reward.
+
+A reward is a callable ``(completions: list[str], **columns) -> list[float]`` where every column is a
+list aligned with ``completions`` (``answer``, ``answer_format``, ``options``, ``principle``,
+``unit``, ``domain``, ``id``, ``meta``, ``images`` and any extras of the scoring pass). NaN means
+"cannot score" (missing gold, failed judge) and is never replaced by 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import math
+from typing import Any, Callable
+
+import torch
+
+from lit_grpo.registry import Registry
+
+RewardFn = Callable[..., list[float]]
+REWARDS: Registry[Callable[..., Any]] = Registry("reward")
+"""Reward functions and reward classes by name."""
+
+
+@dataclasses.dataclass
+class RewardSpec:
+    """One term of the total reward: ``weight * reward(name, **kwargs)``."""
+
+    name: str
+    """Registered reward name (``binary``, ``format``, ``accuracy``, ...)."""
+    weight: float = 1.0
+    """Weight in the total reward."""
+    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Options of the reward (see its docstring)."""
+    alias: str | None = None
+    """Name under which it is logged (defaults to ``name``); lets one reward appear twice."""
+
+    @property
+    def label(self) -> str:
+        return self.alias or self.name
+
+
+def build_reward(spec: RewardSpec) -> RewardFn:
+    """Instantiate a registered reward class, or bind ``kwargs`` to a registered function."""
+    entry = REWARDS.get(spec.name)
+    if inspect.isclass(entry):
+        return entry(**spec.kwargs)
+    return functools.partial(entry, **spec.kwargs)
+
+
+def build_rewards(specs: list[RewardSpec]) -> dict[str, RewardFn]:
+    """Label -> callable for every spec; duplicate labels raise (use ``alias``)."""
+    out: dict[str, RewardFn] = {}
+    for spec in specs:
+        if spec.label in out:
+            raise ValueError(f"reward {spec.label!r} appears twice; give one an alias")
+        out[spec.label] = build_reward(spec)
+    return out
+
+
+def score_completions(
+    fns: dict[str, RewardFn], weights: dict[str, float], completions: list[str], columns: dict[str, list]
+) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Run every reward and form the weighted total.
+
+    Shape: ``N`` completions -> per-reward ``[N]`` float32 tensors and a total ``[N]``.
+    The total is the weighted sum over the rewards that could score the row (NaN terms are skipped,
+    as TRL does); a row no reward could score is NaN (its advantage becomes 0).
+    Raises:
+        ValueError: a reward returned the wrong number of values (names the reward).
+    """
+    per: dict[str, torch.Tensor] = {}
+    for label, fn in fns.items():
+        values = fn(completions, **columns)
+        if len(values) != len(completions):
+            raise ValueError(f"reward {label!r} returned {len(values)} values for {len(completions)} completions")
+        per[label] = torch.tensor([math.nan if v is None else float(v) for v in values], dtype=torch.float32)
+    stacked = torch.stack([weights[k] * v for k, v in per.items()])  # (R, N)
+    total = torch.nansum(stacked, 0)
+    total[torch.isnan(stacked).all(0)] = math.nan
+    return per, total

@@ -1,0 +1,146 @@
+"""Rollouts: encode prompts, sample G completions per prompt, stop-token masks, and completion log-probs.
+
+Shapes: ``B`` prompts, ``G`` group size, ``N = B * G``, ``P`` prompt tokens (left-padded), ``T``
+completion tokens, ``V`` vocabulary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from lit_grpo.grpo import selective_log_softmax
+
+
+@dataclasses.dataclass
+class SamplingConfig:
+    """How completions are sampled."""
+
+    num_generations: int = 8
+    """G: completions per prompt (the group)."""
+    temperature: float = 1.0
+    """Sampling temperature; log-probs use the same temperature."""
+    top_p: float = 1.0
+    """Nucleus sampling mass."""
+    top_k: int = 0
+    """Top-k sampling (0 = off)."""
+    max_completion_length: int = 512
+    """Most tokens a completion may have."""
+
+
+@dataclasses.dataclass
+class Rollout:
+    """G completions for each of B prompts, with the prompt inputs repeated to ``N`` rows.
+
+    ``prompt`` holds the processor's tensors (``input_ids``/``attention_mask`` ``[N, P]``, image
+    tensors with ``N`` rows); ``completion_ids`` ``[N, T]``; ``completion_mask`` ``[N, T]`` bool, true up
+    to and including the first stop token; ``truncated`` ``[N]`` bool, no stop token within ``T``.
+    """
+
+    prompt: dict[str, Tensor]
+    completion_ids: Tensor
+    completion_mask: Tensor
+    truncated: Tensor
+    completions: list[str]
+
+    @property
+    def num_completions(self) -> int:
+        return self.completion_ids.shape[0]
+
+    def rows(self, index: Tensor | slice) -> "Rollout":
+        """The completions ``index`` selects (a micro-batch), prompt tensors included."""
+        idx = torch.arange(self.num_completions)[index]
+        return Rollout(
+            prompt=select_rows(self.prompt, idx, self.num_completions),
+            completion_ids=self.completion_ids[idx],
+            completion_mask=self.completion_mask[idx],
+            truncated=self.truncated[idx],
+            completions=[self.completions[i] for i in idx.tolist()],
+        )
+
+
+def encode_prompts(processor, messages: list[list[dict]], images: list[list]) -> dict[str, Tensor]:
+    """Apply the processor's chat template and tokenise B prompts with their images, left-padded, untruncated."""
+    texts = [processor.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in messages]
+    tok = getattr(processor, "tokenizer", processor)
+    tok.padding_side = "left"
+    enc = processor(images=images, text=texts, padding=True, truncation=False, return_tensors="pt")
+    return dict(enc)
+
+
+def select_rows(inputs: dict[str, Any], idx: Tensor, num_rows: int) -> dict[str, Any]:
+    """Rows ``idx`` of every per-row tensor (first dim == ``num_rows``); other entries pass through."""
+    return {k: (v[idx.to(v.device)] if isinstance(v, Tensor) and v.dim() and v.shape[0] == num_rows else v)
+            for k, v in inputs.items()}
+
+
+def repeat_rows(inputs: dict[str, Any], repeats: int) -> dict[str, Any]:
+    """Each prompt's row repeated ``repeats`` times, copies contiguous (``repeat_interleave``)."""
+    b = inputs["input_ids"].shape[0]
+    idx = torch.arange(b).repeat_interleave(repeats)
+    return select_rows(inputs, idx, b)
+
+
+def completion_mask(ids: Tensor, stop_ids: list[int]) -> tuple[Tensor, Tensor]:
+    """Mask up to and including the first stop token, and whether each row has none (truncated).
+
+    Shape: ids ``[N, T]`` -> mask ``[N, T]`` bool, truncated ``[N]`` bool.
+    """
+    is_stop = torch.isin(ids, torch.tensor(stop_ids, device=ids.device))  # (N, T)
+    has_stop = is_stop.any(1)
+    first = torch.where(has_stop, is_stop.float().argmax(1), torch.full_like(has_stop, ids.shape[1], dtype=torch.long))
+    mask = torch.arange(ids.shape[1], device=ids.device)[None, :] <= first[:, None]
+    return mask, ~has_stop
+
+
+@torch.no_grad()
+def sample_completions(model: nn.Module, processor, prompt: dict[str, Tensor], cfg: SamplingConfig,
+                       stop_ids: list[int], suppress_ids: list[int], greedy: bool = False) -> Rollout:
+    """Sample one completion per row of ``prompt`` (already repeated G times) and build the :class:`Rollout`."""
+    tok = getattr(processor, "tokenizer", processor)
+    gen_kwargs = dict(max_new_tokens=cfg.max_completion_length, eos_token_id=stop_ids,
+                      pad_token_id=tok.pad_token_id, suppress_tokens=suppress_ids or None, use_cache=True)
+    if greedy:
+        gen_kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+    else:
+        gen_kwargs.update(do_sample=True, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k)
+    was_training = model.training
+    model.eval()
+    try:
+        out = model.generate(**prompt, **gen_kwargs)
+    finally:
+        model.train(was_training)
+    ids = out[:, prompt["input_ids"].shape[1]:]
+    if ids.shape[1] == 0:  # nothing generated: keep one pad column so shapes stay valid
+        ids = torch.full((ids.shape[0], 1), tok.pad_token_id, dtype=torch.long, device=ids.device)
+    mask, truncated = completion_mask(ids, stop_ids)
+    ids = torch.where(mask, ids, torch.full_like(ids, tok.pad_token_id))
+    texts = tok.batch_decode(ids.masked_fill(~mask, tok.pad_token_id), skip_special_tokens=True)
+    return Rollout(prompt=prompt, completion_ids=ids, completion_mask=mask, truncated=truncated, completions=texts)
+
+
+def model_inputs(rollout: Rollout) -> dict[str, Tensor]:
+    """Forward inputs over prompt + completion (positions left to the model, exactly as in ``generate``)."""
+    p = rollout.prompt
+    attention = torch.cat([p["attention_mask"], rollout.completion_mask.to(p["attention_mask"].dtype)], 1)
+    inputs = {k: v for k, v in p.items() if k not in ("input_ids", "attention_mask")}
+    inputs["input_ids"] = torch.cat([p["input_ids"], rollout.completion_ids], 1)
+    inputs["attention_mask"] = attention
+    return inputs
+
+
+def completion_logps(model: nn.Module, rollout: Rollout, temperature: float, suppress_ids: Tensor | None = None,
+                     with_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
+    """Per-token log-probs of the completion tokens under ``model`` (the sampled distribution).
+
+    Log-probs come from the model's own forward logits (whatever scaling its class applies, exactly as
+    in generation), divided by ``temperature``, with ``suppress_ids`` removed as the sampler removed them.
+    Shape: -> logps ``[N, T]`` float32 (and entropy ``[N, T]`` with ``with_entropy``).
+    """
+    t = rollout.completion_ids.shape[1]
+    out = model(**model_inputs(rollout), use_cache=False, logits_to_keep=t + 1)
+    logits = out.logits[:, -(t + 1):-1]  # (N, T, V): position i predicts completion token i
+    return selective_log_softmax(logits, rollout.completion_ids, temperature, suppress_ids, with_entropy=with_entropy)

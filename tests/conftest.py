@@ -1,0 +1,38 @@
+"""Shared fixtures: the embedded model saved to disk once per session, and embedded puzzles."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """The embedded Granite-Vision-shaped model written with ``save_pretrained`` (default size, seed 0)."""
+    from lit_grpo.embedded.model import save_embedded_vlm
+
+    return str(save_embedded_vlm(tmp_path_factory.mktemp("models") / "granite_tiny"))
+
+
+@pytest.fixture(scope="session")
+def puzzles_path(tmp_path_factory):
+    """24 embedded puzzles in the VisualSphinx parquet layout."""
+    from lit_grpo.data.puzzles import write_puzzles
+
+    return str(write_puzzles(tmp_path_factory.mktemp("data") / "puzzles.parquet", num=24, seed=0))
+
+
+@pytest.fixture(scope="session")
+def puzzle_samples(puzzles_path):
+    from lit_grpo.data.visualsphinx import read_visualsphinx
+
+    ds = read_visualsphinx(puzzles_path)
+    return [ds[i] for i in range(len(ds))]

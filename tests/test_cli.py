@@ -1,0 +1,133 @@
+"""The CLI end to end: configs parse, the demo trains, checkpoints resume, real-model configs load by path."""
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from lit_grpo.cli import main
+from lit_grpo.embedded.model import build_embedded_vlm
+from lit_grpo.rewards.registry import REWARDS
+
+CONFIGS = sorted(Path(__file__).parents[1].joinpath("configs").glob("*.yaml"))
+
+if "test_length" not in REWARDS:
+    @REWARDS.register("test_length")
+    def _length_reward(completions, **_):
+        """Varies within every group, so advantages (and gradients) are non-zero from step 0."""
+        return [len(c) / 100 for c in completions]
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=[c.name for c in CONFIGS])
+def test_every_config_parses(config, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "--config", str(config), "--print_config"])
+    assert exc.value.code == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["model"]["class_path"].startswith("lit_grpo.")
+
+
+def test_bare_print_config_has_field_comments(capsys):
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", "configs/demo.yaml", "--print_config"])
+    out = capsys.readouterr().out
+    assert "# Weight of the k3 KL to the reference policy" in out
+
+
+def test_omegaconf_interpolation_sees_command_line_override(tmp_path, capsys):
+    extra = tmp_path / "interp.yaml"
+    # relative interpolation: works under every subcommand (absolute keys would need the "fit." prefix)
+    extra.write_text("trainer:\n  max_steps: 7\n  val_check_interval: ${.max_steps}\n")
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", "configs/demo.yaml", "--config", str(extra), "--trainer.max_steps", "3",
+              "--print_config"])
+    assert yaml.safe_load(capsys.readouterr().out)["trainer"]["val_check_interval"] == 3
+
+
+def _overrides(tmp_path, **extra) -> Path:
+    cfg = {
+        "trainer": {"max_steps": 2, "val_check_interval": 2, "logger": {
+            "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+            "init_args": {"save_dir": str(tmp_path / "logs"), "name": "t", "default_hp_metric": False}},
+            "callbacks": [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                           "init_args": {"dirpath": str(tmp_path / "ckpt"), "save_last": True,
+                                         "every_n_train_steps": 1}}]},
+        "model": {"init_args": {
+            "policy": {"name_or_path": str(tmp_path / "model"), "embedded": {"seed": 0}},
+            "rewards": [{"name": "test_length"}],
+            "sampling": {"num_generations": 4, "max_completion_length": 16},
+            "optimizer": {"class_path": "torch.optim.AdamW", "init_args": {"lr": 1e-3, "weight_decay": 0.0}}}},
+        "data": {"train": {"path": str(tmp_path / "train.parquet"), "generate": {"kind": "puzzles", "num": 8}},
+                 "val": {"path": str(tmp_path / "val.parquet"), "generate": {"kind": "puzzles", "num": 4, "seed": 1}},
+                 "batch_size": 2, "eval_batch_size": 4},
+    }
+    for key, value in extra.items():
+        node = cfg
+        *parents, leaf = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    path = tmp_path / "overrides.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def test_demo_config_trains_and_every_trainable_parameter_changes(tmp_path):
+    cli = main(["fit", "--config", "configs/demo.yaml", "--config", str(_overrides(tmp_path))])
+    initial, _ = build_embedded_vlm()
+    start = dict(initial.named_parameters())
+    trained = {n: p for n, p in cli.model.policy.named_parameters() if p.requires_grad}
+    assert len(trained) > 20
+    unchanged = [n for n, p in trained.items() if torch.equal(p.detach(), start[n].detach())]
+    assert unchanged == []
+    frozen = [n for n, p in cli.model.policy.named_parameters() if not p.requires_grad]
+    assert frozen and all(torch.equal(cli.model.policy.get_parameter(n), start[n]) for n in frozen)
+    assert cli.trainer.global_step == 2
+    logged = cli.trainer.logged_metrics
+    assert {"train/reward", "train/reward/test_length", "train/kl", "train/loss", "train/entropy",
+            "train/clip_ratio", "train/completions_per_second", "val/greedy/reward/test_length"} <= set(logged)
+    assert (tmp_path / "logs" / "t" / "version_0" / "config.yaml").is_file()
+
+
+def test_global_step_counts_optimizer_steps(tmp_path):
+    cli = main(["fit", "--config", "configs/demo.yaml", "--config",
+                str(_overrides(tmp_path, **{"model.init_args.grpo": {"num_iterations": 2},
+                                            "trainer.max_steps": 4}))])
+    assert cli.trainer.global_step == 4 and cli.trainer.fit_loop.total_batch_idx + 1 == 2
+
+
+def test_lora_checkpoint_holds_only_the_adapter_and_resumes(tmp_path):
+    lora = {"model.init_args.policy": {"name_or_path": str(tmp_path / "model"), "embedded": {"seed": 0},
+                                        "lora": {"r": 4, "alpha": 8}}}
+    main(["fit", "--config", "configs/demo.yaml", "--config", str(_overrides(tmp_path, **lora))])
+    ckpt = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)
+    assert ckpt["state_dict"] and all("lora_" in k for k in ckpt["state_dict"])
+    assert ckpt["global_step"] == 2 and "rng_states" in ckpt
+    assert ckpt["optimizer_states"][0]["state"]
+    cli = main(["fit", "--config", "configs/demo.yaml", "--config", str(_overrides(tmp_path, **lora)),
+                "--trainer.max_steps", "3", "--ckpt_path", str(tmp_path / "ckpt" / "last.ckpt")])
+    assert cli.trainer.global_step == 3
+    final = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)
+    assert final["global_step"] == 3 and set(final["state_dict"]) == set(ckpt["state_dict"])
+    # the resumed run continued from the saved adapter: its optimizer state has 3 steps, not 1
+    assert all(s["step"] == 3 for s in final["optimizer_states"][0]["state"].values())
+
+
+def test_granite_config_runs_on_a_local_checkpoint_by_path(tmp_path, tiny_model_dir, puzzles_path):
+    """configs/granite_vision_visualsphinx.yaml as shipped, pointed at a tiny checkpoint saved to disk."""
+    extra = tmp_path / "local.yaml"
+    extra.write_text(yaml.safe_dump({
+        "trainer": {"accelerator": "cpu", "max_steps": 1, "limit_val_batches": 1, "val_check_interval": 1,
+                    "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                               "init_args": {"save_dir": str(tmp_path / "logs")}},
+                    "callbacks": []},
+        "model": {"init_args": {"policy": {"name_or_path": tiny_model_dir, "local_files_only": True},
+                                "sampling": {"max_completion_length": 8}}},
+        "data": {"train": {"path": puzzles_path}, "val": {"path": puzzles_path, "rows": ":2"}, "batch_size": 1},
+    }))
+    cli = main(["fit", "--config", "configs/granite_vision_visualsphinx.yaml", "--config", str(extra)])
+    assert cli.trainer.global_step == 1
+    assert cli.trainer.precision == "bf16-mixed"
+    assert cli.model.sampling.num_generations == 8 and cli.model.policy.name_or_path == tiny_model_dir
+    assert cli.datamodule.batch_size * cli.model.sampling.num_generations == 8

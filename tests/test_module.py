@@ -1,0 +1,89 @@
+"""GRPOModule: gradient accumulation invariance, and update behaviour on a fixed rollout."""
+
+import copy
+
+import pytest
+import torch
+
+from lit_grpo import GRPOConfig, GRPOModule
+from lit_grpo.data.datamodule import PromptBatch
+from lit_grpo.data.templates import render_messages
+from lit_grpo.grpo import group_advantages
+from lit_grpo.policy import PolicyConfig
+from lit_grpo.rewards import RewardSpec
+from lit_grpo.rollout import SamplingConfig
+
+
+def _module(tiny_model_dir, **grpo):
+    return GRPOModule(policy=PolicyConfig(name_or_path=tiny_model_dir), rewards=[RewardSpec("binary")],
+                      grpo=GRPOConfig(**grpo), sampling=SamplingConfig(num_generations=4, max_completion_length=12))
+
+
+def _fixed_rollout(module, samples):
+    batch = PromptBatch(samples, [render_messages(s, "visualsphinx_seed") for s in samples])
+    torch.manual_seed(0)
+    ro = module.rollout(batch, 4)
+    # lengths differ between completions so that micro-batches hold different token counts
+    ro.completion_mask[:, 5:] &= torch.arange(ro.num_completions)[:, None] % 3 != 0
+    return ro
+
+
+def _grads(module, ro, adv, micro):
+    module.cfg.micro_batch_size = micro
+    module.policy.zero_grad()
+    stats = module.accumulate_gradients(ro, adv, None, None)
+    return {n: p.grad.clone() for n, p in module.policy.named_parameters() if p.requires_grad}, stats
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo"])
+def test_accumulation_does_not_change_the_gradient(loss_type, tiny_model_dir, puzzle_samples):
+    module = _module(tiny_model_dir, loss_type=loss_type)
+    ro = _fixed_rollout(module, puzzle_samples[:2])  # N = 8
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5, 2.0, 0.0, -2.0, 0.3])
+    g_full, s_full = _grads(module, ro, adv, None)
+    g_acc, s_acc = _grads(module, ro, adv, 2)  # 4 micro-batches of 2
+    for n in g_full:
+        torch.testing.assert_close(g_acc[n], g_full[n], atol=1e-6, rtol=1e-4)
+    assert s_acc["loss"] == pytest.approx(s_full["loss"], abs=1e-6)
+    assert max(g.abs().max().item() for g in g_full.values()) > 0
+
+
+def test_bnpo_is_mean_of_micro_batch_token_means(tiny_model_dir, puzzle_samples):
+    module = _module(tiny_model_dir, loss_type="bnpo")
+    ro = _fixed_rollout(module, puzzle_samples[:2])
+    adv = torch.linspace(-1, 1, 8)
+    _, stats = _grads(module, ro, adv, 4)
+    m = ro.completion_mask
+    # on-policy per-token loss is -A, so each micro-batch's token mean is -(sum_i A_i * T_i) / sum_i T_i
+    expected = 0.0
+    for s in (slice(0, 4), slice(4, 8)):
+        t = m[s].sum(1).float()
+        expected += -(adv[s] * t).sum().item() / t.sum().item() / 2
+    assert stats["loss"] == pytest.approx(expected, abs=1e-6)
+
+
+def test_dapo_step_loss_is_token_mean_of_minus_advantage(tiny_model_dir, puzzle_samples):
+    module = _module(tiny_model_dir)
+    ro = _fixed_rollout(module, puzzle_samples[:2])
+    adv = group_advantages(torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0]), 4)
+    _, stats = _grads(module, ro, adv, 3)
+    t = ro.completion_mask.sum(1).float()
+    assert stats["loss"] == pytest.approx(-(adv * t).sum().item() / t.sum().item(), abs=1e-6)
+    assert stats["kl"] == 0.0 and stats["clip_ratio"] == 0.0
+
+
+def test_mask_truncated_completions_removes_them_from_the_loss(tiny_model_dir, puzzle_samples):
+    module = _module(tiny_model_dir, mask_truncated_completions=True)
+    ro = _fixed_rollout(module, puzzle_samples[:2])
+    ro.truncated[:] = True
+    ro.truncated[0] = False
+    adv = torch.ones(8)
+    grads, stats = _grads(module, ro, adv, None)
+    t0 = ro.completion_mask[0].sum().item()
+    assert stats["loss"] == pytest.approx(-1.0 * t0 / t0)
+    # only completion 0 contributes: the same gradient as a rollout of that completion alone
+    single = ro.rows(slice(0, 1))
+    module.cfg.mask_truncated_completions = False
+    g_single, _ = _grads(module, single, adv[:1], None)
+    for n in grads:
+        torch.testing.assert_close(grads[n], g_single[n], atol=1e-6, rtol=1e-4)

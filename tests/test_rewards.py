@@ -1,0 +1,159 @@
+"""Reward string tables: each row's expected value is worked out by hand from the rule it tests."""
+
+import math
+
+import pytest
+import torch
+
+from lit_grpo.rewards import (RewardSpec, accuracy_reward, binary_reward, build_rewards, extract_boxed,
+                              extract_option_letter, extract_tag, format_reward, score_completions)
+from lit_grpo.rewards.registry import REWARDS
+
+BOXED = [  # (text, first, last)
+    (r"\boxed{C}", "C", "C"),
+    (r"so \boxed{ B } done", "B", "B"),
+    (r"\boxed{\frac{1}{2}}", r"\frac{1}{2}", r"\frac{1}{2}"),
+    (r"\boxed{a{b{c}}d} then \boxed{E}", "a{b{c}}d", "E"),
+    (r"\boxed {D}", "D", "D"),
+    (r"\fbox{A} or \boxed{B}", "A", "B"),
+    (r"\boxed{\{x\}}", r"\{x\}", r"\{x\}"),
+    (r"\boxed{A} and \boxed{B", "A", None),  # the last box is unclosed
+    (r"\boxed{A", None, None),
+    ("no box here", None, None),
+    ("\\boxed{multi\nline}", "multi\nline", "multi\nline"),
+    ("", None, None),
+]
+
+
+@pytest.mark.parametrize("text,first,last", BOXED)
+def test_extract_boxed_table(text, first, last):
+    assert extract_boxed(text, "first") == first
+    assert extract_boxed(text, "last") == last
+
+
+BINARY = [  # (completion, gold, official, last) -- official: first \boxed{ up to the first }, stripped, exact
+    (r"The answer is \boxed{C}.", "C", 1.0, 1.0),
+    (r"\boxed{ C }", "C", 1.0, 1.0),
+    (r"\boxed{(C)}", "C", 0.0, 0.0),
+    (r"\boxed{c}", "C", 0.0, 0.0),
+    ("C", "C", 0.0, 0.0),
+    (r"\boxed{A} ... on reflection \boxed{C}", "C", 0.0, 1.0),
+    (r"\boxed{C} ... no, \boxed{A}", "C", 1.0, 0.0),
+    (r"\boxed{\text{C}}", "C", 0.0, 0.0),
+    (r"\boxed{\text{C}}", r"\text{C", 1.0, 0.0),  # official rule stops at the first }
+    (r"\fbox{C}", "C", 0.0, 1.0),  # official rule only knows \boxed{
+    (r"\boxed {C}", "C", 0.0, 1.0),  # official rule needs \boxed{ exactly
+    (r"\boxed{C", "C", 0.0, 0.0),
+    ("\\boxed{\nC\n}", "C", 1.0, 1.0),
+]
+
+
+@pytest.mark.parametrize("text,gold,official,last", BINARY)
+def test_binary_reward_table(text, gold, official, last):
+    assert binary_reward([text], answer=[gold]) == [official]
+    assert binary_reward([text], answer=[gold], mode="last") == [last]
+
+
+def test_binary_reward_missing_gold_is_nan():
+    assert math.isnan(binary_reward([r"\boxed{A}"], answer=[None])[0])
+
+
+FORMAT = [
+    ("<think>a</think><answer>B</answer><unit>N</unit><principle>Newton</principle>", 1.0),
+    ("<think>\nmulti\nline\n</think>\n<answer>\nB\n</answer>", 0.5),
+    ("<think>a</think><think>b</think><answer>B</answer><unit>N</unit><principle>x</principle>", 0.75),
+    ("</think>a<think><answer>B</answer>", 0.25),  # think pair out of order
+    ("<think>a</think><answer>B</answer></answer><unit>N</unit>", 0.5),  # extra closing answer tag
+    ("<think>never closed <answer>B</answer>", 0.25),
+    ("plain text", 0.0),
+    ("", 0.0),
+]
+
+
+@pytest.mark.parametrize("text,expected", FORMAT)
+def test_format_reward_table(text, expected):
+    assert format_reward([text]) == [expected]
+
+
+def test_format_reward_custom_tags():
+    assert format_reward(["<think>x</think>\\boxed{A}"], tags=["think"]) == [1.0]
+
+
+TAGS = [
+    ("<answer>B</answer>", "answer", "B"),
+    ("<answer>\n  B \n</answer>", "answer", "B"),
+    ("<answer>A</answer><answer>B</answer>", "answer", "A"),
+    ("<answer>B", "answer", None),
+    ("<unit>m/s^2</unit>", "unit", "m/s^2"),
+    ("<think>line1\nline2</think>", "think", "line1\nline2"),
+    ("<answer></answer>", "answer", ""),
+]
+
+
+@pytest.mark.parametrize("text,tag,expected", TAGS)
+def test_extract_tag_table(text, tag, expected):
+    assert extract_tag(text, tag) == expected
+
+
+LETTERS = [
+    ("B", "B"), ("b", "B"), ("(B)", "B"), ("[C]", "C"), ("B.", "B"), ("B)", "B"), ("B: 7.55 N", "B"),
+    ("**B**", "B"), ("Answer: B", "B"), ("answer: (d)", "D"), ("The answer is C", "C"),
+    ("The correct option is (A)", "A"), ("A force of 5 N", None), ("Based on the figure", None),
+    ("7.55 N", None), ("K", None), ("", None), ("  D  ", "D"), ("E.", "E"),
+]
+
+
+@pytest.mark.parametrize("text,expected", LETTERS)
+def test_extract_option_letter_table(text, expected):
+    assert extract_option_letter(text) == expected
+
+
+def test_option_letter_respects_labels():
+    assert extract_option_letter("E", labels="ABCD") is None
+
+
+ACCURACY = [
+    ("<answer>B</answer>", "B", 1.0),
+    ("<answer>(b)</answer>", "B", 1.0),
+    ("<answer>Answer: B</answer>", "B", 1.0),
+    ("<answer>B) 7.55 N</answer>", "B", 1.0),
+    ("<answer>Based on the figure, A</answer>", "B", 0.0),
+    ("<answer>A</answer>", "B", 0.0),
+    ("B", "B", 0.0),  # no answer tag
+    ("<think>B</think>", "B", 0.0),
+]
+
+
+@pytest.mark.parametrize("text,gold,expected", ACCURACY)
+def test_accuracy_reward_table(text, gold, expected):
+    assert accuracy_reward([text], answer=[gold], answer_format=["mcq"]) == [expected]
+
+
+def test_accuracy_reward_open_ended_cannot_score():
+    assert math.isnan(accuracy_reward(["<answer>7.55 N</answer>"], answer=["7.55N"], answer_format=["open"])[0])
+
+
+def test_registry_rejects_duplicates_and_lists_names():
+    with pytest.raises(ValueError, match="already registered"):
+        REWARDS.register("binary")(lambda completions, **_: [])
+    with pytest.raises(KeyError, match="binary"):
+        build_rewards([RewardSpec("bianry")])
+    with pytest.raises(ValueError, match="alias"):
+        build_rewards([RewardSpec("format"), RewardSpec("format")])
+
+
+def test_weighted_total_skips_nan_terms_and_keeps_all_nan_rows_nan():
+    fns = build_rewards([RewardSpec("accuracy", 2.0), RewardSpec("format", 0.5, {"tags": ["answer"]})])
+    texts = ["<answer>B</answer>", "<answer>B</answer>", "nothing"]
+    cols = {"answer": ["B", "7 N", "B"], "answer_format": ["mcq", "open", "mcq"]}
+    per, total = score_completions(fns, {"accuracy": 2.0, "format": 0.5}, texts, cols)
+    torch.testing.assert_close(per["accuracy"], torch.tensor([1.0, math.nan, 0.0]), equal_nan=True)
+    torch.testing.assert_close(total, torch.tensor([2.5, 0.5, 0.0]))
+    per, total = score_completions({"a": fns["accuracy"]}, {"a": 1.0}, texts[1:2], {"answer": ["7 N"],
+                                   "answer_format": ["open"]})
+    assert torch.isnan(total).all()
+
+
+def test_reward_with_wrong_length_is_named():
+    with pytest.raises(ValueError, match="'short'"):
+        score_completions({"short": lambda c, **_: [1.0]}, {"short": 1.0}, ["a", "b"], {})
