@@ -69,3 +69,55 @@ class ExportPretrained(L.Callback):
         out.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(out)
         pl_module.processor.save_pretrained(out)
+
+
+class EvalSummary(L.Callback):
+    """Collect every validation's ``val/<mode>/reward/<name>`` mean +- SE; print and save the curves at the end.
+
+    Writes ``eval_curves.csv`` and ``eval_curves.md`` into the logger's run folder and prints the first
+    and last evaluation of each key with their standard errors (SE over prompts).
+    """
+
+    def __init__(self, keys: list[str] | None = None):
+        self.keys = keys
+        self.rows: list[dict[str, float]] = []
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items()
+                   if k.startswith("val/") and "/reward" in k}
+        self.rows.append({"step": trainer.global_step, **metrics})
+
+    def _keys(self) -> list[str]:
+        found = sorted({k for r in self.rows for k in r if k != "step" and not k.endswith("_se")})
+        return [k for k in found if self.keys is None or any(p in k for p in self.keys)]
+
+    @rank_zero_only
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self.rows:
+            return
+        keys = self._keys()
+        first, last = self.rows[0], self.rows[-1]
+        lines = [f"\nValidation (mean +- SE over prompts), step {first['step']} -> step {last['step']}:"]
+        for k in keys:
+            a, b = first.get(k, float("nan")), last.get(k, float("nan"))
+            lines.append(f"  {k:<40} {a:.3f} +- {first.get(k + '_se', float('nan')):.3f}  ->  "
+                         f"{b:.3f} +- {last.get(k + '_se', float('nan')):.3f}  (change {b - a:+.3f})")
+        print("\n".join(lines))
+        logdir = getattr(trainer.logger, "log_dir", None)
+        if logdir:
+            self._write(Path(logdir), keys)
+
+    def _write(self, folder: Path, keys: list[str]) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        cols = ["step"] + [c for k in keys for c in (k, k + "_se")]
+        with open(folder / "eval_curves.csv", "w") as f:
+            f.write(",".join(cols) + "\n")
+            for r in self.rows:
+                f.write(",".join(f"{r.get(c, float('nan')):.6g}" for c in cols) + "\n")
+        md = ["| step | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
+        for r in self.rows:
+            cells = [f"{r.get(k, float('nan')):.3f} ± {r.get(k + '_se', float('nan')):.3f}" for k in keys]
+            md.append(f"| {r['step']} | " + " | ".join(cells) + " |")
+        (folder / "eval_curves.md").write_text("\n".join(md) + "\n")

@@ -19,6 +19,11 @@ from lit_grpo.data.datamodule import VLMDataModule
 class GRPOCLI(LightningCLI):
     """LightningCLI whose model is any LightningModule given by ``class_path`` (GRPO or SFT)."""
 
+    def before_fit(self) -> None:
+        evaluation = getattr(self.model, "evaluation", None)
+        if getattr(evaluation, "before_fit", False):
+            self.trainer.validate(self.model, datamodule=self.datamodule, verbose=False)
+
     def after_fit(self) -> None:
         trainer = self.trainer
         logdir = trainer.logger.log_dir if trainer.logger is not None else None
@@ -43,7 +48,10 @@ def main(args: list[str] | None = None) -> GRPOCLI:
     from jsonargparse import set_parsing_settings
 
     set_parsing_settings(docstring_parse_attribute_docstrings=True)
-    args = _comment_print_config(list(sys.argv[1:] if args is None else args))
+    if args is None:
+        sys.argv[1:] = _comment_print_config(sys.argv[1:])
+    else:
+        args = _comment_print_config(list(args))
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("httpx", "urllib3", "filelock", "fsspec"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -27,3 +27,28 @@ def flatten_hparams(value: Any, prefix: str = "") -> dict[str, Any]:
     if value is None or isinstance(value, (str, int, float, bool)):
         return {prefix: value}
     return {prefix: getattr(value, "__name__", None) or repr(value)}
+
+
+def log_flat_hparams(logger, flat: dict[str, Any], metric_keys: list[str]) -> None:
+    """Write flattened hyper-parameters to ``hparams.yaml`` and, for TensorBoard, to the HPARAMS tab.
+
+    The HPARAMS tab lists ``metric_keys`` (scalars logged during the run) as columns; nothing is written
+    to those scalars here (Lightning's own hook would log a placeholder ``hp_metric``).
+    """
+    logger.log_hyperparams(flat)
+    log_dir = getattr(logger, "log_dir", None)
+    if log_dir and hasattr(logger, "hparams"):  # Lightning writes hparams.yaml only once, maybe before this call
+        import os
+
+        from lightning.pytorch.core.saving import save_hparams_to_yaml
+
+        os.makedirs(log_dir, exist_ok=True)
+        save_hparams_to_yaml(os.path.join(log_dir, "hparams.yaml"), logger.hparams)
+    writer = getattr(logger, "experiment", None)
+    if writer is None or not hasattr(writer, "_get_file_writer"):
+        return
+    from torch.utils.tensorboard.summary import hparams
+
+    clean = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in flat.items()}
+    for summary in hparams(clean, dict.fromkeys(metric_keys, 0.0)):
+        writer._get_file_writer().add_summary(summary)

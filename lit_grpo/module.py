@@ -22,8 +22,8 @@ from torch import Tensor
 from lit_grpo import distributed as D
 from lit_grpo.data.datamodule import PromptBatch
 from lit_grpo.grpo import group_advantages, grpo_loss
-from lit_grpo.hparams import flatten_hparams
-from lit_grpo.metrics import StageMeans
+from lit_grpo.hparams import flatten_hparams, log_flat_hparams
+from lit_grpo.metrics import PromptStats
 from lit_grpo.policy import PolicyConfig, ReferencePolicy, image_token_ids, is_peft, load_policy, stop_token_ids
 from lit_grpo.rewards import RewardSpec, build_rewards, score_completions
 from lit_grpo.rng import collect_rng_states, set_rng_states
@@ -67,6 +67,12 @@ class EvalConfig:
     """Sampled completions per prompt at ``temperature`` (``<stage>/sampled/...``); 0 = off."""
     temperature: float | None = None
     """Sampling temperature of evaluation (None = the training temperature)."""
+    seed: int | None = 0
+    """Sampling seed of evaluation (batch ``i`` uses ``seed + i``), so curves compare like with like; None = no reseeding."""
+    metrics: list[RewardSpec] = dataclasses.field(default_factory=list)
+    """Extra rewards computed only in evaluation (e.g. ``boxed_format`` compliance); not trained on."""
+    before_fit: bool = False
+    """Run validation once before the first training step (the step-0 point of the curves)."""
 
 
 class GRPOModule(L.LightningModule):
@@ -102,6 +108,7 @@ class GRPOModule(L.LightningModule):
         self.reward_specs = list(rewards)
         self.reward_fns = build_rewards(self.reward_specs)
         self.reward_weights = {s.label: s.weight for s in self.reward_specs}
+        self.eval_fns = {**self.reward_fns, **build_rewards(list(evaluation.metrics))}
         self.policy, self.processor = load_policy(policy)
         self.stop_ids = stop_token_ids(self.policy, self.processor, policy.extra_stop_tokens)
         self.register_buffer("suppress_ids", torch.tensor(image_token_ids(self.policy, self.processor)),
@@ -109,7 +116,7 @@ class GRPOModule(L.LightningModule):
         self.reference = ReferencePolicy(self.policy, bool(policy.lora and policy.lora.adapter_path)) \
             if grpo.beta > 0 else None
         self.strict_loading = False  # checkpoints hold only trainable weights; on_load_checkpoint checks them
-        self.means = StageMeans()
+        self.eval_stats = PromptStats()
 
     # ----------------------------------------------------------------- rollout and scoring
     def prompt_length(self, messages: list[dict], sample) -> int:
@@ -142,11 +149,14 @@ class GRPOModule(L.LightningModule):
                                  for s in self.micro_batches(rollout.num_completions)])
         return old, ref
 
-    def rewards(self, batch: PromptBatch, rollout: Rollout, group_size: int) -> tuple[dict[str, Tensor], Tensor]:
+    def rewards(self, batch: PromptBatch, rollout: Rollout, group_size: int,
+                fns: dict | None = None) -> tuple[dict[str, Tensor], Tensor]:
+        """Every reward (or ``fns``) on the rollout; columns are the sample fields repeated per completion."""
         per_sample = [s.columns() for s in batch.samples]
         columns = {k: [c[k] for c in per_sample for _ in range(group_size)] for k in per_sample[0]}
         columns["truncated"] = rollout.truncated.tolist()
-        return score_completions(self.reward_fns, self.reward_weights, rollout.completions, columns)
+        weights = {k: self.reward_weights.get(k, 0.0) for k in (fns or self.reward_fns)}
+        return score_completions(fns or self.reward_fns, weights, rollout.completions, columns)
 
     # ----------------------------------------------------------------- training
     def training_step(self, batch: PromptBatch, batch_idx: int) -> dict[str, Any]:
@@ -268,41 +278,44 @@ class GRPOModule(L.LightningModule):
             modes.append(("sampled", self.evaluation.num_samples, False, self.evaluation.temperature))
         return modes
 
-    def _eval_step(self, batch: PromptBatch, stage: str) -> list[dict[str, Any]]:
+    def _eval_step(self, batch: PromptBatch, stage: str, batch_idx: int = 0) -> list[dict[str, Any]]:
         records = []
         for mode, n, greedy, temp in self.eval_modes():
-            rollout = self.rollout(batch, n, greedy=greedy, temperature=temp)
-            per_reward, total = self.rewards(batch, rollout, n)
+            with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+                if self.evaluation.seed is not None:
+                    torch.manual_seed(self.evaluation.seed + batch_idx)
+                rollout = self.rollout(batch, n, greedy=greedy, temperature=temp)
+            per_reward, total = self.rewards(batch, rollout, n, self.eval_fns)
             for label, values in per_reward.items():
-                self.means.update(f"{stage}/{mode}/reward/{label}", values, self.device)
-            self.means.update(f"{stage}/{mode}/reward", total, self.device)
-            self.means.update(f"{stage}/{mode}/completion_length", rollout.completion_mask.sum(1).float(), self.device)
+                self.eval_stats.update(f"{stage}/{mode}/reward/{label}", values, n)
+            self.eval_stats.update(f"{stage}/{mode}/reward", total, n)
+            self.eval_stats.update(f"{stage}/{mode}/completion_length", rollout.completion_mask.sum(1).float(), n)
             for i, text in enumerate(rollout.completions):
                 s = batch.samples[i // n]
                 records.append({"id": s.id, "mode": mode, "completion": text, "answer": s.answer,
                                 "rewards": {k: float(v[i]) for k, v in per_reward.items()}, "total": float(total[i])})
         return records
 
-    def _log_means(self, stage: str) -> None:
-        for key, metric in self.means.items():
-            if key.startswith(f"{stage}/") and metric.update_count > 0:
-                self.log(key, metric.compute(), sync_dist=True)
-                metric.reset()
+    def _log_eval(self, stage: str) -> None:
+        """Log each key's mean over prompts and its standard error over prompts (``<key>_se``)."""
+        for key, (mean, se, _) in self.eval_stats.compute(f"{stage}/").items():
+            self.log(key, mean)
+            self.log(f"{key}_se", se)
 
     def validation_step(self, batch: PromptBatch, batch_idx: int) -> None:
-        self._eval_step(batch, "val")
+        self._eval_step(batch, "val", batch_idx)
 
     def on_validation_epoch_end(self) -> None:
-        self._log_means("val")
+        self._log_eval("val")
 
     def test_step(self, batch: PromptBatch, batch_idx: int) -> None:
-        self._eval_step(batch, "test")
+        self._eval_step(batch, "test", batch_idx)
 
     def on_test_epoch_end(self) -> None:
-        self._log_means("test")
+        self._log_eval("test")
 
     def predict_step(self, batch: PromptBatch, batch_idx: int) -> list[dict[str, Any]]:
-        return self._eval_step(batch, "predict")
+        return self._eval_step(batch, "predict", batch_idx)
 
     # ----------------------------------------------------------------- optimisation and checkpoints
     def configure_optimizers(self):
@@ -313,7 +326,8 @@ class GRPOModule(L.LightningModule):
 
     def on_fit_start(self) -> None:
         if self.logger is not None:
-            self.logger.log_hyperparams(flatten_hparams(self.hparams))
+            log_flat_hparams(self.logger, flatten_hparams(self.hparams),
+                             [f"val/{mode}/reward" for mode, *_ in self.eval_modes()] + ["train/reward"])
 
     def _trainable_names(self) -> set[str]:
         return {f"policy.{n}" for n, p in self.policy.named_parameters() if p.requires_grad}

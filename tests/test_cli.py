@@ -87,7 +87,11 @@ def test_demo_config_trains_and_every_trainable_parameter_changes(tmp_path):
     logged = cli.trainer.logged_metrics
     assert {"train/reward", "train/reward/test_length", "train/kl", "train/loss", "train/entropy",
             "train/clip_ratio", "train/completions_per_second", "val/greedy/reward/test_length"} <= set(logged)
-    assert (tmp_path / "logs" / "t" / "version_0" / "config.yaml").is_file()
+    run = tmp_path / "logs" / "t" / "version_0"
+    assert (run / "config.yaml").is_file()
+    hparams = yaml.safe_load((run / "hparams.yaml").read_text())
+    # lists of reward specs are flattened, not one string
+    assert hparams["rewards.0.name"] == "test_length" and hparams["sampling.num_generations"] == 4
 
 
 def test_global_step_counts_optimizer_steps(tmp_path):
@@ -131,3 +135,39 @@ def test_granite_config_runs_on_a_local_checkpoint_by_path(tmp_path, tiny_model_
     assert cli.trainer.precision == "bf16-mixed"
     assert cli.model.sampling.num_generations == 8 and cli.model.policy.name_or_path == tiny_model_dir
     assert cli.datamodule.batch_size * cli.model.sampling.num_generations == 8
+
+
+def test_over_long_prompts_are_dropped_and_counted(tmp_path, caplog):
+    """Prompts are never truncated: with max_prompt_length below every prompt, all train samples go."""
+    import logging
+
+    from lit_grpo.data.datamodule import VLMDataModule
+
+    caplog.set_level(logging.WARNING)
+    with pytest.raises(ValueError, match=r"(train: all 8|val: all 4) samples are longer than max_prompt_length=50"):
+        main(["fit", "--config", "configs/demo.yaml", "--config", str(_overrides(tmp_path)),
+              "--trainer.max_steps", "0", "--data.max_prompt_length", "50"])
+    # every embedded prompt has the same length: a limit equal to it keeps all 8
+    cli = main(["fit", "--config", "configs/demo.yaml", "--config", str(_overrides(tmp_path)),
+                "--trainer.max_steps", "0", "--data.max_prompt_length", "100000"])
+    dm: VLMDataModule = cli.datamodule
+    ds = dm.datasets["train"]
+    length = cli.model.prompt_length(dm.render(ds[0]), ds[0])
+    cli = main(["fit", "--config", "configs/demo.yaml", "--config", str(_overrides(tmp_path)),
+                "--trainer.max_steps", "0", "--data.max_prompt_length", str(length)])
+    assert len(cli.datamodule.datasets["train"]) == 8
+
+
+def test_filter_drops_and_counts_only_the_long_ones(puzzle_samples, caplog):
+    import logging
+    from types import SimpleNamespace
+
+    from lit_grpo.data.datamodule import VLMDataModule
+
+    caplog.set_level(logging.WARNING)
+    dm = VLMDataModule(max_prompt_length=10)
+    lengths = {s.id: 5 + 2 * i for i, s in enumerate(puzzle_samples[:6])}  # 5, 7, 9, 11, 13, 15
+    dm.trainer = SimpleNamespace(lightning_module=SimpleNamespace(prompt_length=lambda m, s: lengths[s.id]))
+    kept = dm._filter("train", puzzle_samples[:6])
+    assert [kept[i].id for i in range(len(kept))] == [s.id for s in puzzle_samples[:3]]
+    assert "train: dropped 3 of 6 samples longer than max_prompt_length=10 tokens" in caplog.text

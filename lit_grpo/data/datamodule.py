@@ -117,6 +117,9 @@ class VLMDataModule(L.LightningDataModule):
         if self.max_prompt_length is None or measure is None:
             return ds
         keep = [i for i in range(len(ds)) if measure(self.render(ds[i]), ds[i]) <= self.max_prompt_length]
+        if not keep and len(ds):
+            raise ValueError(f"{split}: all {len(ds)} samples are longer than max_prompt_length="
+                             f"{self.max_prompt_length} tokens (image tokens included); raise data.max_prompt_length")
         if len(keep) < len(ds):
             log.warning("%s: dropped %d of %d samples longer than max_prompt_length=%d tokens",
                         split, len(ds) - len(keep), len(ds), self.max_prompt_length)

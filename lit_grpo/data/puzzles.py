@@ -22,7 +22,7 @@ from PIL import Image, ImageDraw
 COLOURS = {"red": (220, 40, 40), "green": (40, 160, 60), "blue": (40, 80, 220), "yellow": (230, 190, 0),
            "purple": (140, 60, 180), "black": (20, 20, 20)}
 SHAPES = ("circle", "square", "triangle")
-RULES = ("count", "colour", "size", "rotation", "position")
+RULES = ("count", "colour", "size", "rotation", "position", "red_count")
 PROBLEM = "<image>Which option fills the question mark so that the panels follow the same rule?"
 
 
@@ -38,6 +38,9 @@ class PuzzleConfig:
     """Labelled options (4 -> A-D, 10 -> A-J)."""
     panel_size: int = 28
     """Side of one panel in pixels."""
+    fixed_option_order: bool = False
+    """List the options in the natural order of the varied attribute (``red_count``: A=0 ... D=3 red
+    shapes) instead of shuffling them: the mapping from answer to letter is then fixed."""
 
 
 @dataclasses.dataclass
@@ -48,6 +51,7 @@ class _State:
     size: float = 0.6
     angle: int = 0
     pos: int = 0
+    slots: tuple = ()
 
 
 def _draw_shape(d: ImageDraw.ImageDraw, shape: str, cx: float, cy: float, r: float, fill, angle: int = 0) -> None:
@@ -78,6 +82,11 @@ def _draw_panel(img: Image.Image, x: int, y: int, size: int, st: _State | None, 
         d.text((x + size / 2 - 3, y + size / 2 - 6), "?", fill=(0, 0, 0))
         return
     fill, c = COLOURS[st.colour], size / 2
+    if st.slots:  # 2 x 2 slots, each (shape, colour)
+        for k, (shape, colour) in enumerate(st.slots):
+            _draw_shape(d, shape, x + size * (0.27 + 0.46 * (k % 2)), y + size * (0.27 + 0.46 * (k // 2)),
+                        0.18 * size, COLOURS[colour])
+        return
     if rule == "rotation":
         _draw_arrow(d, x + c, y + c, 0.38 * size, fill, st.angle)
     elif rule == "position":
@@ -125,9 +134,24 @@ def _sequence(rule: str, rng: random.Random, n: int) -> tuple[list[_State], list
         wrong = [mk(pos=p) for p in range(4) if p != seq[-1].pos]
         wrong += [mk(pos=seq[-1].pos, colour=c) for c in COLOURS if c != base.colour][:3]
         text = f"The {base.shape} moves one corner clockwise in each panel, so it ends in corner {seq[-1].pos + 1}."
+    elif rule == "red_count":
+        reds = rng.randint(0, 3)
+        seq = [mk(count=reds, slots=_red_slots(rng, reds)) for _ in range(n)]
+        wrong = [mk(count=v, slots=_red_slots(rng, v)) for v in range(4) if v != reds]
+        text = f"Each panel has {reds} red shape{'s' if reds != 1 else ''}, so the missing panel has {reds}."
     else:
         raise ValueError(f"unknown puzzle rule {rule!r}; rules: {', '.join(RULES)}")
     return seq, wrong, text
+
+
+def _red_slots(rng: random.Random, reds: int) -> tuple:
+    """Four (shape, colour) slots of which exactly ``reds`` are red, the rest green or blue."""
+    red_at = set(rng.sample(range(4), reds))
+    return tuple((rng.choice(SHAPES), "red" if k in red_at else rng.choice(["green", "blue"])) for k in range(4))
+
+
+def _order_key(st: _State) -> tuple:
+    return (st.count, st.size, st.angle, st.pos, list(COLOURS).index(st.colour))
 
 
 def make_puzzle(index: int, seed: int, cfg: PuzzleConfig) -> dict:
@@ -141,6 +165,9 @@ def make_puzzle(index: int, seed: int, cfg: PuzzleConfig) -> dict:
         distractors.append(dataclasses.replace(rng.choice(wrong), colour=rng.choice(list(COLOURS))))
     gold = rng.randrange(cfg.num_options)
     options = distractors[:gold] + [seq[-1]] + distractors[gold:]
+    if cfg.fixed_option_order:
+        options = sorted(options, key=_order_key)
+        gold = options.index(seq[-1])
     p, gap = cfg.panel_size, 4
     per_row = max(cfg.num_panels, min(cfg.num_options, 5))
     rows_opt = math.ceil(cfg.num_options / per_row)

@@ -56,6 +56,9 @@ Mechanics Electromagnetism Thermodynamics Waves Acoustics Optics Modern Physics 
 force mass acceleration velocity energy momentum charge current voltage resistance field lens
 focal length wavelength frequency temperature heat pressure volume photon electron nucleus decay
 Newton's second law conservation of energy Ohm's law Snell's law m/s m/s^2 kg N J W V A K Hz nm eV
+Each panel has 0 red shapes, so the missing panel has 0. Each panel has 1 red shape, so the missing panel
+has 1. Each panel has 2 red shapes, so the missing panel has 2. Each panel has 3 red shapes, so the
+missing panel has 3. The answer is \\boxed{A}. The answer is \\boxed{B}. The answer is \\boxed{C}.
 0 1 2 3 4 5 6 7 8 9 10 100 0.5 1.5 2.5 3.14 9.8 the a an of to in is and with for on at by from
 """
 
@@ -88,6 +91,9 @@ class EmbeddedModelConfig:
     """Granite's ``logits_scaling``; the LLaVA-NeXT class never applies it (as in the real model)."""
     vocab_size: int = 448
     """Target size of the trained BPE vocabulary (special tokens included)."""
+    grid_pinpoints: list[list[int]] | None = None
+    """LLaVA-NeXT ``image_grid_pinpoints`` (height, width) for the high-resolution tiles; None = 1-3 tiles
+    of ``image_size`` in each direction. ``[[image_size, image_size]]`` gives one tile."""
 
 
 def build_tokenizer(vocab_size: int = 448) -> PreTrainedTokenizerFast:
@@ -113,6 +119,11 @@ def build_tokenizer(vocab_size: int = 448) -> PreTrainedTokenizerFast:
     )
 
 
+def _pinpoints(cfg: EmbeddedModelConfig) -> list[list[int]]:
+    s = cfg.image_size
+    return cfg.grid_pinpoints or [[s, 2 * s], [2 * s, s], [2 * s, 2 * s], [s, 3 * s], [3 * s, s]]
+
+
 def build_processor(cfg: EmbeddedModelConfig, tokenizer: PreTrainedTokenizerFast) -> LlavaNextProcessor:
     """LLaVA-NeXT processor around the PIL image processor (no centre crop, Granite's ``full``)."""
     s = cfg.image_size
@@ -120,7 +131,7 @@ def build_processor(cfg: EmbeddedModelConfig, tokenizer: PreTrainedTokenizerFast
         size={"height": s, "width": s},
         crop_size={"height": s, "width": s},
         do_center_crop=False,
-        image_grid_pinpoints=[[s, 2 * s], [2 * s, s], [2 * s, 2 * s], [s, 3 * s], [3 * s, s]],
+        image_grid_pinpoints=_pinpoints(cfg),
         image_mean=[0.5, 0.5, 0.5],
         image_std=[0.5, 0.5, 0.5],
     )
@@ -167,7 +178,7 @@ def build_config(cfg: EmbeddedModelConfig, tokenizer: PreTrainedTokenizerFast) -
         image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
         vision_feature_select_strategy="full",
         vision_feature_layer=[-cfg.vision_layers, -1],
-        image_grid_pinpoints=[[s, 2 * s], [2 * s, s], [2 * s, 2 * s], [s, 3 * s], [3 * s, s]],
+        image_grid_pinpoints=_pinpoints(cfg),
         tie_word_embeddings=True,
     )
 

@@ -90,3 +90,21 @@ def accuracy_reward(
         letter = extract_option_letter(extract_tag(text, tag))
         out.append(1.0 if letter is not None and letter == str(gold).strip().upper() else 0.0)
     return out
+
+
+@REWARDS.register("boxed_format")
+def boxed_format_reward(completions: list[str], options: list[dict] | None = None,
+                        truncated: list[bool] | None = None, **_) -> list[float]:
+    """Format compliance of the boxed task: 1.0 when the completion stopped on its own (not truncated) and the
+    official extraction finds a box holding one of the option labels (any label, right or wrong), else 0.0.
+
+    >>> boxed_format_reward([r"so \\boxed{B}", r"\\boxed{B}}", "B"], options=[{"A": "A", "B": "B"}] * 3)
+    [1.0, 1.0, 0.0]
+    """
+    out = []
+    for i, text in enumerate(completions):
+        labels = set(options[i]) if options else None
+        pred = extract_boxed_official(text)
+        ok = pred is not None and (labels is None or pred in labels)
+        out.append(1.0 if ok and not (truncated and truncated[i]) else 0.0)
+    return out
