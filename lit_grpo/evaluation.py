@@ -20,12 +20,13 @@ from typing import Any, Callable
 from lit_grpo.data.phyx import DOMAINS, REASONING_TYPES
 from lit_grpo.data.sample import Sample
 from lit_grpo.registry import Registry
-from lit_grpo.rewards.parsing import extract_boxed, extract_boxed_official, extract_tag
+from lit_grpo.rewards.parsing import extract_boxed, extract_boxed_official, extract_option_letter, extract_tag
 from lit_grpo.rewards.phyx import phyx_extract
 
 EXTRACTORS: Registry[Callable[[str, str], str | None]] = Registry("answer extractor")
 """Scorer (reward) name -> ``fn(completion, answer_format)`` giving the answer that scorer reads."""
-EXTRACTORS.register("accuracy")(lambda text, fmt: extract_tag(text, "answer"))
+EXTRACTORS.register("accuracy")(  # the letter the MCQ accuracy reward compares; the tag text otherwise
+    lambda text, fmt: extract_option_letter(extract_tag(text, "answer")) if fmt == "mcq" else extract_tag(text, "answer"))
 EXTRACTORS.register("binary")(lambda text, fmt: extract_boxed_official(text))
 EXTRACTORS.register("phyx_official")(phyx_extract)
 

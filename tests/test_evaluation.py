@@ -72,6 +72,8 @@ def test_scalar_names_are_tensorboard_safe():
 def test_extracted_answer_follows_the_scorer():
     text = r"<think>F = ma</think><answer>B</answer> so \boxed{C}. The answer is D"
     assert extracted_answer("accuracy", text, "mcq") == "B"
+    assert extracted_answer("accuracy", "<answer>(c) 5 N</answer>", "mcq") == "C"  # the letter the reward compares
+    assert extracted_answer("accuracy", "<answer>5 N</answer>", "open") == "5 N"
     assert extracted_answer("binary", text, "mcq") == "C"
     # the first whole word "answer" is the tag name in "<answer>B": the first capital A-D after it is B
     assert extracted_answer("phyx_official", text, "mcq") == "B"

@@ -119,6 +119,16 @@ def test_question_variants(layouts):
         read_phyx(layouts["raw"], question_variant="long")
 
 
+def test_variant_needing_a_missing_column_is_refused(tmp_path):
+    (tmp_path / "0.png").write_bytes(_png((0, 0, 0)))
+    row = {"index": 0, "question": "Q?", "options": 'A:"1",B:"2"', "answer": "A", "image": "0.png",
+           "category": "Optics", "subfield": "Refraction", "reasoning_type": []}
+    (tmp_path / "x.jsonl").write_text(json.dumps(row) + "\n")
+    with pytest.raises(ValueError, match="'question_simply'"):
+        read_phyx(str(tmp_path / "x.jsonl"))
+    assert read_phyx(str(tmp_path / "x.jsonl"), question_variant="minimal")[0].question == "Q?"
+
+
 def test_rows_slice_selects_rows(layouts):
     assert [s.id for s in read_phyx(layouts["default"], rows="1:3")] == ["1", "2"]
 

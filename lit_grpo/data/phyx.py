@@ -277,7 +277,8 @@ def read_phyx(path: str, split: str = "test", rows: str | None = None, answer_fo
             counted in the log).
         max_pixels: decompression-bomb guard per image.
     Raises:
-        ValueError: unknown ``answer_format``, ``question_variant`` or ``layout``.
+        ValueError: unknown ``answer_format``, ``question_variant`` or ``layout``; a variant whose
+            description column the file lacks.
         BadRowError: the first bad row (``on_bad_row: raise``).
     """
     if answer_format not in (None, "mcq", "open"):
@@ -288,6 +289,10 @@ def read_phyx(path: str, split: str = "test", rows: str | None = None, answer_fo
     layout = layout or detect_layout(list(table.column_names))
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    column = QUESTION_VARIANTS[question_variant][0 if layout == "default" else 1]
+    if layout != "prerendered" and column and column not in table.column_names:
+        raise ValueError(f"{path}: question_variant {question_variant!r} reads the column {column!r}, which this "
+                         f"{layout}-layout file lacks; choose another question_variant (e.g. 'minimal')")
     source = f"{path}[{split}]"
     folder = Path(image_dir) if image_dir else _default_image_dir(path)
     kw = dict(layout=layout, answer_format=answer_format, variant=question_variant)
