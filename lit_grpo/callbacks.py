@@ -1,26 +1,24 @@
-"""Callbacks that observe training: completion samples as TensorBoard text, HF-format export."""
+"""Callbacks that observe training and evaluation: completion samples as TensorBoard text, HF-format
+export, the test accuracy table (TensorBoard, Markdown, CSV) and prediction JSONL files."""
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 from typing import Any
 
 import lightning as L
-from lightning.pytorch.utilities import rank_zero_only
+from lightning.pytorch.callbacks import BasePredictionWriter
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
+
+from lit_grpo import distributed as D
+from lit_grpo.evaluation import accuracy_table, prompt_text, scalar_name, table_csv, table_markdown
 
 
 def _code(text: str) -> str:
     """Render ``text`` verbatim in TensorBoard's Markdown: every line indented as a code block."""
     return "\n".join("    " + line for line in str(text).splitlines() or [""])
-
-
-def _prompt_text(messages: list[dict]) -> str:
-    parts = []
-    for m in messages:
-        content = m["content"] if isinstance(m["content"], list) else [{"type": "text", "text": m["content"]}]
-        body = " ".join("<image>" if c["type"] == "image" else c.get("text", "") for c in content)
-        parts.append(f"[{m['role']}] {body}")
-    return "\n".join(parts)
 
 
 class CompletionSamples(L.Callback):
@@ -40,7 +38,7 @@ class CompletionSamples(L.Callback):
         g = outputs["group_size"]
         blocks = []
         for p in range(min(self.num_prompts, len(outputs["prompts"]))):
-            blocks.append(f"**prompt {p}** (gold `{outputs['answers'][p]}`)\n\n{_code(_prompt_text(outputs['prompts'][p]))}")
+            blocks.append(f"**prompt {p}** (gold `{outputs['answers'][p]}`)\n\n{_code(prompt_text(outputs['prompts'][p]))}")
             for j in range(p * g, p * g + min(self.num_completions, g)):
                 rewards = ", ".join(f"{k}={v[j]:.3f}" for k, v in outputs["rewards"].items())
                 blocks.append(f"completion {j - p * g}: total={outputs['total'][j]:.3f} ({rewards}), "
@@ -121,3 +119,101 @@ class EvalSummary(L.Callback):
             cells = [f"{r.get(k, float('nan')):.3f} ± {r.get(k + '_se', float('nan')):.3f}" for k in keys]
             md.append(f"| {r['step']} | " + " | ".join(cells) + " |")
         (folder / "eval_curves.md").write_text("\n".join(md) + "\n")
+
+
+def _run_dir(trainer: L.Trainer) -> Path:
+    """The logger's run folder (``logs/<name>/version_N``), else the trainer's root folder."""
+    logdir = trainer.logger.log_dir if trainer.logger is not None and trainer.logger.log_dir else None
+    return Path(logdir or trainer.default_root_dir)
+
+
+class AccuracyTable(L.Callback):
+    """At the end of ``test``: the paper's accuracy table, overall, per PhyX domain and per reasoning type.
+
+    Reads the ``correct`` field of the records ``test_step`` returns (the module's
+    ``evaluation.scorer``). For each evaluation mode (``greedy``, ``sampled``) it writes
+    ``<run folder>/<prefix>_<mode>.md`` and ``.csv``, TensorBoard scalars
+    ``test/<mode>/accuracy/{overall,domain/<name>,reasoning_type/<name>}`` and the Markdown table as
+    text, and prints the table. Records of every rank are gathered; rank zero writes.
+    """
+
+    def __init__(self, prefix: str = "test_accuracy"):
+        self.prefix = prefix
+        self.records: list[dict[str, Any]] = []
+
+    def on_test_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.records = []
+
+    def on_test_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                          batch_idx: int, dataloader_idx: int = 0) -> None:
+        if isinstance(outputs, list):
+            self.records += [{k: r[k] for k in ("mode", "domain", "reasoning_type", "correct")} for r in outputs]
+
+    def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        records = D.gather_objects(self.records)
+        if trainer.is_global_zero and records:
+            self.write(trainer, records)
+
+    def write(self, trainer: L.Trainer, records: list[dict[str, Any]]) -> list[Path]:
+        """Write the table of each mode; returns the files written."""
+        out, written = _run_dir(trainer), []
+        out.mkdir(parents=True, exist_ok=True)
+        writer = getattr(trainer.logger, "experiment", None) if trainer.logger is not None else None
+        for mode in sorted({r["mode"] for r in records}):
+            rows = accuracy_table([r for r in records if r["mode"] == mode])
+            md = table_markdown(rows, f"test accuracy ({mode})")
+            for suffix, text in ((".md", md), (".csv", table_csv(rows, mode))):
+                path = out / f"{self.prefix}_{mode}{suffix}"
+                path.write_text(text, encoding="utf-8")
+                written.append(path)
+            scalars = {f"test/{mode}/accuracy/{scalar_name(r)}": r["accuracy"] for r in rows
+                       if not math.isnan(r["accuracy"])}
+            if trainer.logger is not None and scalars:
+                trainer.logger.log_metrics(scalars, step=trainer.global_step)
+            if writer is not None and hasattr(writer, "add_text"):
+                writer.add_text(f"test/{mode}/accuracy_table", md, trainer.global_step)
+            rank_zero_info(f"\n{md}(written to {out / self.prefix}_{mode}.md and .csv)")
+        return written
+
+
+def _jsonable(value: Any) -> Any:
+    """NaN -> None, recursively (JSON has no NaN)."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+class PredictionsJSONL(BasePredictionWriter):
+    """During ``predict``: one JSON line per completion in ``<run folder>/<filename>`` (``path`` overrides).
+
+    Fields: ``id``, ``mode``, ``prompt``, ``completion``, ``extracted`` (the answer the configured scorer
+    reads), ``answer``, ``answer_format``, ``domain``, ``reasoning_type``, ``rewards`` (each reward),
+    ``total``, ``correct`` (NaN written as ``null``). With several ranks each writes ``<stem>.rank<r>.jsonl``.
+    """
+
+    def __init__(self, filename: str = "predictions.jsonl", path: str | None = None):
+        super().__init__(write_interval="batch")
+        self.filename, self.path = filename, path
+        self.file: Path | None = None
+
+    def on_predict_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        path = Path(self.path) if self.path else _run_dir(trainer) / self.filename
+        rank, world = D.world()
+        if world > 1:
+            path = path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("", encoding="utf-8")
+        self.file = path
+
+    def write_on_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, prediction: Any,
+                           batch_indices: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        with open(self.file, "a", encoding="utf-8") as f:
+            for record in prediction or []:
+                f.write(json.dumps(_jsonable(record), ensure_ascii=False) + "\n")
+
+    def on_predict_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        rank_zero_info(f"predictions written to {self.file}")

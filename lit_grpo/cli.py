@@ -2,7 +2,8 @@
 
 ``omegaconf+`` resolves ``${...}`` interpolations after every ``--config`` file and command-line
 override is applied, so an override reaches the keys that interpolate it. Configs compose: later
-``--config`` files override earlier ones.
+``--config`` files override earlier ones. ``--ckpt_path`` loads weights only; the configuration keeps
+every setting (see :class:`GRPOCLI`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,16 @@ from lit_grpo.data.datamodule import VLMDataModule
 
 
 class GRPOCLI(LightningCLI):
-    """LightningCLI whose model is any LightningModule given by ``class_path`` (GRPO or SFT)."""
+    """LightningCLI whose model is any LightningModule given by ``class_path`` (GRPO or SFT).
+
+    The configuration is the truth for every subcommand: ``--ckpt_path`` supplies weights (and, for
+    ``fit``, the optimizer and loop state) but not hyper-parameters. Stock LightningCLI would overwrite
+    the parsed config with the hyper-parameters saved in the checkpoint, silently dropping e.g. a
+    ``--model.init_args.evaluation.scorer`` given to ``test``.
+    """
+
+    def _parse_ckpt_path(self) -> None:
+        """Keep the parsed configuration; do not merge the checkpoint's saved hyper-parameters over it."""
 
     def before_fit(self) -> None:
         evaluation = getattr(self.model, "evaluation", None)

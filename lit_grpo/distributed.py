@@ -1,4 +1,4 @@
-"""The two collectives an optimizer step needs; identity when torch.distributed is not initialised."""
+"""The collectives a step and an evaluation need; identity when torch.distributed is not initialised."""
 
 from __future__ import annotations
 
@@ -32,3 +32,13 @@ def all_reduce_sum(x: Tensor) -> Tensor:
     y = x.clone()
     dist.all_reduce(y, op=dist.ReduceOp.SUM)
     return y
+
+
+def gather_objects(items: list) -> list:
+    """Every rank's list concatenated in rank order (picklable items); the list itself outside a process group."""
+    _, size = world()
+    if size == 1:
+        return list(items)
+    parts: list = [None] * size
+    dist.all_gather_object(parts, list(items))
+    return [x for part in parts for x in part]

@@ -21,11 +21,12 @@ from torch import Tensor
 
 from lit_grpo import distributed as D
 from lit_grpo.data.datamodule import PromptBatch
+from lit_grpo.evaluation import build_records
 from lit_grpo.grpo import group_advantages, grpo_loss
 from lit_grpo.hparams import flatten_hparams, log_flat_hparams
 from lit_grpo.metrics import PromptStats
 from lit_grpo.policy import PolicyConfig, ReferencePolicy, image_token_ids, is_peft, load_policy, stop_token_ids
-from lit_grpo.rewards import RewardSpec, build_rewards, score_completions
+from lit_grpo.rewards import RewardSpec, build_reward, build_rewards, score_completions
 from lit_grpo.rng import collect_rng_states, set_rng_states
 from lit_grpo.rollout import (Rollout, SamplingConfig, completion_logps, encode_prompts, repeat_rows,
                               sample_completions)
@@ -73,6 +74,13 @@ class EvalConfig:
     """Extra rewards computed only in evaluation (e.g. ``boxed_format`` compliance); not trained on."""
     before_fit: bool = False
     """Run validation once before the first training step (the step-0 point of the curves)."""
+    scorer: str | None = None
+    """Registered reward used as the 0/1 correctness of each evaluation completion (logged as
+    ``<stage>/<mode>/accuracy`` and tabulated by ``lit_grpo.callbacks.AccuracyTable``): ``accuracy``
+    (paper protocol, MCQ), ``phyx_official`` (PhyX rule mode), ``binary`` (VisualSphinx). A configured
+    reward of that name or alias is reused as is; otherwise it is built with ``scorer_kwargs``."""
+    scorer_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Options of the scorer when it is not one of the configured rewards."""
 
 
 class GRPOModule(L.LightningModule):
@@ -109,6 +117,9 @@ class GRPOModule(L.LightningModule):
         self.reward_fns = build_rewards(self.reward_specs)
         self.reward_weights = {s.label: s.weight for s in self.reward_specs}
         self.eval_fns = {**self.reward_fns, **build_rewards(list(evaluation.metrics))}
+        scorer = evaluation.scorer
+        self.scorer_fn = None if scorer is None else self.reward_fns.get(scorer) or build_reward(
+            RewardSpec(scorer, kwargs=evaluation.scorer_kwargs))
         self.policy, self.processor = load_policy(policy)
         self.stop_ids = stop_token_ids(self.policy, self.processor, policy.extra_stop_tokens)
         self.register_buffer("suppress_ids", torch.tensor(image_token_ids(self.policy, self.processor)),
@@ -149,14 +160,26 @@ class GRPOModule(L.LightningModule):
                                  for s in self.micro_batches(rollout.num_completions)])
         return old, ref
 
-    def rewards(self, batch: PromptBatch, rollout: Rollout, group_size: int,
-                fns: dict | None = None) -> tuple[dict[str, Tensor], Tensor]:
-        """Every reward (or ``fns``) on the rollout; columns are the sample fields repeated per completion."""
+    def columns(self, batch: PromptBatch, rollout: Rollout, group_size: int) -> dict[str, list]:
+        """Reward columns: every Sample field repeated ``group_size`` times, plus ``truncated``."""
         per_sample = [s.columns() for s in batch.samples]
         columns = {k: [c[k] for c in per_sample for _ in range(group_size)] for k in per_sample[0]}
         columns["truncated"] = rollout.truncated.tolist()
-        weights = {k: self.reward_weights.get(k, 0.0) for k in (fns or self.reward_fns)}
-        return score_completions(fns or self.reward_fns, weights, rollout.completions, columns)
+        return columns
+
+    def rewards(self, batch: PromptBatch, rollout: Rollout, group_size: int,
+                fns: dict | None = None) -> tuple[dict[str, Tensor], Tensor]:
+        """Every reward (or ``fns``) on the rollout, weighted as configured (0 for evaluation-only metrics)."""
+        fns = fns or self.reward_fns
+        weights = {k: self.reward_weights.get(k, 0.0) for k in fns}
+        return score_completions(fns, weights, rollout.completions, self.columns(batch, rollout, group_size))
+
+    def correctness(self, batch: PromptBatch, rollout: Rollout, group_size: int) -> Tensor | None:
+        """The scorer's 0/1 per completion ``[N]`` (NaN: cannot score), or None without a scorer."""
+        if self.scorer_fn is None:
+            return None
+        values = self.scorer_fn(rollout.completions, **self.columns(batch, rollout, group_size))
+        return torch.tensor([math.nan if v is None else float(v) for v in values], dtype=torch.float32)
 
     # ----------------------------------------------------------------- training
     def training_step(self, batch: PromptBatch, batch_idx: int) -> dict[str, Any]:
@@ -279,6 +302,8 @@ class GRPOModule(L.LightningModule):
         return modes
 
     def _eval_step(self, batch: PromptBatch, stage: str, batch_idx: int = 0) -> list[dict[str, Any]]:
+        """Complete every prompt in each evaluation mode (fixed sampling seed per batch), accumulate per-prompt
+        values for mean +- SE, return one record per completion (see ``lit_grpo.evaluation``)."""
         records = []
         for mode, n, greedy, temp in self.eval_modes():
             with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
@@ -286,14 +311,16 @@ class GRPOModule(L.LightningModule):
                     torch.manual_seed(self.evaluation.seed + batch_idx)
                 rollout = self.rollout(batch, n, greedy=greedy, temperature=temp)
             per_reward, total = self.rewards(batch, rollout, n, self.eval_fns)
+            correct = self.correctness(batch, rollout, n)
             for label, values in per_reward.items():
                 self.eval_stats.update(f"{stage}/{mode}/reward/{label}", values, n)
             self.eval_stats.update(f"{stage}/{mode}/reward", total, n)
             self.eval_stats.update(f"{stage}/{mode}/completion_length", rollout.completion_mask.sum(1).float(), n)
-            for i, text in enumerate(rollout.completions):
-                s = batch.samples[i // n]
-                records.append({"id": s.id, "mode": mode, "completion": text, "answer": s.answer,
-                                "rewards": {k: float(v[i]) for k, v in per_reward.items()}, "total": float(total[i])})
+            if correct is not None:
+                self.eval_stats.update(f"{stage}/{mode}/accuracy", correct, n)
+            records += build_records(batch.samples, batch.messages, rollout.completions,
+                                     {k: v.tolist() for k, v in per_reward.items()}, total.tolist(),
+                                     None if correct is None else correct.tolist(), n, mode, self.evaluation.scorer)
         return records
 
     def _log_eval(self, stage: str) -> None:
@@ -308,8 +335,8 @@ class GRPOModule(L.LightningModule):
     def on_validation_epoch_end(self) -> None:
         self._log_eval("val")
 
-    def test_step(self, batch: PromptBatch, batch_idx: int) -> None:
-        self._eval_step(batch, "test", batch_idx)
+    def test_step(self, batch: PromptBatch, batch_idx: int) -> list[dict[str, Any]]:
+        return self._eval_step(batch, "test", batch_idx)
 
     def on_test_epoch_end(self) -> None:
         self._log_eval("test")

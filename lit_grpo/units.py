@@ -87,16 +87,21 @@ def parse_unit(text: str | None) -> pint.Unit | None:
             return None
 
 
+_ASSIGNMENT = re.compile(r"^(?:\\?[A-Za-z]+(?:_\{?[A-Za-z0-9]+\}?)?'?\s*(?:=|\\approx|≈)|\\approx|≈|~)\s*(?=[-+−.\d])")
+
+
 def _unwrap_latex(text: str) -> str:
+    """Drop math delimiters and a leading ``v =`` / ``\\lambda \\approx`` / ``≈`` before the number."""
     s = text.strip()
     s = re.sub(r"^\\\(|\\\)$|^\\\[|\\\]$|^\$+|\$+$", "", s).strip()
-    return s
+    return _ASSIGNMENT.sub("", s)
 
 
 def split_quantity(text: str) -> tuple[float | None, str]:
     """``"1.54 \\text{ m/s}^2"`` -> ``(1.54, "\\text{ m/s}^2")``; ``"3.2 \\times 10^{-19} J"`` -> ``(3.2e-19, "J")``.
 
-    Returns ``(None, text)`` when the text does not start with a number.
+    A leading symbol assignment (``v = 4.0 m/s``, ``\\lambda \\approx 500 nm``) is skipped. Returns
+    ``(None, text)`` when the text does not start with a number.
     """
     s = _unwrap_latex(text).replace("−", "-")
     m = _NUMBER.match(s)
@@ -115,7 +120,7 @@ def clean_unit_text(text: str) -> str:
     s = re.sub(r"\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|\\circ|\\degree", "°", s)
     s = re.sub(r"\^\s*\{\s*([-+]?\d+)\s*\}", r"^\1", s)
     s = re.sub(r"\\[,;:! ]|~|\\left|\\right|\\\(|\\\)|\$", " ", s)
-    s = s.replace("\\Omega", "Ω").replace("\\mu", "μ").replace("\\cdot", "·")
+    s = re.sub(r"\\mu\s*", "μ", s.replace("\\Omega", "Ω")).replace("\\cdot", "·")
     return re.sub(r"\s+", " ", s).strip().replace(" /", "/").replace("/ ", "/")
 
 

@@ -41,6 +41,18 @@ DERIVE = [  # (gold answer text, raw unit string, pint unit or None)
     ("5.0 cm", "cm", U.centimeter),
     ("2 dB", "dB", U.decibel),
     ("12 %", "%", U.percent),
+    # forms seen in PhyX options and in the embedded physics set
+    ("7.55N ", "N", U.newton),  # trailing space, as 175 PhyX OE answers have
+    ("v = 4.0 m/s", "m/s", U.meter / U.second),  # a symbol assignment before the number
+    (r"$T_{1} = 300\,\mathrm{K}$", "K", U.kelvin),
+    (r"\lambda \approx 500 nm", "nm", U.nanometer),
+    (r"5.0 \mu C", "μC", U.microcoulomb),  # LaTeX micro with a space before the unit letter
+    (r"2.97 \times 10^{6} N/C", "N/C", U.newton / U.coulomb),
+    (r"\( 36.6^{\circ} \)", "°", U.degree),
+    (r"$-4.9\,\mathrm{J}$", "J", U.joule),
+    ("0.60 MeV", "MeV", U.megaelectron_volt),
+    (r"4.5 \times 10^{14} \mathrm{~Hz}", "Hz", U.hertz),
+    ("-0.891 eV", "eV", U.electron_volt),
     ("0.5", None, None),
     ("3", None, None),
     (r"\( 0.75 \)", None, None),
@@ -61,6 +73,8 @@ def test_split_quantity_values():
     assert value == pytest.approx(3.2e-19) and rest == "J"
     assert split_quantity("1,5 m")[0] == 1.5
     assert split_quantity("about 5 m") == (None, "about 5 m")
+    assert split_quantity("x = -2.0 cm") == (-2.0, "cm")
+    assert split_quantity("A = B") == (None, "A = B")
 
 
 def test_normalise_unit_text_table():

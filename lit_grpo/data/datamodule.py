@@ -10,6 +10,8 @@ from typing import Any, Callable
 import lightning as L
 from torch.utils.data import DataLoader, Dataset, Subset
 
+from lit_grpo.data.physics import write_physics
+from lit_grpo.data.phyx import read_phyx
 from lit_grpo.data.puzzles import PuzzleConfig, write_puzzles
 from lit_grpo.data.sample import Sample
 from lit_grpo.data.templates import TEMPLATES, render_messages
@@ -20,12 +22,20 @@ log = logging.getLogger(__name__)
 
 READERS: Registry[Callable[..., Dataset]] = Registry("dataset reader")
 READERS.register("visualsphinx")(read_visualsphinx)
+READERS.register("phyx")(read_phyx)
 GENERATORS: Registry[Callable[..., Path]] = Registry("data generator")
 
 
 @GENERATORS.register("puzzles")
 def _generate_puzzles(path: str, num: int = 1000, seed: int = 0, **cfg: Any) -> Path:
     return write_puzzles(path, num=num, seed=seed, cfg=PuzzleConfig(**cfg))
+
+
+@GENERATORS.register("physics")
+def _generate_physics(path: str, num: int = 256, seed: int = 0, **cfg: Any) -> Path:
+    """Embedded PhyX-like physics problems; the layout follows the file name (``.parquet`` default
+    layout, ``.jsonl`` raw layout with ``images/`` next to it)."""
+    return write_physics(path, num=num, seed=seed, **cfg)
 
 
 @dataclasses.dataclass
@@ -35,21 +45,25 @@ class DatasetSpec:
     path: str
     """Local file or folder, or a hub id."""
     reader: str = "visualsphinx"
-    """Registered reader (``visualsphinx``; later issues add ``phyx``)."""
+    """Registered reader: ``visualsphinx`` or ``phyx``."""
     split: str = "train"
     """Split of the source to read."""
     rows: str | None = None
     """Python slice of rows to keep, e.g. ``"1000:3000"``."""
     generate: dict[str, Any] | None = None
-    """Write the file first when ``path`` is missing: ``{"kind": "puzzles", "num": 2000, "seed": 0, ...}``."""
+    """Write the file first when ``path`` is missing: ``{"kind": "puzzles", "num": 2000, "seed": 0, ...}``
+    (kinds: ``puzzles``, ``physics``)."""
     reader_args: dict[str, Any] = dataclasses.field(default_factory=dict)
-    """Extra keyword arguments of the reader."""
+    """Extra keyword arguments of the reader (phyx: ``answer_format``, ``question_variant``, ``layout``,
+    ``image_dir``; both: ``max_pixels``, ``on_bad_row``)."""
 
-    def load(self) -> Dataset:
+    def load(self, on_bad_row: str = "raise") -> Dataset:
+        """The reader's dataset; ``on_bad_row`` (``raise`` | ``skip``) unless ``reader_args`` sets it."""
         if self.generate is not None and not Path(self.path).exists():
             args = dict(self.generate)
             GENERATORS.get(args.pop("kind", "puzzles"))(self.path, **args)
-        return READERS.get(self.reader)(self.path, split=self.split, rows=self.rows, **self.reader_args)
+        args = {"on_bad_row": on_bad_row, **self.reader_args}
+        return READERS.get(self.reader)(self.path, split=self.split, rows=self.rows, **args)
 
 
 @dataclasses.dataclass
@@ -82,6 +96,7 @@ class VLMDataModule(L.LightningDataModule):
         system_prompt: str | None = None,
         max_prompt_length: int | None = None,
         num_workers: int = 0,
+        on_bad_row: str = "raise",
     ):
         """
         Args:
@@ -92,6 +107,9 @@ class VLMDataModule(L.LightningDataModule):
             system_prompt: replaces the template's system prompt ("" removes it).
             max_prompt_length: drop samples whose prompt (image tokens included) is longer.
             num_workers: DataLoader workers.
+            on_bad_row: ``raise``: a bad row (missing/undecodable/over-large image, missing answer, answer
+                not among the options, unknown domain, malformed options) stops with an error naming the
+                file, row id and field; ``skip``: bad rows are dropped up front and counted in the log.
         """
         super().__init__()
         TEMPLATES.get(template)  # fail at construction on a typo
@@ -99,6 +117,9 @@ class VLMDataModule(L.LightningDataModule):
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.template, self.system_prompt = template, system_prompt
         self.max_prompt_length, self.num_workers = max_prompt_length, num_workers
+        if on_bad_row not in ("raise", "skip"):
+            raise ValueError(f"on_bad_row must be 'raise' or 'skip', got {on_bad_row!r}")
+        self.on_bad_row = on_bad_row
         self.datasets: dict[str, Dataset] = {}
 
     def setup(self, stage: str | None = None) -> None:
@@ -106,7 +127,7 @@ class VLMDataModule(L.LightningDataModule):
         for split in wanted.get(stage, ("train", "val", "test", "predict")):
             spec = self.specs[split]
             if spec is not None and split not in self.datasets:
-                self.datasets[split] = self._filter(split, spec.load())
+                self.datasets[split] = self._filter(split, spec.load(self.on_bad_row))
 
     def render(self, sample: Sample) -> list[dict]:
         return render_messages(sample, self.template, self.system_prompt)

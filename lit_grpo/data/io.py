@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import datasets
@@ -12,6 +13,8 @@ _BUILDERS = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".tsv": "
 def open_table(path: str, split: str = "train", rows: str | None = None, image_columns=("images", "image"),
                **kwargs) -> datasets.Dataset:
     """Open ``path`` (a file, a folder of files named by split, or a hub id) and select ``split``.
+
+    TSV/CSV cells are read as verbatim strings (no type inference, no NaN).
 
     Image columns are left undecoded (``{"bytes", "path"}`` dicts) so that the readers decode them with
     errors that name the row. ``rows`` is a Python slice string applied after loading (``"1000:3000"``).
@@ -24,7 +27,7 @@ def open_table(path: str, split: str = "train", rows: str | None = None, image_c
         builder = _BUILDERS.get("".join(p.suffixes[-1:]).lower())
         if builder is None:
             raise ValueError(f"{path}: unsupported file type; use one of {', '.join(_BUILDERS)}")
-        extra = {"delimiter": "\t"} if p.suffix.lower() == ".tsv" else {}
+        extra = _text_table_args(p) if builder == "csv" else {}
         ds = datasets.load_dataset(builder, data_files={split: str(p)}, split=split, **extra, **kwargs)
     elif p.is_dir() or path.startswith((".", "/", "~")) or path.count("/") != 1:
         if not p.exists():
@@ -42,6 +45,16 @@ def open_table(path: str, split: str = "train", rows: str | None = None, image_c
     if rows:
         ds = ds.select(range(len(ds))[parse_slice(rows)])
     return ds
+
+
+def _text_table_args(path: Path) -> dict:
+    """TSV/CSV cells are read as text, verbatim: no number inference (``"0.50"`` stays ``"0.50"``), no NaN
+    for ``"NA"`` or empty cells."""
+    delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
+    with open(path, newline="", encoding="utf-8") as f:
+        header = next(csv.reader([f.readline()], delimiter=delimiter), [])
+    features = datasets.Features({name: datasets.Value("string") for name in header})
+    return {"delimiter": delimiter, "features": features, "keep_default_na": False}
 
 
 def parse_slice(text: str) -> slice:

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import logging
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from PIL import Image
 from torch.utils.data import Dataset
 
+log = logging.getLogger(__name__)
+
 ANSWER_FORMATS = ("mcq", "open")
+BAD_ROW_POLICIES = ("raise", "skip")
 DEFAULT_MAX_PIXELS = 50_000_000
 """Decompression-bomb guard: images with more pixels are rejected (the largest PhyX image has ~28M)."""
 
@@ -75,22 +79,65 @@ def decode_image(obj: Any, *, where: str, base_dir: str | Path | None = None,
             img.load()
         except BadRowError:
             raise
+        except Image.DecompressionBombError as exc:
+            raise BadRowError(f"{where}: image is over PIL's decompression-bomb limit ({exc})") from exc
         except Exception as exc:  # PIL raises many types for corrupt data
             raise BadRowError(f"{where}: image cannot be decoded ({type(exc).__name__}: {exc})") from exc
     return img.convert("RGB") if img.mode != "RGB" else img
 
 
 class SampleDataset(Dataset):
-    """Rows turned into :class:`Sample` on access (images decoded lazily, one row at a time)."""
+    """Rows turned into :class:`Sample` on access (images decoded lazily, one row at a time).
 
-    def __init__(self, rows: Sequence[Any], to_sample: Callable[[Any, int], Sample], name: str = "dataset"):
+    ``indices`` keeps a subset of the rows (after skipping bad ones); errors still name the original row.
+    """
+
+    def __init__(self, rows: Sequence[Any], to_sample: Callable[[Any, int], Sample], name: str = "dataset",
+                 indices: list[int] | None = None):
         self.rows, self.to_sample, self.name = rows, to_sample, name
+        self.indices = indices
+        self.skipped = 0 if indices is None else len(rows) - len(indices)
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self.rows) if self.indices is None else len(self.indices)
 
     def __getitem__(self, i: int) -> Sample:
-        return self.to_sample(self.rows[i], i)
+        j = i if self.indices is None else self.indices[i]
+        return self.to_sample(self.rows[j], j)
+
+
+def load_rows(rows: Sequence[Any], to_sample: Callable[[Any, int], Sample], *, name: str,
+              on_bad_row: str = "raise", check_text: Callable[[Any, int], None] | None = None,
+              text_rows: Sequence[Any] | None = None) -> SampleDataset:
+    """A :class:`SampleDataset` over ``rows`` under a bad-row policy.
+
+    ``raise``: ``check_text`` runs on every row of ``text_rows`` (the rows without their image columns,
+    cheap to read) so a bad text field fails at setup; images are decoded lazily and a bad one raises
+    :class:`BadRowError` naming the row when it is first read. ``skip``: every row is turned into a
+    sample up front (images decoded), rows raising :class:`BadRowError` are dropped, and the count
+    with the first few reasons is logged.
+    Raises:
+        ValueError: unknown ``on_bad_row``.
+        BadRowError: the first bad text field (``raise``).
+    """
+    if on_bad_row not in BAD_ROW_POLICIES:
+        raise ValueError(f"on_bad_row must be one of {BAD_ROW_POLICIES}, got {on_bad_row!r}")
+    if on_bad_row == "raise":
+        if check_text is not None:
+            for i, row in enumerate(text_rows if text_rows is not None else rows):
+                check_text(row, i)
+        return SampleDataset(rows, to_sample, name)
+    keep, reasons = [], []
+    for i in range(len(rows)):
+        try:
+            to_sample(rows[i], i)
+            keep.append(i)
+        except BadRowError as exc:
+            reasons.append(str(exc))
+    if reasons:
+        log.warning("%s: skipped %d of %d bad rows (on_bad_row: skip); first: %s", name, len(reasons),
+                    len(rows), " | ".join(reasons[:3]))
+    return SampleDataset(rows, to_sample, name, indices=keep)
 
 
 def collate_samples(batch: list[Sample]) -> list[Sample]:

@@ -11,26 +11,18 @@ import json
 from typing import Any
 
 from lit_grpo.data.io import open_table
-from lit_grpo.data.sample import DEFAULT_MAX_PIXELS, BadRowError, Sample, SampleDataset, decode_image
+from lit_grpo.data.sample import DEFAULT_MAX_PIXELS, BadRowError, Sample, SampleDataset, decode_image, load_rows
 
 _META = ("explanation", "difficulty", "has_duplicate", "reasonableness", "readability", "accuracy")
 
 
-def visualsphinx_sample(row: dict[str, Any], index: int, *, source: str = "visualsphinx",
-                        max_pixels: int = DEFAULT_MAX_PIXELS) -> Sample:
-    """One VisualSphinx row -> :class:`Sample` (``mcq``; options are the labels of ``choice``).
+def visualsphinx_fields(row: dict[str, Any], where: str) -> dict[str, Any]:
+    """Every :class:`Sample` field of one row except the images, validated.
 
     Raises:
-        BadRowError: missing/undecodable image, malformed ``choice``, missing answer or one not among
-        the options; the message names the source, row index and id.
+        BadRowError: malformed ``choice``, missing answer or one not among the options; the message
+        names ``where`` (source, row index and id) and the field.
     """
-    rid = row.get("id", index)
-    where = f"{source} row {index} (id {rid})"
-    images = row.get("images")
-    if images is None and row.get("image") is not None:
-        images = [row["image"]]
-    if not images:
-        raise BadRowError(f"{where}: field 'images' is empty")
     try:
         choice = json.loads(row["choice"]) if isinstance(row.get("choice"), str) else dict(row["choice"])
     except (TypeError, ValueError, KeyError) as exc:
@@ -39,10 +31,9 @@ def visualsphinx_sample(row: dict[str, Any], index: int, *, source: str = "visua
     if answer is None or str(answer).strip() == "":
         raise BadRowError(f"{where}: field 'answer' is missing")
     if str(answer).strip() not in choice:
-        raise BadRowError(f"{where}: answer {answer!r} is not one of the options {sorted(choice)}")
-    return Sample(
-        id=str(rid),
-        images=[decode_image(im, where=where, max_pixels=max_pixels) for im in images],
+        raise BadRowError(f"{where}: field 'answer' {answer!r} is not one of the options {sorted(choice)}")
+    return dict(
+        id=str(row.get("id", "")),
         question=str(row.get("problem", "")).replace("<image>", "").strip(),
         options={str(k): str(v) for k, v in choice.items()},
         answer=str(answer).strip(),
@@ -51,11 +42,42 @@ def visualsphinx_sample(row: dict[str, Any], index: int, *, source: str = "visua
     )
 
 
+def _where(source: str, row: dict, index: int) -> str:
+    return f"{source} row {index} (id {row.get('id', index)})"
+
+
+def visualsphinx_sample(row: dict[str, Any], index: int, *, source: str = "visualsphinx",
+                        max_pixels: int = DEFAULT_MAX_PIXELS) -> Sample:
+    """One VisualSphinx row -> :class:`Sample` (``mcq``; options are the labels of ``choice``).
+
+    ``images`` (a list) or, on older cards, ``image`` (one image). Raises :class:`BadRowError` as
+    :func:`visualsphinx_fields` does, or for a missing/undecodable/over-large image.
+    """
+    where = _where(source, row, index)
+    fields = visualsphinx_fields(row, where)
+    images = row.get("images") or ([row["image"]] if row.get("image") is not None else [])
+    if not images:
+        raise BadRowError(f"{where}: field 'images' is empty")
+    fields["id"] = str(row.get("id", index))
+    return Sample(images=[decode_image(im, where=f"{where}: field 'images'", max_pixels=max_pixels)
+                          for im in images], **fields)
+
+
 def read_visualsphinx(path: str, split: str = "train", rows: str | None = None,
-                      max_pixels: int = DEFAULT_MAX_PIXELS) -> SampleDataset:
-    """Open a VisualSphinx parquet file, folder or hub id lazily (rows become samples on access)."""
+                      max_pixels: int = DEFAULT_MAX_PIXELS, on_bad_row: str = "raise") -> SampleDataset:
+    """Open a VisualSphinx parquet file, folder or hub id lazily (rows become samples on access).
+
+    Splits: RL-20K ``train``; Benchmark ``test`` and ``testmini``. ``on_bad_row``: ``raise`` (text
+    fields validated up front, images decoded lazily, errors name the row) or ``skip`` (bad rows dropped
+    up front and counted in the log).
+    """
     table = open_table(path, split=split, rows=rows)
-    return SampleDataset(
-        table, lambda row, i: visualsphinx_sample(row, i, source=f"{path}[{split}]", max_pixels=max_pixels),
-        name=f"{path}[{split}]",
-    )
+    source = f"{path}[{split}]"
+    text_rows = table.remove_columns([c for c in ("images", "image") if c in table.column_names])
+
+    def check_text(row: dict, i: int) -> None:
+        visualsphinx_fields(row, _where(source, row, i))
+
+    return load_rows(table, lambda row, i: visualsphinx_sample(row, i, source=source, max_pixels=max_pixels),
+                     name=source, on_bad_row=on_bad_row, check_text=check_text, text_rows=text_rows)
+

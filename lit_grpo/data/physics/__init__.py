@@ -1,0 +1,75 @@
+"""Embedded physics problems in the PhyX form, generated offline and deterministically by seed.
+
+Twelve problem types, two per PhyX domain (``PROBLEMS``): inclined plane, projectile (Mechanics);
+circuit, field lines (Electromagnetism); heat engine, calorimetry (Thermodynamics); standing wave,
+Doppler (Wave/Acoustics); thin lens, refraction (Optics); photoelectric effect, decay (Modern
+Physics). Each item has a rendered diagram that carries values the simplified description leaves
+out, a numeric answer with its unit, four options whose three distractors come from named mistakes
+(wrong formula, unit prefix, sign), a subfield (principle) and reasoning-type labels. Like the real
+data, a few items carry a JPEG under a ``.png`` name or a trailing space in the correct option.
+:func:`write_physics` writes the default-parquet or raw-JSONL PhyX layout, read back through
+:func:`~lit_grpo.data.phyx.read_phyx` in MCQ or open-ended form.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+from pathlib import Path
+from typing import Any
+
+from lit_grpo.data.physics import classical, modern  # noqa: F401  (register the problem types)
+from lit_grpo.data.physics.base import PROBLEMS, Problem
+from lit_grpo.data.phyx_write import write_phyx
+
+__all__ = ["PROBLEMS", "Problem", "make_item", "generate_items", "write_physics"]
+
+QUIRK_RATE = 1 / 16
+"""Share of items with a JPEG image (still named ``.png`` in the raw layout) and, independently, of
+items whose correct option ends in a space (175 of PhyX's 3,000 OE answers do)."""
+
+
+def _encode(problem: Problem, jpeg: bool) -> bytes:
+    buf = io.BytesIO()
+    problem.image.save(buf, format="JPEG" if jpeg else "PNG", **({"quality": 90} if jpeg else {}))
+    return buf.getvalue()
+
+
+def make_item(index: int, seed: int = 0, types: list[str] | None = None) -> dict[str, Any]:
+    """Item ``index`` (default-layout schema, see :mod:`lit_grpo.data.phyx_write`): types cycle in order,
+    so every domain appears equally often; everything else follows from ``(seed, index)``."""
+    names = types or PROBLEMS.names()
+    rng = random.Random(seed * 1_000_003 + index)
+    problem = PROBLEMS.get(names[index % len(names)])(rng)
+    texts = [problem.answer] + problem.distractors
+    if rng.random() < QUIRK_RATE:
+        texts[0] += " "
+    order = list(range(4))
+    rng.shuffle(order)
+    labels = "ABCD"
+    return {
+        "id": str(index),
+        "question": problem.question,
+        "question_description": problem.description,
+        "question_description_simplified": problem.simplified,
+        "options": [f"{labels[k]}: {texts[j]}" for k, j in enumerate(order)],
+        "answer": labels[order.index(0)],
+        "image": _encode(problem, jpeg=rng.random() < QUIRK_RATE),
+        "image_caption": problem.caption,
+        "category": problem.domain,
+        "subfield": problem.subfield,
+        "reasoning_type": list(problem.reasoning),
+    }
+
+
+def generate_items(num: int, seed: int = 0, types: list[str] | None = None) -> list[dict[str, Any]]:
+    """``num`` items for ``seed`` (the same arguments always give the same items, images included)."""
+    return [make_item(i, seed, types) for i in range(num)]
+
+
+def write_physics(path: str | Path, num: int = 256, seed: int = 0, types: list[str] | None = None,
+                  layout: str | None = None) -> Path:
+    """Write ``num`` generated items to ``path``: ``layout`` ``default`` (parquet) or ``raw`` (JSONL with
+    ``images/`` beside it); ``None`` picks it from the suffix (``.jsonl`` -> raw, else default)."""
+    layout = layout or ("raw" if Path(path).suffix == ".jsonl" else "default")
+    return write_phyx(generate_items(num, seed, types), path, layout=layout)

@@ -1,0 +1,313 @@
+"""PhyX reader: the three published layouts become :class:`Sample` records, in MCQ or open-ended form.
+
+Layouts (``../shared/docs/datasets.md``), detected from the columns (or forced with ``layout``):
+
+- ``default``: parquet with ``id``, ``question``, ``question_description``,
+  ``question_description_simplified``, ``options`` (list of ``"A: ..."``), ``answer`` (letter), ``image``
+  (bytes embedded in the parquet), ``image_caption``, ``category``, ``subfield``, ``reasoning_type``.
+- ``raw``: JSONL with ``index``, ``question``, ``question_simply``, ``question_description``, ``options``
+  as ONE string ``A:"7.55N",B:"5.55N",...`` (split on the ``,<LETTER>:"`` boundaries, never with a
+  literal parser), ``answer``, ``image`` (file name in an image folder), ``category``, ...
+- ``prerendered``: the evaluation files (parquet or TSV, MC and OE) with ``index``, ``question`` (the whole
+  official prompt), ``answer`` (MC: letter; OE: the correct option's text), ``image`` (base64), ...
+
+Every item gives both forms: ``answer_format="mcq"`` (options, gold letter) or ``"open"`` (no options,
+gold = the correct option's text, stripped). ``question`` is the problem text of the chosen variant,
+``"{description} {question}"``, without any instruction (templates add those). Domains are
+normalised to :data:`DOMAINS`; ``principle`` = ``subfield``; ``unit`` = the unit derived from the gold
+text with pint (raw string; the parsed unit's canonical name is ``meta["unit_parsed"]``);
+``meta["reasoning_type"]`` lists the reasoning types; ``meta["answer_raw"]`` keeps the gold exactly as
+stored (175 PhyX OE answers end in a space, which the official substring rule sees).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from pathlib import Path
+from typing import Any
+
+from lit_grpo.data.io import open_table
+from lit_grpo.data.sample import DEFAULT_MAX_PIXELS, BadRowError, Sample, SampleDataset, decode_image, load_rows
+from lit_grpo.units import derive_unit
+
+DOMAINS = ("Mechanics", "Electromagnetism", "Thermodynamics", "Wave/Acoustics", "Optics", "Modern Physics")
+"""The six PhyX domains, canonical spelling (papers print ``Wave/Acoustics``; the data says ``Waves/Acoustics``)."""
+_DOMAIN_SPELLINGS = {**{d.lower(): d for d in DOMAINS},
+                     "waves/acoustics": "Wave/Acoustics", "waves & acoustics": "Wave/Acoustics"}
+REASONING_TYPES = ("Physical Model Grounding Reasoning", "Spatial Relation Reasoning", "Multi-Formula Reasoning",
+                   "Implicit Condition Reasoning", "Numerical Reasoning", "Predictive Reasoning")
+MC_INSTRUCTION = ("Please directly answer the question and provide the correct OPTION LETTER ONLY, "
+                  "e.g., A, B, C, D. OPTION: ")
+"""Official MC instruction, appended right after the question, followed by ``A: ... B: ...``."""
+OE_INSTRUCTION = " Please answer the question with step by step reasoning."
+"""Official OE instruction, appended right after the question."""
+LAYOUTS = ("default", "raw", "prerendered")
+QUESTION_VARIANTS = {  # variant -> description column of the default and raw layouts (None: question only)
+    "simplified": ("question_description_simplified", "question_simply"),
+    "full": ("question_description", "question_description"),
+    "minimal": (None, None),
+}
+_OPTION_START = re.compile(r'\s*A\s*:\s*"')
+
+
+def canonical_domain(name: Any) -> str:
+    """One canonical domain for any published spelling (``Waves/Acoustics``, ``Waves & Acoustics`` ...).
+
+    Raises:
+        ValueError: unknown or missing domain (lists the valid ones).
+    """
+    key = re.sub(r"\s+", " ", str(name or "")).strip().lower()
+    if key not in _DOMAIN_SPELLINGS:
+        raise ValueError(f"unknown domain {name!r}; expected one of {', '.join(DOMAINS)}")
+    return _DOMAIN_SPELLINGS[key]
+
+
+def parse_options_string(text: str) -> dict[str, str]:
+    """The raw layout's one-string options ``A:"7.55N",B:"5.55N",...`` -> ``{"A": "7.55N", ...}``.
+
+    Splits on the ``",<LETTER>:"`` boundary of the next expected label (B, C, ...) and drops the final
+    ``"``; text inside an option is kept verbatim (commas, quotes, a trailing backslash, spaces).
+    Raises:
+        ValueError: not starting with ``A:"``, not ending with ``"``, or fewer than two options.
+    """
+    m = _OPTION_START.match(text or "")
+    end = text.rstrip() if text else ""
+    if m is None or not end.endswith('"') or len(end) <= m.end():
+        raise ValueError(f'options must look like A:"...",B:"...", got {text!r:.80}')
+    body, out, label = end[m.end():-1], {}, "A"
+    while True:
+        nxt = chr(ord(label) + 1)
+        b = re.search(rf'"\s*,\s*{nxt}\s*:\s*"', body)
+        if b is None:
+            out[label] = body
+            break
+        out[label], body, label = body[:b.start()], body[b.end():], nxt
+    if len(out) < 2:
+        raise ValueError(f"options must hold at least two options, got {text!r:.80}")
+    return out
+
+
+def parse_option_list(items: Any) -> dict[str, str]:
+    """The default layout's ``["A: 7.55N", "B: 5.55N", ...]`` -> ``{"A": "7.55N", ...}`` (labels in order)."""
+    if not isinstance(items, (list, tuple)) or len(items) < 2:
+        raise ValueError(f"options must be a list of at least two 'A: ...' strings, got {items!r:.80}")
+    out = {}
+    for k, item in enumerate(items):
+        label = chr(ord("A") + k)
+        m = re.match(rf"\s*{label}\s*:\s?", str(item))
+        if m is None:
+            raise ValueError(f"option {k} must start with '{label}:', got {item!r:.60}")
+        out[label] = str(item)[m.end():]
+    return out
+
+
+def parse_rendered_options(text: str) -> dict[str, str]:
+    """The options part of an official MC prompt, ``"A: x B: y C: z D: w"`` -> ``{"A": "x", ...}``.
+
+    The inverse of :func:`render_options` when no option text contains ``" <next letter>: "``.
+    """
+    if not text.startswith("A: "):
+        raise ValueError(f"rendered options must start with 'A: ', got {text!r:.60}")
+    body, out, label = text[3:], {}, "A"
+    while True:
+        nxt = chr(ord(label) + 1)
+        b = re.search(rf"\s{nxt}: ", body)
+        if b is None:
+            out[label] = body
+            break
+        out[label], body, label = body[:b.start()], body[b.end():], nxt
+    if len(out) < 2:
+        raise ValueError(f"rendered options must hold at least two options, got {text!r:.60}")
+    return out
+
+
+def render_options(options: dict[str, str]) -> str:
+    """``{"A": "x", "B": "y"}`` -> ``"A: x B: y"`` (the official MC prompt's option list)."""
+    return " ".join(f"{k}: {v}" for k, v in options.items())
+
+
+def parse_reasoning_types(value: Any) -> list[str]:
+    """A list, a list's text (``"['Numerical Reasoning']"``, as TSV files store it) or a comma list -> names."""
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return [str(v).strip() for v in value if str(v).strip()]
+    text = str(value).strip()
+    if text.startswith("["):
+        return [a or b for a, b in re.findall(r"'([^']*)'|\"([^\"]*)\"", text) if (a or b).strip()]
+    return [p.strip() for p in re.split(r"[,;]", text) if p.strip()]
+
+
+def detect_layout(columns: list[str]) -> str:
+    """``prerendered`` without ``options``; ``default`` with ``id`` or the simplified-description column; else ``raw``."""
+    if "options" not in columns:
+        return "prerendered"
+    return "default" if "id" in columns or "question_description_simplified" in columns else "raw"
+
+
+def _text(row: dict, field: str) -> str:
+    value = row.get(field)
+    return "" if value is None else str(value)
+
+
+def problem_text(row: dict, layout: str, variant: str) -> str:
+    """``"{description} {question}"`` of the chosen variant (default or raw layout; empty parts dropped)."""
+    column = QUESTION_VARIANTS[variant][0 if layout == "default" else 1]
+    parts = [_text(row, column).strip() if column else "", _text(row, "question").strip()]
+    return " ".join(p for p in parts if p)
+
+
+def _split_prompt(prompt: str) -> tuple[str, dict[str, str] | None]:
+    """A pre-rendered prompt -> (problem text, options or None for an OE prompt)."""
+    if MC_INSTRUCTION in prompt:
+        head, tail = prompt.split(MC_INSTRUCTION, 1)
+        return head, parse_rendered_options(tail)
+    if prompt.endswith(OE_INSTRUCTION):
+        return prompt[: -len(OE_INSTRUCTION)], None
+    raise ValueError("the prompt holds neither the official MC nor the official OE instruction")
+
+
+def phyx_fields(row: dict[str, Any], index: int, *, layout: str, where: str, answer_format: str | None,
+                variant: str) -> dict[str, Any]:
+    """Every :class:`Sample` field of one row except the images, validated.
+
+    Raises:
+        BadRowError: missing question or answer, malformed ``options``, an answer that is not an
+        option, unknown domain; the message names ``where`` (file, row, id) and the field.
+    """
+    def bad(field: str, what: str) -> BadRowError:
+        return BadRowError(f"{where}: field {field!r} {what}")
+
+    stored = row.get("answer")
+    if stored is None or str(stored).strip() == "":
+        raise bad("answer", "is missing")
+    stored = str(stored)
+    try:
+        domain = canonical_domain(row.get("category"))
+    except ValueError as exc:
+        raise bad("category", f"is not a PhyX domain: {exc}") from None
+    try:
+        if layout == "prerendered":
+            question, options = _split_prompt(_text(row, "question"))
+        else:
+            question = problem_text(row, layout, variant)
+            raw = row.get("options")
+            options = parse_option_list(raw) if layout == "default" else parse_options_string(_text(row, "options"))
+    except ValueError as exc:
+        raise bad("options" if layout != "prerendered" else "question", f"is malformed: {exc}") from None
+    if not question.strip():
+        raise bad("question", "is missing")
+    fmt = answer_format or ("mcq" if options is not None else "open")
+    if options is None:  # a pre-rendered OE row: the stored answer is the gold text
+        if fmt == "mcq":
+            raise bad("answer", "is open-ended text in an OE file; read it with answer_format: open")
+        gold_text = stored
+    else:
+        if stored.strip() not in options:
+            raise bad("answer", f"{stored!r} is not one of the options {sorted(options)}")
+        gold_text = options[stored.strip()]
+    if not gold_text.strip():
+        raise bad("options", f"holds an empty text for the correct option {stored.strip()!r}")
+    unit, parsed = derive_unit(gold_text)
+    mcq = fmt == "mcq"
+    return {
+        "id": str(row.get("id", row.get("index", index))),
+        "question": question.strip(),
+        "options": dict(options) if mcq else {},
+        "answer": stored.strip() if mcq else gold_text.strip(),
+        "answer_format": fmt,
+        "domain": domain,
+        "principle": _text(row, "subfield").strip() or None,
+        "unit": unit,
+        "meta": {"reasoning_type": parse_reasoning_types(row.get("reasoning_type")),
+                 "unit_parsed": None if parsed is None else str(parsed),
+                 "answer_raw": stored if (mcq or options is None) else gold_text},
+    }
+
+
+def _image_source(row: dict, layout: str, where: str, image_dir: Path | None) -> Any:
+    image = row.get("image")
+    if layout == "raw" and isinstance(image, str) and image:
+        if Path(image).is_absolute() or ".." in Path(image).parts:
+            raise BadRowError(f"{where}: field 'image' {image!r} must be a file name inside the image folder")
+        return str((image_dir or Path(".")) / image)
+    if layout == "prerendered" and isinstance(image, str) and image:
+        try:
+            return base64.b64decode(image, validate=True)
+        except (binascii.Error, ValueError):
+            raise BadRowError(f"{where}: field 'image' is not valid base64") from None
+    return image
+
+
+def phyx_sample(row: dict[str, Any], index: int, *, layout: str, source: str, answer_format: str | None = None,
+                variant: str = "simplified", image_dir: Path | None = None,
+                max_pixels: int = DEFAULT_MAX_PIXELS) -> Sample:
+    """One PhyX row -> :class:`Sample` (images decoded; see :func:`phyx_fields` for the errors)."""
+    rid = row.get("id", row.get("index", index))
+    where = f"{source} row {index} (id {rid})"
+    fields = phyx_fields(row, index, layout=layout, where=where, answer_format=answer_format, variant=variant)
+    image = decode_image(_image_source(row, layout, where, image_dir), where=f"{where}: field 'image'",
+                         max_pixels=max_pixels)
+    return Sample(images=[image], **fields)
+
+
+def _default_image_dir(path: str) -> Path:
+    folder = Path(path).parent if Path(path).is_file() else Path(path)
+    return folder / "images" if (folder / "images").is_dir() else folder
+
+
+def read_phyx(path: str, split: str = "test", rows: str | None = None, answer_format: str | None = None,
+              question_variant: str = "simplified", layout: str | None = None, image_dir: str | None = None,
+              on_bad_row: str = "raise", max_pixels: int = DEFAULT_MAX_PIXELS) -> SampleDataset:
+    """Open PhyX (a parquet/JSONL/TSV file, a folder, or the hub id ``Cloudriver/PhyX``) as lazy samples.
+
+    Args:
+        path, split, rows: source, split (``test`` or ``test_mini`` on the hub) and a row slice
+            (``"1000:3000"``; the slice indexes the split, and errors name the row within it).
+        answer_format: ``mcq`` or ``open``; ``None`` = ``mcq``, or the form a pre-rendered file holds.
+        question_variant: ``simplified`` (PhyX's default, Text-DeRedundancy), ``full`` (full description)
+            or ``minimal`` (question only); pre-rendered files hold the variant they were rendered with.
+        layout: ``default`` | ``raw`` | ``prerendered``; ``None`` detects it from the columns.
+        image_dir: image folder of the raw layout; ``None`` = ``images/`` next to the JSONL when it
+            exists, else the JSONL's own folder.
+        on_bad_row: ``raise`` (text fields of every row validated up front, images decoded lazily, both
+            with an error naming the row) or ``skip`` (every row decoded up front, bad ones dropped and
+            counted in the log).
+        max_pixels: decompression-bomb guard per image.
+    Raises:
+        ValueError: unknown ``answer_format``, ``question_variant`` or ``layout``; a variant whose
+            description column the file lacks.
+        BadRowError: the first bad row (``on_bad_row: raise``).
+    """
+    if answer_format not in (None, "mcq", "open"):
+        raise ValueError(f"answer_format must be 'mcq' or 'open', got {answer_format!r}")
+    if question_variant not in QUESTION_VARIANTS:
+        raise ValueError(f"question_variant must be one of {sorted(QUESTION_VARIANTS)}, got {question_variant!r}")
+    table = open_table(path, split=split, rows=rows, image_columns=("image",))
+    layout = layout or detect_layout(list(table.column_names))
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    column = QUESTION_VARIANTS[question_variant][0 if layout == "default" else 1]
+    if layout != "prerendered" and column and column not in table.column_names:
+        raise ValueError(f"{path}: question_variant {question_variant!r} reads the column {column!r}, which this "
+                         f"{layout}-layout file lacks; choose another question_variant (e.g. 'minimal')")
+    source = f"{path}[{split}]"
+    folder = Path(image_dir) if image_dir else _default_image_dir(path)
+    kw = dict(layout=layout, answer_format=answer_format, variant=question_variant)
+
+    def to_sample(row: dict, i: int) -> Sample:
+        return phyx_sample(row, i, source=source, image_dir=folder, max_pixels=max_pixels, **kw)
+
+    def check_text(row: dict, i: int) -> None:
+        rid = row.get("id", row.get("index", i))
+        phyx_fields(row, i, where=f"{source} row {i} (id {rid})", **kw)
+
+    return load_rows(table, to_sample, name=source, on_bad_row=on_bad_row,
+                     check_text=check_text, text_rows=_without(table, "image"))
+
+
+def _without(table: Any, column: str) -> Any:
+    return table.remove_columns([column]) if column in table.column_names else table
+

@@ -1,0 +1,154 @@
+"""Bad rows: a clear error naming the file, row id and field by default; skipped and counted with ``skip``."""
+
+import io
+import json
+import logging
+
+import datasets
+import pytest
+from PIL import Image
+
+from lit_grpo.data import BadRowError, DatasetSpec, VLMDataModule
+from lit_grpo.data.phyx import read_phyx
+from lit_grpo.data.phyx_write import prerendered_row, raw_row
+from lit_grpo.data.visualsphinx import read_visualsphinx
+
+
+def _png(size=(40, 30)) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", size, (90, 90, 90)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _item(i: int) -> dict:
+    return {"id": str(i), "question": "What is the tension?", "question_description": "A mass hangs.",
+            "question_description_simplified": "A mass hangs as shown.",
+            "options": ["A: 7.55N", "B: 5.55N", "C: 7.65N", "D: 6.65N"], "answer": "A", "image": _png(),
+            "image_caption": "", "category": "Mechanics", "subfield": "Statics", "reasoning_type": []}
+
+
+def _raw_file(tmp_path, bad_rows: list[dict]) -> str:
+    """A raw-layout JSONL: row 0 good, then one row per entry of ``bad_rows`` (fields overriding a good row)."""
+    (tmp_path / "images").mkdir(exist_ok=True)
+    (tmp_path / "images" / "garbage.png").write_bytes(b"definitely not an image")
+    (tmp_path / "images" / "big.png").write_bytes(_png((100, 100)))
+    lines = []
+    for i, bad in enumerate([{}] + bad_rows + [{}]):
+        row = {**raw_row(_item(i)), **bad}
+        if row["image"] == f"{i}.png":
+            (tmp_path / "images" / row["image"]).write_bytes(_png())
+        lines.append(json.dumps(row))
+    path = tmp_path / "PhyX_test.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+RAW_CASES = [  # (what, field overrides of row 1, field named, words in the message, found up front?)
+    ("missing image file", {"image": "nope.png"}, "image", "does not exist", False),
+    ("undecodable image", {"image": "garbage.png"}, "image", "cannot be decoded", False),
+    ("image over the pixel limit", {"image": "big.png"}, "image", "over the limit of 5000", False),
+    ("missing answer", {"answer": ""}, "answer", "is missing", True),
+    ("answer not an option", {"answer": "E"}, "answer", "not one of the options", True),
+    ("unknown domain", {"category": "Astrophysics"}, "category", "not a PhyX domain", True),
+    ("malformed options", {"options": "A: 1, B: 2"}, "options", "malformed", True),
+]
+
+
+@pytest.mark.parametrize("what,bad,field,words,eager", RAW_CASES, ids=[c[0] for c in RAW_CASES])
+def test_phyx_bad_row_error_names_file_row_and_field(tmp_path, what, bad, field, words, eager):
+    path = _raw_file(tmp_path, [bad])
+    with pytest.raises(BadRowError) as exc:
+        ds = read_phyx(path, max_pixels=5000)  # text fields are checked here, up front
+        assert not eager, "a bad text field must fail before any row is read"
+        ds[0]
+        ds[1]  # images decode lazily, with the same row-naming error
+    msg = str(exc.value)
+    assert path in msg and "row 1 (id 1)" in msg and f"'{field}'" in msg and words in msg
+
+
+def test_phyx_default_layout_missing_image_and_bad_base64(tmp_path):
+    items = [_item(0), {**_item(1), "image": None}]
+    table = datasets.Dataset.from_list(items, features=datasets.Features({
+        **{k: datasets.Value("string") for k in ("id", "question", "question_description",
+                                                   "question_description_simplified", "answer", "image_caption",
+                                                   "category", "subfield")},
+        "options": datasets.List(datasets.Value("string")), "image": datasets.Image(),
+        "reasoning_type": datasets.List(datasets.Value("string"))}))
+    table.to_parquet(str(tmp_path / "d.parquet"))
+    with pytest.raises(BadRowError, match=r"d\.parquet\[test\] row 1 \(id 1\): field 'image': image is missing"):
+        read_phyx(str(tmp_path / "d.parquet"))[1]
+    rows = [prerendered_row(_item(0), "mc"), {**prerendered_row(_item(1), "mc"), "image": "%%% not base64"}]
+    datasets.Dataset.from_list(rows).to_parquet(str(tmp_path / "mc.parquet"))
+    with pytest.raises(BadRowError, match=r"mc\.parquet\[test\] row 1 \(id 1\): field 'image' is not valid base64"):
+        read_phyx(str(tmp_path / "mc.parquet"))[1]
+
+
+def test_phyx_skip_drops_every_bad_row_and_counts_them(tmp_path, caplog):
+    path = _raw_file(tmp_path, [bad for _, bad, *_ in RAW_CASES])
+    with caplog.at_level(logging.WARNING):
+        ds = read_phyx(path, max_pixels=5000, on_bad_row="skip")
+    assert [s.id for s in ds] == ["0", str(len(RAW_CASES) + 1)]
+    assert ds.skipped == len(RAW_CASES)
+    assert f"skipped {len(RAW_CASES)} of {len(RAW_CASES) + 2} bad rows" in caplog.text and "row 1 (id 1)" in caplog.text
+
+
+def _puzzle(i: int, **bad) -> dict:
+    row = {"id": f"p{i}", "images": [{"bytes": _png(), "path": None}], "problem": "<image>Which option fits?",
+           "choice": json.dumps({k: k for k in "ABCDEFGHIJ"}), "answer": "J", "difficulty": 3}
+    return {**row, **bad}
+
+
+VS_CASES = [  # (what, overrides of row 1, field named, words, found up front?)
+    ("no image", {"images": []}, "images", "is empty", False),
+    ("undecodable image", {"images": [{"bytes": b"junk", "path": None}]}, "images", "cannot be decoded", False),
+    ("image over the pixel limit", {"images": [{"bytes": _png((100, 100)), "path": None}]}, "images",
+     "over the limit", False),
+    ("missing answer", {"answer": ""}, "answer", "is missing", True),
+    ("answer not an option", {"answer": "K"}, "answer", "not one of the options", True),
+    ("malformed choice", {"choice": "{A: A"}, "choice", "not a JSON object", True),
+]
+
+
+def _vs_file(tmp_path, bad_rows: list[dict]) -> str:
+    rows = [_puzzle(i, **bad) for i, bad in enumerate([{}] + bad_rows + [{}])]
+    features = datasets.Features({"id": datasets.Value("string"), "images": datasets.List(datasets.Image()),
+                                  "problem": datasets.Value("string"), "choice": datasets.Value("string"),
+                                  "answer": datasets.Value("string"), "difficulty": datasets.Value("int32")})
+    path = tmp_path / "bench.parquet"
+    datasets.Dataset.from_list(rows, features=features).to_parquet(str(path))
+    return str(path)
+
+
+@pytest.mark.parametrize("what,bad,field,words,eager", VS_CASES, ids=[c[0] for c in VS_CASES])
+def test_visualsphinx_bad_row_error_names_file_row_and_field(tmp_path, what, bad, field, words, eager):
+    path = _vs_file(tmp_path, [bad])
+    with pytest.raises(BadRowError) as exc:
+        ds = read_visualsphinx(path, split="test", max_pixels=5000)
+        assert not eager, "a bad text field must fail before any row is read"
+        ds[1]
+    msg = str(exc.value)
+    assert path in msg and "row 1 (id p1)" in msg and f"'{field}'" in msg and words in msg
+
+
+def test_visualsphinx_skip_counts(tmp_path, caplog):
+    path = _vs_file(tmp_path, [bad for _, bad, *_ in VS_CASES])
+    with caplog.at_level(logging.WARNING):
+        ds = read_visualsphinx(path, split="test", max_pixels=5000, on_bad_row="skip")
+    assert [s.id for s in ds] == ["p0", f"p{len(VS_CASES) + 1}"]
+    assert f"skipped {len(VS_CASES)} of {len(VS_CASES) + 2} bad rows" in caplog.text
+
+
+def test_datamodule_raises_the_row_error_not_a_collate_crash_and_skips_on_request(tmp_path, caplog):
+    path = _raw_file(tmp_path, [{"image": "garbage.png"}])
+    spec = DatasetSpec(path=path, reader="phyx", reader_args={"answer_format": "mcq"})
+    dm = VLMDataModule(train=spec, batch_size=3, template="physics_rubric")
+    dm.setup("fit")
+    with pytest.raises(BadRowError, match=r"row 1 \(id 1\): field 'image'"):
+        next(iter(dm.train_dataloader()))
+    dm = VLMDataModule(train=spec, batch_size=3, template="physics_rubric", on_bad_row="skip")
+    with caplog.at_level(logging.WARNING):
+        dm.setup("fit")
+    batch = next(iter(dm.train_dataloader()))
+    assert sorted(s.id for s in batch.samples) == ["0", "2"] and "skipped 1 of 3 bad rows" in caplog.text
+    with pytest.raises(ValueError, match="on_bad_row"):
+        VLMDataModule(train=spec, on_bad_row="ignore")

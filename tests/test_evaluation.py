@@ -1,0 +1,92 @@
+"""The accuracy table (pure aggregation) on hand-made records, its Markdown/CSV rendering, and records."""
+
+import math
+
+from lit_grpo.data.sample import Sample
+from lit_grpo.evaluation import accuracy_table, build_records, extracted_answer, scalar_name, table_csv, table_markdown
+
+NAN = math.nan
+RECORDS = [
+    {"mode": "greedy", "domain": "Mechanics", "reasoning_type": ["Numerical Reasoning"], "correct": 1.0},
+    {"mode": "greedy", "domain": "Mechanics", "reasoning_type": ["Numerical Reasoning", "Spatial Relation Reasoning"],
+     "correct": 0.0},
+    {"mode": "greedy", "domain": "Optics", "reasoning_type": ["Spatial Relation Reasoning"], "correct": NAN},
+    {"mode": "greedy", "domain": "Wave/Acoustics", "reasoning_type": [], "correct": 1.0},
+]
+
+
+def _by_name(rows):
+    return {(r["group"], r["name"]): r for r in rows}
+
+
+def test_accuracy_table_hand_computed():
+    rows = _by_name(accuracy_table(RECORDS))
+    overall = rows[("overall", "all")]
+    # 4 completions, one NaN (cannot score): 2 correct of 3 scorable
+    assert (overall["n"], overall["unscorable"], overall["correct"]) == (4, 1, 2.0)
+    assert overall["accuracy"] == 2 / 3
+    assert rows[("domain", "Mechanics")]["accuracy"] == 0.5  # 1 of 2
+    assert rows[("domain", "Wave/Acoustics")]["accuracy"] == 1.0
+    assert math.isnan(rows[("domain", "Optics")]["accuracy"]) and rows[("domain", "Optics")]["unscorable"] == 1
+    assert rows[("domain", "Thermodynamics")]["n"] == 0 and math.isnan(rows[("domain", "Thermodynamics")]["accuracy"])
+    assert rows[("reasoning_type", "Numerical Reasoning")]["accuracy"] == 0.5  # records 1 and 2
+    # records 2 (0.0) and 3 (NaN): 0 of 1 scorable
+    spatial = rows[("reasoning_type", "Spatial Relation Reasoning")]
+    assert (spatial["n"], spatial["unscorable"], spatial["accuracy"]) == (2, 1, 0.0)
+    assert [r["name"] for r in accuracy_table(RECORDS) if r["group"] == "domain"] == [
+        "Mechanics", "Electromagnetism", "Thermodynamics", "Wave/Acoustics", "Optics", "Modern Physics"]
+
+
+def test_records_without_domains_give_only_the_overall_row():
+    rows = accuracy_table([{"correct": 1.0}, {"correct": 0.0}, {"correct": 0.0}, {"correct": 1.0}])
+    assert len(rows) == 1 and rows[0]["accuracy"] == 0.5
+
+
+def test_markdown_has_the_paper_layout():
+    md = table_markdown(accuracy_table(RECORDS), "test accuracy (greedy)")
+    lines = md.splitlines()
+    assert lines[2] == ("| Overall | Mechanics | Electromagnetism | Thermodynamics | Wave/Acoustics | Optics | "
+                        "Modern Physics |")
+    assert lines[4] == "| 0.667 | 0.500 | – | – | 1.000 | – | – |"
+    assert lines[5] == "| n=4 | n=2 | n=0 | n=0 | n=1 | n=1 | n=0 |"
+    assert "| Spatial Relation Reasoning | 0.000 | 2 |" in lines
+    assert lines[-1] == "1 of 4 completions could not be scored (NaN)."
+
+
+def test_csv_rows():
+    text = table_csv(accuracy_table(RECORDS), "greedy").splitlines()
+    assert text[0] == "mode,group,name,accuracy,correct,n,unscorable"
+    assert text[1] == "greedy,overall,all,0.666667,2,4,1"
+    assert "greedy,domain,Wave/Acoustics,1.000000,1,1,0" in text
+    assert "greedy,domain,Optics,,0,1,1" in text
+    assert len(text) == 1 + 1 + 6 + 6
+
+
+def test_scalar_names_are_tensorboard_safe():
+    rows = _by_name(accuracy_table(RECORDS))
+    assert scalar_name(rows[("overall", "all")]) == "overall"
+    assert scalar_name(rows[("domain", "Wave/Acoustics")]) == "domain/Wave_Acoustics"
+    assert scalar_name(rows[("domain", "Modern Physics")]) == "domain/Modern_Physics"
+
+
+def test_extracted_answer_follows_the_scorer():
+    text = r"<think>F = ma</think><answer>B</answer> so \boxed{C}. The answer is D"
+    assert extracted_answer("accuracy", text, "mcq") == "B"
+    assert extracted_answer("accuracy", "<answer>(c) 5 N</answer>", "mcq") == "C"  # the letter the reward compares
+    assert extracted_answer("accuracy", "<answer>5 N</answer>", "open") == "5 N"
+    assert extracted_answer("binary", text, "mcq") == "C"
+    # the first whole word "answer" is the tag name in "<answer>B": the first capital A-D after it is B
+    assert extracted_answer("phyx_official", text, "mcq") == "B"
+    assert extracted_answer("phyx_official", r"x \boxed{5 m}", "open") == "5 m"
+    assert extracted_answer("some_judge", r"no tag \boxed{1} \boxed{2}", "open") == "2"  # fallback: last box
+
+
+def test_build_records_one_per_completion():
+    s = Sample(id="7", images=[], question="Q", options={"A": "1", "B": "2"}, answer="B", domain="Optics",
+               meta={"reasoning_type": ["Numerical Reasoning"]})
+    msgs = [[{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Q"}]}]]
+    recs = build_records([s], msgs, ["<answer>B</answer>", "<answer>A</answer>"], {"accuracy": [1.0, 0.0]},
+                         [1.0, 0.0], [1.0, 0.0], 2, "sampled", "accuracy")
+    assert [r["extracted"] for r in recs] == ["B", "A"] and [r["correct"] for r in recs] == [1.0, 0.0]
+    assert recs[0]["prompt"] == "[user] <image> Q" and recs[1]["domain"] == "Optics" and recs[1]["id"] == "7"
+    assert recs[0]["rewards"] == {"accuracy": 1.0} and recs[0]["reasoning_type"] == ["Numerical Reasoning"]
