@@ -142,25 +142,38 @@ class GRPOModule(L.LightningModule):
                                  for s in self.micro_batches(rollout.num_completions)])
         return old, ref
 
-    def rewards(self, batch: PromptBatch, rollout: Rollout, group_size: int) -> tuple[dict[str, Tensor], Tensor]:
+    def rewards(self, batch: PromptBatch, rollout: Rollout, group_size: int,
+                metrics: dict[str, float] | None = None) -> tuple[dict[str, Tensor], Tensor]:
+        """Per-reward values (components of composite rewards included) and the total; reward metrics
+        (e.g. judge latency) go into ``metrics``. A reward that raises (a judge that is down) stops the
+        step on every rank at once, so no rank waits forever in a collective."""
         per_sample = [s.columns() for s in batch.samples]
         columns = {k: [c[k] for c in per_sample for _ in range(group_size)] for k in per_sample[0]}
         columns["truncated"] = rollout.truncated.tolist()
-        return score_completions(self.reward_fns, self.reward_weights, rollout.completions, columns)
+        columns["completion_length"] = rollout.completion_mask.sum(1).tolist()
+        error = None
+        try:
+            out = score_completions(self.reward_fns, self.reward_weights, rollout.completions, columns, metrics)
+        except Exception as exc:  # re-raised below, after every rank knows
+            error = exc
+        if D.all_reduce_sum(torch.tensor(float(error is not None), device=self.device)).item() > 0:
+            raise error if error is not None else RuntimeError("a reward failed on another rank; see its log")
+        return out
 
     # ----------------------------------------------------------------- training
     def training_step(self, batch: PromptBatch, batch_idx: int) -> dict[str, Any]:
         start, g = time.perf_counter(), self.sampling.num_generations
         rollout = self.rollout(batch, g)
         old_logps, ref_logps = self.score(rollout)
-        per_reward, total = self.rewards(batch, rollout, g)
+        reward_metrics: dict[str, float] = {}
+        per_reward, total = self.rewards(batch, rollout, g, reward_metrics)
         rank, world = D.world()
         all_total = D.all_gather_cat(total.to(self.device)).cpu()  # (W * N,)
         advantages = group_advantages(all_total, g, self.cfg.scale_rewards, self.cfg.advantage_eps)
         local_adv = advantages.reshape(world, -1)[rank].to(self.device)  # (N,)
         stats = self.update(rollout, local_adv, old_logps, ref_logps)
         elapsed = time.perf_counter() - start
-        self.log_train(per_reward, all_total, advantages, rollout, stats, len(all_total) / elapsed)
+        self.log_train(per_reward, all_total, advantages, rollout, stats, len(all_total) / elapsed, reward_metrics)
         return {"prompts": [m for m in batch.messages], "completions": rollout.completions,
                 "rewards": {k: v.tolist() for k, v in per_reward.items()}, "total": total.tolist(),
                 "advantages": local_adv.tolist(), "answers": [s.answer for s in batch.samples], "group_size": g}
@@ -232,7 +245,8 @@ class GRPOModule(L.LightningModule):
         return [p for p in self.policy.parameters() if p.requires_grad]
 
     def log_train(self, per_reward: dict[str, Tensor], total: Tensor, advantages: Tensor, rollout: Rollout,
-                  stats: dict[str, float], completions_per_s: float) -> None:
+                  stats: dict[str, float], completions_per_s: float,
+                  reward_metrics: dict[str, float] | None = None) -> None:
         g = self.sampling.num_generations
         groups = total.reshape(-1, g)
         valid_counts = (~torch.isnan(groups)).sum(1)
@@ -257,6 +271,7 @@ class GRPOModule(L.LightningModule):
             log[f"train/reward/{label}"] = torch.nanmean(values).item() if (~torch.isnan(values)).any() else math.nan
             ok = values[~torch.isnan(values)]
             log[f"train/reward/{label}_std"] = ok.std().item() if ok.numel() > 1 else 0.0
+        log.update({f"train/reward/{k}": v for k, v in (reward_metrics or {}).items()})
         self.log_dict({k: v for k, v in log.items() if k != "train/reward"}, on_step=True, batch_size=len(total))
         self.log("train/reward", log["train/reward"], on_step=True, prog_bar=True, batch_size=len(total))
 
@@ -272,9 +287,12 @@ class GRPOModule(L.LightningModule):
         records = []
         for mode, n, greedy, temp in self.eval_modes():
             rollout = self.rollout(batch, n, greedy=greedy, temperature=temp)
-            per_reward, total = self.rewards(batch, rollout, n)
+            reward_metrics: dict[str, float] = {}
+            per_reward, total = self.rewards(batch, rollout, n, reward_metrics)
             for label, values in per_reward.items():
                 self.means.update(f"{stage}/{mode}/reward/{label}", values, self.device)
+            for key, value in reward_metrics.items():
+                self.means.update(f"{stage}/{mode}/reward/{key}", torch.tensor([value]), self.device)
             self.means.update(f"{stage}/{mode}/reward", total, self.device)
             self.means.update(f"{stage}/{mode}/completion_length", rollout.completion_mask.sum(1).float(), self.device)
             for i, text in enumerate(rollout.completions):
