@@ -60,10 +60,13 @@ class LoopbackJudgeServer:
     def __init__(self, script: Script | None = None, host: str = "127.0.0.1"):
         self.script = script or votes_by_seed([{"correctness": 2, "principle": 1, "unit": 1, "reasoning": 2}])
         self.requests: list[Seen] = []
+        self.in_flight = self.max_in_flight = 0
+        """Requests being answered now, and the most at once so far."""
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer((host, 0), self._handler())
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="loopback-judge", daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="loopback-judge", daemon=True)
 
     @property
     def base_url(self) -> str:
@@ -93,7 +96,15 @@ class LoopbackJudgeServer:
                 with server._lock:
                     n = len(server.requests)
                     server.requests.append(Seen(body, dict(self.headers), time.monotonic()))
-                reply = server.script(body, n)
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                try:
+                    self._answer(server.script(body, n), body, n)
+                finally:
+                    with server._lock:
+                        server.in_flight -= 1
+
+            def _answer(self, reply: Reply, body: dict[str, Any], n: int) -> None:
                 if reply.delay_s:
                     time.sleep(reply.delay_s)
                 if reply.drop:
