@@ -40,6 +40,8 @@ from lit_grpo.rewards.judge.jury import Vote, VerdictError, parse_vote_strict, p
 from lit_grpo.rewards.judge.prompts import JudgeItem, JudgeTask, messages
 
 log = logging.getLogger(__name__)
+POOL_SIZE = 8
+"""Connections per httpx pool; ``concurrency`` slots are spread over ``ceil(concurrency / POOL_SIZE)`` pools."""
 
 
 @dataclasses.dataclass
@@ -81,10 +83,10 @@ class _LoopThread:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     @staticmethod
-    def stop(loop: asyncio.AbstractEventLoop, thread: threading.Thread, client: list) -> None:
+    def stop(loop: asyncio.AbstractEventLoop, thread: threading.Thread, clients: list) -> None:
         if loop.is_running():
-            if client and client[0] is not None:
-                asyncio.run_coroutine_threadsafe(client[0].aclose(), loop).result(5)
+            for client in clients:
+                asyncio.run_coroutine_threadsafe(client.aclose(), loop).result(5)
             loop.call_soon_threadsafe(loop.stop)
             thread.join(5)
 
@@ -101,7 +103,7 @@ class OpenAIJudge:
         self._metrics: dict[str, float] = {}
         self._rng = random.Random(0)
         self._runner: _LoopThread | None = None
-        self._client: list = [None]  # the httpx client, created inside the loop; a list so the finaliser sees it
+        self._clients: list[httpx.AsyncClient] = []  # created inside the loop; the finaliser closes them
 
     def __repr__(self) -> str:
         return f"OpenAIJudge(endpoint={self.endpoint!r}, model={self.cfg.model!r}, K={self.cfg.num_judges})"
@@ -110,7 +112,7 @@ class OpenAIJudge:
         """Pickles (DDP spawn, deep copies) carry the config and cache only: no thread, no client, no key."""
         state = dict(self.__dict__)
         state.pop("_finalizer", None)
-        state.update(_runner=None, _client=[None])
+        state.update(_runner=None, _clients=[])
         return state
 
     def close(self) -> None:
@@ -128,11 +130,17 @@ class OpenAIJudge:
                         self.endpoint, name)
         return {"Authorization": f"Bearer {key}"} if key else {}
 
-    def _client_in_loop(self) -> httpx.AsyncClient:
-        if self._client[0] is None:
-            limits = httpx.Limits(max_connections=self.cfg.concurrency, max_keepalive_connections=self.cfg.concurrency)
-            self._client[0] = httpx.AsyncClient(headers=self._headers(), limits=limits, timeout=self.cfg.timeout_s)
-        return self._client[0]
+    def _client_in_loop(self, slot: int) -> httpx.AsyncClient:
+        """The connection pool serving concurrency slot ``slot``: one pool per ``POOL_SIZE`` slots, because
+        httpcore scans every connection of a pool on each request event (cost grows with pool size)."""
+        if not self._clients:
+            headers, tls = self._headers(), httpx.create_ssl_context()  # one TLS context
+            for start in range(0, self.cfg.concurrency, POOL_SIZE):
+                size = min(POOL_SIZE, self.cfg.concurrency - start)
+                limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
+                self._clients.append(httpx.AsyncClient(headers=headers, limits=limits, timeout=self.cfg.timeout_s,
+                                                       verify=tls))
+        return self._clients[slot // POOL_SIZE]
 
     def request_body(self, item: JudgeItem, task: JudgeTask, juror: int) -> dict[str, Any]:
         """The JSON body of juror ``juror``'s call on ``item``."""
@@ -149,7 +157,7 @@ class OpenAIJudge:
     def _backoff(self, retry: int) -> float:
         return min(self.cfg.backoff_s * 2 ** retry, self.cfg.backoff_max_s) * (0.5 + 0.5 * self._rng.random())
 
-    async def _call(self, body: dict[str, Any], task: JudgeTask) -> CallResult:
+    async def _call(self, body: dict[str, Any], task: JudgeTask, client: httpx.AsyncClient) -> CallResult:
         cfg, loop = self.cfg, asyncio.get_running_loop()
         start = loop.time()
         deadline, retries, error = start + cfg.call_deadline_s, 0, "not sent"
@@ -159,8 +167,8 @@ class OpenAIJudge:
                 return CallResult(None, f"call deadline of {cfg.call_deadline_s:g}s passed ({error})", retries=retries)
             retry_after, attempt_limit = None, min(cfg.timeout_s, remaining)
             try:
-                resp = await asyncio.wait_for(self._client_in_loop().post(self.endpoint, json=body,
-                                                                          timeout=attempt_limit), attempt_limit)
+                resp = await asyncio.wait_for(client.post(self.endpoint, json=body, timeout=attempt_limit),
+                                              attempt_limit)
             except (httpx.TimeoutException, asyncio.TimeoutError):
                 error = f"timeout after {attempt_limit:.3g}s"
             except httpx.TransportError as exc:
@@ -207,11 +215,16 @@ class OpenAIJudge:
             return CallResult(None, f"invalid verdict ({exc}); reply starts {str(content)[:80]!r}", tokens=tokens)
 
     async def _dispatch(self, bodies: dict[str, dict[str, Any]], task: JudgeTask) -> dict[str, CallResult]:
-        gate = asyncio.Semaphore(self.cfg.concurrency)
+        free: asyncio.Queue[int] = asyncio.Queue()
+        for slot in range(self.cfg.concurrency):
+            free.put_nowait(slot)
 
         async def one(body):
-            async with gate:
-                return await self._call(body, task)
+            slot = await free.get()  # at most `concurrency` calls in flight, each holding a slot
+            try:
+                return await self._call(body, task, self._client_in_loop(slot))
+            finally:
+                free.put_nowait(slot)
 
         tasks = {key: asyncio.ensure_future(one(body)) for key, body in bodies.items()}
         done, pending = await asyncio.wait(tasks.values(), timeout=self.cfg.step_deadline_s)
@@ -262,7 +275,7 @@ class OpenAIJudge:
         if self._runner is None:
             self._runner = _LoopThread()
             self._finalizer = weakref.finalize(self, _LoopThread.stop, self._runner.loop, self._runner.thread,
-                                               self._client)
+                                               self._clients)
         return self._runner.run(self._dispatch(todo, task), timeout=self.cfg.step_deadline_s + 30)
 
     def _record(self, results: dict[str, CallResult], cache_hits: int, wall_s: float) -> None:
