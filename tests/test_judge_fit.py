@@ -16,13 +16,15 @@ from lit_grpo.data.visualsphinx import read_visualsphinx
 from lit_grpo.rewards.judge import JudgeUnavailableError
 from lit_grpo.rewards.judge.loopback import LoopbackJudgeServer, Reply, votes_by_seed
 
-if "test_open_puzzles" not in READERS:
-    @READERS.register("test_open_puzzles")
-    def _open_puzzles(path, split="train", rows=None):
-        """Embedded puzzles recast as open-ended physics rows (the judge only needs the columns)."""
+if "test_physics_puzzles" not in READERS:
+    @READERS.register("test_physics_puzzles")
+    def _physics_puzzles(path, split="train", rows=None, answer_format="mcq"):
+        """Embedded puzzles with physics labels, in the MCQ or open-ended form (what the rewards need of PhyX)."""
         ds = read_visualsphinx(path, split=split, rows=rows)
+        extra = {"answer_format": "open", "options": {}, "answer": "7.55 N"} if answer_format == "open" else {}
         return SampleDataset(list(range(len(ds))), lambda row, i: dataclasses.replace(
-            ds[i], answer_format="open", options={}, answer="7.55 N", unit="N", principle="Laws of Motion"))
+            ds[i], unit="N", principle="Laws of Motion", **extra))
+
 
 KEY_ENV = "LIT_GRPO_TEST_JUDGE_KEY"
 KEY = "sk-never-on-disk-4f7a2c9e81b3"
@@ -47,10 +49,10 @@ def _config(tmp_path: Path, judge_url: str, rewards: list[dict], **trainer) -> P
             "policy": {"name_or_path": str(tmp_path / "model"), "embedded": {"seed": 0}},
             "rewards": rewards,
             "sampling": {"num_generations": 4, "max_completion_length": 12}}},
-        "data": {"train": {"path": str(tmp_path / "train.parquet"), "reader": "test_open_puzzles",
-                           "generate": {"kind": "puzzles", "num": 8}},
-                 "val": {"path": str(tmp_path / "val.parquet"), "reader": "test_open_puzzles",
-                         "generate": {"kind": "puzzles", "num": 2, "seed": 1}},
+        "data": {"train": {"path": str(tmp_path / "train.parquet"), "reader": "test_physics_puzzles",
+                           "reader_args": {"answer_format": "open"}, "generate": {"kind": "puzzles", "num": 8}},
+                 "val": {"path": str(tmp_path / "val.parquet"), "reader": "test_physics_puzzles",
+                         "reader_args": {"answer_format": "open"}, "generate": {"kind": "puzzles", "num": 2, "seed": 1}},
                  "batch_size": 2, "eval_batch_size": 2},
     }
     path = tmp_path / "judge.yaml"
@@ -117,3 +119,56 @@ def test_failing_judge_stops_the_run_naming_the_endpoint_and_keeps_what_was_writ
     logdir = tmp_path / "logs" / "judge" / "version_0"
     assert _scalars(logdir, "train/reward/open_accuracy") == [(0, 1.0)]
     assert os.path.isfile(logdir / "hparams.yaml")
+
+
+DEMO_TWINS = sorted(Path(__file__).parents[1].joinpath("configs").glob("demo_phyx_*.yaml"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", DEMO_TWINS, ids=[c.stem for c in DEMO_TWINS])
+def test_demo_twin_rewards_run_on_embedded_puzzles(config, tmp_path, tiny_model_dir):
+    """Each condition's demo twin as shipped (rewards, offline judge, sampling), with its data block swapped for
+    embedded puzzles carrying physics labels until the embedded physics set and its template exist."""
+    extra = tmp_path / "puzzles.yaml"
+    data = {"reader": "test_physics_puzzles", "generate": {"kind": "puzzles", "num": 4}}
+    extra.write_text(yaml.safe_dump({
+        "trainer": {"max_steps": 1, "limit_val_batches": 1, "val_check_interval": 1,
+                    "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                               "init_args": {"save_dir": str(tmp_path / "logs")}},
+                    "callbacks": []},
+        "model": {"init_args": {"policy": {"name_or_path": tiny_model_dir},
+                                "sampling": {"num_generations": 4, "max_completion_length": 8}}},
+        "data": {"train": {**data, "path": str(tmp_path / "train.parquet")},
+                 "val": {**data, "path": str(tmp_path / "val.parquet")},
+                 "batch_size": 2, "eval_batch_size": 2, "template": "visualsphinx_seed"}}))
+    cli = main(["fit", "--config", str(config), "--config", str(extra)])
+    logged = cli.trainer.logged_metrics
+    labels = [s.label for s in cli.model.reward_specs]
+    assert cli.trainer.global_step == 1 and all(f"train/reward/{label}" in logged for label in labels)
+    if "rubric" in labels:
+        assert "train/reward/rubric/principle" in logged and "val/greedy/reward/rubric/unit" in logged
+    if "open_accuracy" in labels:
+        assert logged["train/reward/open_accuracy/judge/offline_graded"].item() == 8  # 2 prompts x 4 completions
+
+
+@pytest.mark.slow
+def test_paper_oe_rubric_config_reaches_the_judge_named_by_the_environment(tmp_path, tiny_model_dir, monkeypatch):
+    """configs/granite_vision_phyx_oe_rubric.yaml as shipped (G=8, bf16-mixed, the judge from $JUDGE_BASE_URL),
+    on a tiny local checkpoint and labelled puzzles."""
+    votes = [{"correctness": 2, "principle": 1, "unit": 1, "reasoning": 2}]
+    with LoopbackJudgeServer(votes_by_seed(votes)) as server:
+        monkeypatch.setenv("JUDGE_BASE_URL", server.base_url)
+        extra = tmp_path / "local.yaml"
+        data = {"reader": "test_physics_puzzles", "generate": {"kind": "puzzles", "num": 2},
+                "path": str(tmp_path / "p.parquet"), "split": "train", "rows": None}
+        extra.write_text(yaml.safe_dump({
+            "trainer": {"accelerator": "cpu", "max_steps": 1, "limit_val_batches": 0,
+                        "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                                   "init_args": {"save_dir": str(tmp_path / "logs")}}, "callbacks": []},
+            "model": {"init_args": {"policy": {"name_or_path": tiny_model_dir, "local_files_only": True},
+                                    "sampling": {"max_completion_length": 8}}},
+            "data": {"train": data, "val": data, "batch_size": 1, "template": "visualsphinx_seed"}}))
+        cli = main(["fit", "--config", "configs/granite_vision_phyx_oe_rubric.yaml", "--config", str(extra)])
+        assert len(server.requests) >= 3 and all(r.body["model"] == "openai/gpt-oss-120b" for r in server.requests)
+    assert cli.trainer.precision == "bf16-mixed" and cli.model.sampling.num_generations == 8
+    assert cli.trainer.logged_metrics["train/reward/rubric/accuracy"].item() == 1.0
