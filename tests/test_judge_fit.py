@@ -52,7 +52,8 @@ def _config(tmp_path: Path, judge_url: str, rewards: list[dict], **trainer) -> P
         "data": {"train": {"path": str(tmp_path / "train.parquet"), "reader": "test_physics_puzzles",
                            "reader_args": {"answer_format": "open"}, "generate": {"kind": "puzzles", "num": 8}},
                  "val": {"path": str(tmp_path / "val.parquet"), "reader": "test_physics_puzzles",
-                         "reader_args": {"answer_format": "open"}, "generate": {"kind": "puzzles", "num": 2, "seed": 1}},
+                         "reader_args": {"answer_format": "open"},
+                         "generate": {"kind": "puzzles", "num": 2, "seed": 1}},
                  "batch_size": 2, "eval_batch_size": 2},
     }
     path = tmp_path / "judge.yaml"
@@ -76,7 +77,8 @@ def test_fit_with_judge_rewards_never_writes_the_api_key(tmp_path, monkeypatch):
         server_ref["server"] = server
         rewards = [{"name": "format"}, {"name": "open_accuracy", "kwargs": {"judge": "LOOPBACK"}},
                    {"name": "rubric", "kwargs": {"judge": "LOOPBACK"}}]
-        cli = main(["fit", "--config", "configs/demo.yaml", "--config", str(_config(tmp_path, server.base_url, rewards))])
+        config = _config(tmp_path, server.base_url, rewards)
+        cli = main(["fit", "--config", "configs/demo.yaml", "--config", str(config)])
         assert server.requests and all(r.headers["Authorization"] == f"Bearer {KEY}" for r in server.requests)
     assert cli.trainer.global_step == 2
     logged = cli.trainer.logged_metrics

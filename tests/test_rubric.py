@@ -193,7 +193,8 @@ def test_rubric_open_ended_no_reasoning_penalised_and_failed_jury_is_nan():
 
 
 def test_open_accuracy_jury_and_min_votes():
-    votes = [[{"correctness": 2}, {"correctness": 1}, {"correctness": 2}], [{"correctness": 2}, None, {"correctness": 2}]]
+    votes = [[{"correctness": 2}, {"correctness": 1}, {"correctness": 2}],
+             [{"correctness": 2}, None, {"correctness": 2}]]
     cols = dict(answer=["7.55N", "7.55N", "B"], answer_format=["open", "open", "mcq"], question=["q"] * 3)
     out = OpenAccuracyReward(judge=FakeJudge(votes))(["a", "b", "c"], **cols)
     assert out[0] == pytest.approx(5 / 6) and math.isnan(out[1]) and math.isnan(out[2])

@@ -63,7 +63,8 @@ class OpenAccuracyReward:
 
     def __call__(self, completions: list[str], **columns) -> RewardOutput:
         cols = _columns(completions, columns)
-        rows = [i for i in range(len(completions)) if cols["answer_format"][i] == "open" and cols["answer"][i] is not None]
+        rows = [i for i in range(len(completions))
+                if cols["answer_format"][i] == "open" and cols["answer"][i] is not None]
         out = [NAN] * len(completions)
         if rows:
             votes = self.judge.grade([_item(i, completions, cols) for i in rows], ACCURACY)
@@ -97,24 +98,24 @@ class RubricReward:
         literal_mcq_penalty: MCQ has ``r_reason = 0`` by definition; read literally the 0.6 penalty would
             then hit every MCQ completion. By default (False) MCQ reasoning counts as absent only when the
             ``<think>`` block is missing or empty; True applies the literal reading.
-        tags: tag pairs of the format term.
+        tags: tag pairs of the format term (default: think, answer, unit, principle).
     """
 
     def __init__(self, weights: dict[str, float] | None = None, strict: bool = False,
                  judge: Judge | JudgeConfig | dict[str, Any] | None = None, absent_factor: float = 0.6,
                  length_scale: float = 4000.0, length_cap: float = 0.05, length_unit: str = "chars",
-                 literal_mcq_penalty: bool = False, tags: list[str] = list(DEFAULT_TAGS)):
+                 literal_mcq_penalty: bool = False, tags: list[str] | None = None):
         if length_unit not in ("chars", "tokens"):
             raise ValueError(f"rubric length_unit must be 'chars' or 'tokens', got {length_unit!r}")
         self.weights = dict(DEFAULT_WEIGHTS if weights is None else weights)
         combine_rubric({}, self.weights, reasoning_absent=False, length=0)  # rejects unknown weight names now
         self.strict, self.absent_factor, self.literal_mcq_penalty = strict, absent_factor, literal_mcq_penalty
-        self.length_scale, self.length_cap, self.length_unit, self.tags = length_scale, length_cap, length_unit, tuple(tags)
+        self.length_scale, self.length_cap, self.length_unit = length_scale, length_cap, length_unit
+        self.tags = tuple(DEFAULT_TAGS if tags is None else tags)
         self._judge_arg, self._judge = judge, None
 
-    @property
-    def judge(self) -> tuple[Judge, int | None]:
-        """Built on first use, so MCQ-only runs never open a judge connection."""
+    def _jury(self) -> tuple[Judge, int | None]:
+        """The judge and its quorum, built on first use (MCQ-only runs never open a judge connection)."""
         if self._judge is None:
             self._judge = _judge(self._judge_arg)
         return self._judge
@@ -131,7 +132,7 @@ class RubricReward:
     def _open(self, completions: list[str], rows: list[int], cols: dict[str, list]) -> dict[int, dict[str, float]]:
         if not rows:
             return {}
-        judge, min_votes = self.judge
+        judge, min_votes = self._jury()
         votes = judge.grade([_item(i, completions, cols) for i in rows], RUBRIC)
         out = {}
         for i, row_votes in zip(rows, votes):

@@ -119,7 +119,7 @@ class OpenAIJudge:
         """Close the connection pool and stop the loop thread (also done when the judge is collected)."""
         if self._runner is not None:
             self._finalizer()
-            self._runner = None
+            self._runner, self._clients = None, []
 
     # ------------------------------------------------------------------ requests
     def _headers(self) -> dict[str, str]:

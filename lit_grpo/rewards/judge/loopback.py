@@ -120,7 +120,8 @@ class LoopbackJudgeServer:
                     "id": f"cmpl-{n}", "object": "chat.completion", "model": body.get("model"),
                     "choices": [{"index": 0, "finish_reason": reply.finish_reason,
                                  "message": {"role": "assistant", "content": reply.content}}],
-                    "usage": {"prompt_tokens": reply.tokens - 10, "completion_tokens": 10, "total_tokens": reply.tokens},
+                    "usage": {"prompt_tokens": reply.tokens - 10, "completion_tokens": 10,
+                              "total_tokens": reply.tokens},
                 })).encode()
                 try:
                     self.send_response(reply.status)

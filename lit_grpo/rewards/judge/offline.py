@@ -91,8 +91,8 @@ def _symbolic_equal(predicted: str, gold: str) -> bool:
 
     timeout = 5 if threading.current_thread() is threading.main_thread() else None
     try:
-        return bool(verify(parse(f"${gold}$", parsing_timeout=timeout), parse(f"${predicted}$", parsing_timeout=timeout),
-                           timeout_seconds=timeout))
+        gold_expr = parse(f"${gold}$", parsing_timeout=timeout)
+        return bool(verify(gold_expr, parse(f"${predicted}$", parsing_timeout=timeout), timeout_seconds=timeout))
     except Exception:
         return False
 
