@@ -18,8 +18,9 @@ from lit_grpo.rewards.judge.loopback import LoopbackJudgeServer, Reply, votes_by
 
 if "test_physics_puzzles" not in READERS:
     @READERS.register("test_physics_puzzles")
-    def _physics_puzzles(path, split="train", rows=None, answer_format="mcq"):
-        """Embedded puzzles with physics labels, in the MCQ or open-ended form (what the rewards need of PhyX)."""
+    def _physics_puzzles(path, split="train", rows=None, answer_format="mcq", **_):
+        """Embedded puzzles with physics labels, in the MCQ or open-ended form (what the rewards need of PhyX);
+        other PhyX reader options are ignored."""
         ds = read_visualsphinx(path, split=split, rows=rows)
         extra = {"answer_format": "open", "options": {}, "answer": "7.55 N"} if answer_format == "open" else {}
         return SampleDataset(list(range(len(ds))), lambda row, i: dataclasses.replace(
@@ -123,7 +124,8 @@ def test_failing_judge_stops_the_run_naming_the_endpoint_and_keeps_what_was_writ
     assert os.path.isfile(logdir / "hparams.yaml")
 
 
-DEMO_TWINS = sorted(Path(__file__).parents[1].joinpath("configs").glob("demo_phyx_*.yaml"))
+DEMO_TWINS = sorted(c for c in Path(__file__).parents[1].joinpath("configs").glob("demo_phyx_*.yaml")
+                    if c.stem.endswith(("_fmt_acc", "_rubric")))
 
 
 @pytest.mark.slow
@@ -132,7 +134,7 @@ def test_demo_twin_rewards_run_on_embedded_puzzles(config, tmp_path, tiny_model_
     """Each condition's demo twin as shipped (rewards, offline judge, sampling), with its data block swapped for
     embedded puzzles carrying physics labels until the embedded physics set and its template exist."""
     extra = tmp_path / "puzzles.yaml"
-    data = {"reader": "test_physics_puzzles", "generate": {"kind": "puzzles", "num": 4}}
+    data = {"reader": "test_physics_puzzles", "generate": {"kind": "puzzles", "num": 4}, "split": "train", "rows": None}
     extra.write_text(yaml.safe_dump({
         "trainer": {"max_steps": 1, "limit_val_batches": 1, "val_check_interval": 1,
                     "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
