@@ -161,18 +161,31 @@ class GRPOModule(L.LightningModule):
         return old, ref
 
     def columns(self, batch: PromptBatch, rollout: Rollout, group_size: int) -> dict[str, list]:
-        """Reward columns: every Sample field repeated ``group_size`` times, plus ``truncated``."""
+        """Reward columns: every Sample field repeated ``group_size`` times, plus ``truncated`` and
+        ``completion_length`` (tokens)."""
         per_sample = [s.columns() for s in batch.samples]
         columns = {k: [c[k] for c in per_sample for _ in range(group_size)] for k in per_sample[0]}
         columns["truncated"] = rollout.truncated.tolist()
+        columns["completion_length"] = rollout.completion_mask.sum(1).tolist()
         return columns
 
-    def rewards(self, batch: PromptBatch, rollout: Rollout, group_size: int,
-                fns: dict | None = None) -> tuple[dict[str, Tensor], Tensor]:
-        """Every reward (or ``fns``) on the rollout, weighted as configured (0 for evaluation-only metrics)."""
+    def rewards(self, batch: PromptBatch, rollout: Rollout, group_size: int, fns: dict | None = None,
+                metrics: dict[str, float] | None = None) -> tuple[dict[str, Tensor], Tensor]:
+        """Per-reward values (components of composite rewards included) and the weighted total of every
+        reward (or of ``fns``: evaluation-only metrics weigh 0); reward metrics (e.g. judge latency) go into
+        ``metrics``. A reward that raises (a judge that is down) stops the step on every rank at once, so
+        no rank waits forever in a collective."""
         fns = fns or self.reward_fns
         weights = {k: self.reward_weights.get(k, 0.0) for k in fns}
-        return score_completions(fns, weights, rollout.completions, self.columns(batch, rollout, group_size))
+        error = None
+        try:
+            out = score_completions(fns, weights, rollout.completions, self.columns(batch, rollout, group_size),
+                                    metrics)
+        except Exception as exc:  # re-raised below, after every rank knows
+            error = exc
+        if D.all_reduce_sum(torch.tensor(float(error is not None), device=self.device)).item() > 0:
+            raise error if error is not None else RuntimeError("a reward failed on another rank; see its log")
+        return out
 
     def correctness(self, batch: PromptBatch, rollout: Rollout, group_size: int) -> Tensor | None:
         """The scorer's 0/1 per completion ``[N]`` (NaN: cannot score), or None without a scorer."""
@@ -186,14 +199,15 @@ class GRPOModule(L.LightningModule):
         start, g = time.perf_counter(), self.sampling.num_generations
         rollout = self.rollout(batch, g)
         old_logps, ref_logps = self.score(rollout)
-        per_reward, total = self.rewards(batch, rollout, g)
+        reward_metrics: dict[str, float] = {}
+        per_reward, total = self.rewards(batch, rollout, g, reward_metrics)
         rank, world = D.world()
         all_total = D.all_gather_cat(total.to(self.device)).cpu()  # (W * N,)
         advantages = group_advantages(all_total, g, self.cfg.scale_rewards, self.cfg.advantage_eps)
         local_adv = advantages.reshape(world, -1)[rank].to(self.device)  # (N,)
         stats = self.update(rollout, local_adv, old_logps, ref_logps)
         elapsed = time.perf_counter() - start
-        self.log_train(per_reward, all_total, advantages, rollout, stats, len(all_total) / elapsed)
+        self.log_train(per_reward, all_total, advantages, rollout, stats, len(all_total) / elapsed, reward_metrics)
         return {"prompts": [m for m in batch.messages], "completions": rollout.completions,
                 "rewards": {k: v.tolist() for k, v in per_reward.items()}, "total": total.tolist(),
                 "advantages": local_adv.tolist(), "answers": [s.answer for s in batch.samples], "group_size": g}
@@ -265,7 +279,8 @@ class GRPOModule(L.LightningModule):
         return [p for p in self.policy.parameters() if p.requires_grad]
 
     def log_train(self, per_reward: dict[str, Tensor], total: Tensor, advantages: Tensor, rollout: Rollout,
-                  stats: dict[str, float], completions_per_s: float) -> None:
+                  stats: dict[str, float], completions_per_s: float,
+                  reward_metrics: dict[str, float] | None = None) -> None:
         g = self.sampling.num_generations
         groups = total.reshape(-1, g)
         valid_counts = (~torch.isnan(groups)).sum(1)
@@ -290,6 +305,7 @@ class GRPOModule(L.LightningModule):
             log[f"train/reward/{label}"] = torch.nanmean(values).item() if (~torch.isnan(values)).any() else math.nan
             ok = values[~torch.isnan(values)]
             log[f"train/reward/{label}_std"] = ok.std().item() if ok.numel() > 1 else 0.0
+        log.update({f"train/reward/{k}": v for k, v in (reward_metrics or {}).items()})
         self.log_dict({k: v for k, v in log.items() if k != "train/reward"}, on_step=True, batch_size=len(total))
         self.log("train/reward", log["train/reward"], on_step=True, prog_bar=True, batch_size=len(total))
 
@@ -310,10 +326,13 @@ class GRPOModule(L.LightningModule):
                 if self.evaluation.seed is not None:
                     torch.manual_seed(self.evaluation.seed + batch_idx)
                 rollout = self.rollout(batch, n, greedy=greedy, temperature=temp)
-            per_reward, total = self.rewards(batch, rollout, n, self.eval_fns)
+            reward_metrics: dict[str, float] = {}
+            per_reward, total = self.rewards(batch, rollout, n, self.eval_fns, reward_metrics)
             correct = self.correctness(batch, rollout, n)
             for label, values in per_reward.items():
                 self.eval_stats.update(f"{stage}/{mode}/reward/{label}", values, n)
+            for key, value in reward_metrics.items():
+                self.eval_stats.update(f"{stage}/{mode}/reward/{key}", torch.tensor([float(value)]), 1)
             self.eval_stats.update(f"{stage}/{mode}/reward", total, n)
             self.eval_stats.update(f"{stage}/{mode}/completion_length", rollout.completion_mask.sum(1).float(), n)
             if correct is not None:

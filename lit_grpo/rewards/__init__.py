@@ -1,20 +1,27 @@
-"""Rewards: pure parsing helpers, a registry of reward functions, and the weighted total."""
+"""Rewards: pure parsing helpers, a registry of reward functions, the weighted total, rubric and judge rewards."""
 
 from lit_grpo.rewards.basic import (accuracy_reward, binary_reward, boxed_answer, boxed_format_reward, format_reward,
                                    format_score)
 from lit_grpo.rewards.parsing import extract_boxed, extract_boxed_official, extract_option_letter, extract_tag
 from lit_grpo.rewards.phyx import phyx_extract, phyx_official_reward, phyx_official_score
-from lit_grpo.rewards.registry import REWARDS, RewardSpec, build_reward, build_rewards, score_completions
+from lit_grpo.rewards.registry import REWARDS, RewardOutput, RewardSpec, build_reward, build_rewards, score_completions
+from lit_grpo.rewards.rubric import STOPWORDS, combine_rubric, principle_match, unit_match
+from lit_grpo.rewards.judged import OpenAccuracyReward, RubricReward
 
 __all__ = [
     "REWARDS",
+    "STOPWORDS",
+    "OpenAccuracyReward",
+    "RewardOutput",
     "RewardSpec",
+    "RubricReward",
     "accuracy_reward",
     "binary_reward",
     "boxed_answer",
     "boxed_format_reward",
     "build_reward",
     "build_rewards",
+    "combine_rubric",
     "extract_boxed",
     "extract_boxed_official",
     "extract_option_letter",
@@ -24,5 +31,7 @@ __all__ = [
     "phyx_extract",
     "phyx_official_reward",
     "phyx_official_score",
+    "principle_match",
     "score_completions",
+    "unit_match",
 ]
