@@ -200,7 +200,7 @@ class GRPOModule(L.LightningModule):
         rollout = self.rollout(batch, g)
         old_logps, ref_logps = self.score(rollout)
         reward_metrics: dict[str, float] = {}
-        per_reward, total = self.rewards(batch, rollout, g, reward_metrics)
+        per_reward, total = self.rewards(batch, rollout, g, metrics=reward_metrics)
         rank, world = D.world()
         all_total = D.all_gather_cat(total.to(self.device)).cpu()  # (W * N,)
         advantages = group_advantages(all_total, g, self.cfg.scale_rewards, self.cfg.advantage_eps)

@@ -42,13 +42,14 @@ def test_sft_loss_covers_response_tokens_only(tiny_model_dir, puzzle_samples):
         ids = ro.completion_ids[i][ro.completion_mask[i]].tolist()
         assert tok.decode(ids[:-1]) == boxed_explanation(s)  # the response, then the stop token
         assert ids[-1] == tok.eos_token_id
-    # changing a prompt token's image does not change which tokens are scored; the loss equals the
-    # mean NLL of the response tokens computed by hand from full-sequence logits
+    # the loss equals the mean NLL of the response tokens computed by hand from full-sequence logits
     loss = module.training_step(batch, 0)
     from lit_grpo.rollout import model_inputs
     out = module.policy(**model_inputs(ro))
     t = ro.completion_ids.shape[1]
-    logp = out.logits[:, -t - 1:-1].float().log_softmax(-1).gather(2, ro.completion_ids[..., None]).squeeze(2)
+    logits = out.logits[:, -t - 1:-1].float()
+    logits[..., module.suppress_ids] = float("-inf")  # image tokens are never sampled, so never scored
+    logp = logits.log_softmax(-1).gather(2, ro.completion_ids[..., None]).squeeze(2)
     expected = -(logp[ro.completion_mask]).mean()
     assert loss.item() == pytest.approx(expected.item(), rel=1e-4)
 
