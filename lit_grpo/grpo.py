@@ -205,16 +205,21 @@ def grpo_loss(
         num_sequences=logps.shape[0] if num_sequences is None else num_sequences,
         max_completion_length=max_completion_length,
     )
-    with torch.no_grad():
-        low = ((ratio < 1 - epsilon_low) & (adv < 0)).to(m.dtype)
-        high = ((ratio > 1 + epsilon_high) & (adv > 0)).to(m.dtype)
-        stats = {
-            "kl": masked_mean(kl, m) if kl is not None else torch.zeros((), device=logps.device),
-            "clip_ratio_low": masked_mean(low, m),
-            "clip_ratio_high": masked_mean(high, m),
-            "clip_ratio": masked_mean(low + high, m),
-        }
-    return loss, stats
+    return loss, _loss_stats(ratio, adv, m, kl, epsilon_low, epsilon_high)
+
+
+@torch.no_grad()
+def _loss_stats(ratio: Tensor, adv: Tensor, m: Tensor, kl: Tensor | None, epsilon_low: float,
+                epsilon_high: float) -> dict[str, Tensor]:
+    """Token means over ``m`` of the KL and of the clipped fractions (low: ratio below ``1 - eps`` with A < 0)."""
+    low = ((ratio < 1 - epsilon_low) & (adv < 0)).to(m.dtype)
+    high = ((ratio > 1 + epsilon_high) & (adv > 0)).to(m.dtype)
+    return {
+        "kl": masked_mean(kl, m) if kl is not None else torch.zeros((), device=ratio.device),
+        "clip_ratio_low": masked_mean(low, m),
+        "clip_ratio_high": masked_mean(high, m),
+        "clip_ratio": masked_mean(low + high, m),
+    }
 
 
 def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
