@@ -327,7 +327,7 @@ class GRPOModule(L.LightningModule):
                     torch.manual_seed(self.evaluation.seed + batch_idx)
                 rollout = self.rollout(batch, n, greedy=greedy, temperature=temp)
             reward_metrics: dict[str, float] = {}
-            per_reward, total = self.rewards(batch, rollout, n, self.eval_fns, reward_metrics)
+            per_reward, total = self.rewards(batch, rollout, n, self.eval_fns, metrics=reward_metrics)
             correct = self.correctness(batch, rollout, n)
             for label, values in per_reward.items():
                 self.eval_stats.update(f"{stage}/{mode}/reward/{label}", values, n)
