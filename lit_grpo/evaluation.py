@@ -4,7 +4,8 @@ A *record* is one completion of one evaluation prompt: ``id``, ``mode`` (``greed
 ``prompt``, ``completion``, ``extracted`` (the answer the scorer reads), ``answer``, ``answer_format``,
 ``domain``, ``reasoning_type``, ``rewards`` (each reward), ``total`` and ``correct`` (the scorer's 0/1,
 NaN when it cannot score). The scorer is any registered reward (``accuracy`` for the paper's MCQ
-protocol, ``phyx_official`` for PhyX's rule-mode scorer, ``binary`` for VisualSphinx).
+protocol, ``open_accuracy`` with a pass threshold for its open-ended protocol, ``phyx_official`` for
+PhyX's rule-mode scorer, ``binary`` for VisualSphinx); :func:`correctness` turns its values into 0/1.
 
 :func:`accuracy_table` gives accuracy overall, per PhyX domain and per reasoning type, as in the
 reward-design paper's tables; :func:`table_markdown` and :func:`table_csv` render it.
@@ -20,23 +21,60 @@ from typing import Any, Callable
 from lit_grpo.data.phyx import DOMAINS, REASONING_TYPES
 from lit_grpo.data.sample import Sample
 from lit_grpo.registry import Registry
-from lit_grpo.rewards.parsing import extract_boxed, extract_boxed_official, extract_option_letter, extract_tag
+from lit_grpo.rewards.parsing import extract_answer, extract_answer_letter, extract_boxed_official, extract_option_letter
 from lit_grpo.rewards.phyx import phyx_extract
+from lit_grpo.rewards.registry import RewardFn, RewardSpec, build_reward
 
 EXTRACTORS: Registry[Callable[[str, str], str | None]] = Registry("answer extractor")
 """Scorer (reward) name -> ``fn(completion, answer_format)`` giving the answer that scorer reads."""
-EXTRACTORS.register("accuracy")(  # the letter the MCQ accuracy reward compares; the tag text otherwise
-    lambda text, fmt: extract_option_letter(extract_tag(text, "answer")) if fmt == "mcq" else extract_tag(text, "answer"))
+
+
+def _tag_answer(text: str, answer_format: str) -> str | None:
+    """The ``<answer>`` letter for MCQ (what ``accuracy`` and the MCQ rubric compare), else the final answer
+    (what the judges of ``open_accuracy`` and the open-ended rubric grade)."""
+    return extract_answer_letter(text) if answer_format == "mcq" else extract_answer(text)
+
+
+for _name in ("accuracy", "rubric", "open_accuracy"):
+    EXTRACTORS.register(_name)(_tag_answer)
 EXTRACTORS.register("binary")(lambda text, fmt: extract_boxed_official(text))
 EXTRACTORS.register("phyx_official")(phyx_extract)
 
 
 def extracted_answer(scorer: str | None, text: str, answer_format: str) -> str | None:
-    """The answer ``scorer`` reads from ``text``; unknown scorers: the ``<answer>`` tag, else the last box."""
+    """The answer ``scorer`` reads from ``text``; other scorers: the final answer (``<answer>``, else the last
+    box), as an option letter for MCQ."""
     if scorer in EXTRACTORS:
         return EXTRACTORS.get(scorer)(text, answer_format)
-    found = extract_tag(text, "answer")
-    return found if found is not None else extract_boxed(text, which="last")
+    found = extract_answer(text)
+    return extract_option_letter(found) if answer_format == "mcq" else found
+
+
+def build_scorer(scorer: str | None, kwargs: dict[str, Any], configured: list[RewardSpec]) -> RewardFn | None:
+    """The evaluation scorer ``scorer`` built with ``kwargs``, or ``None`` when there is no scorer or when a
+    ``configured`` reward (or metric) with that label and the same kwargs (or ``kwargs`` empty) already
+    computes it: its values are then reused, so a judge is not asked twice."""
+    if scorer is None:
+        return None
+    same = [s for s in configured if s.label == scorer]
+    if same and kwargs in ({}, same[0].kwargs):
+        return None
+    return build_reward(RewardSpec(scorer, kwargs=kwargs))
+
+
+def correctness(scores: list[float | None], pass_threshold: float | None = None) -> list[float]:
+    """A scorer's values as the correctness of each completion: ``None`` and NaN stay NaN ("cannot score",
+    never wrong); with ``pass_threshold`` a score counts as correct (1.0) when it is at least the threshold,
+    else 0.0 (a graded scorer such as the jury's ``open_accuracy`` made 0/1); without, the score as is.
+
+    >>> correctness([1.0, 5 / 6, 0.5, None], pass_threshold=1.0)
+    [1.0, 0.0, 0.0, nan]
+    """
+    out = []
+    for v in scores:
+        v = math.nan if v is None else float(v)
+        out.append(v if math.isnan(v) or pass_threshold is None else float(v >= pass_threshold))
+    return out
 
 
 def prompt_text(messages: list[dict]) -> str:

@@ -21,12 +21,12 @@ from torch import Tensor
 
 from lit_grpo import distributed as D
 from lit_grpo.data.datamodule import PromptBatch
-from lit_grpo.evaluation import build_records
+from lit_grpo.evaluation import build_records, build_scorer, correctness
 from lit_grpo.grpo import group_advantages, grpo_loss
 from lit_grpo.hparams import flatten_hparams, log_flat_hparams
 from lit_grpo.metrics import PromptStats
 from lit_grpo.policy import PolicyConfig, ReferencePolicy, image_token_ids, is_peft, load_policy, stop_token_ids
-from lit_grpo.rewards import RewardSpec, build_reward, build_rewards, score_completions
+from lit_grpo.rewards import RewardSpec, build_rewards, score_completions
 from lit_grpo.rng import collect_rng_states, set_rng_states
 from lit_grpo.rollout import (Rollout, SamplingConfig, completion_logps, encode_prompts, repeat_rows,
                               sample_completions)
@@ -75,12 +75,17 @@ class EvalConfig:
     before_fit: bool = False
     """Run validation once before the first training step (the step-0 point of the curves)."""
     scorer: str | None = None
-    """Registered reward used as the 0/1 correctness of each evaluation completion (logged as
+    """Registered reward giving the correctness of each evaluation completion (logged as
     ``<stage>/<mode>/accuracy`` and tabulated by ``lit_grpo.callbacks.AccuracyTable``): ``accuracy``
-    (paper protocol, MCQ), ``phyx_official`` (PhyX rule mode), ``binary`` (VisualSphinx). A configured
-    reward of that name or alias is reused as is; otherwise it is built with ``scorer_kwargs``."""
+    (paper protocol, MCQ), ``open_accuracy`` (paper protocol, open-ended, with ``pass_threshold``),
+    ``phyx_official`` (PhyX rule mode), ``binary`` (VisualSphinx). When a configured reward (or metric) has
+    this label and ``scorer_kwargs`` is empty or equal to its kwargs, its values are reused (no second
+    judge call); otherwise the scorer is built with ``scorer_kwargs``."""
     scorer_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
-    """Options of the scorer when it is not one of the configured rewards."""
+    """Options of the scorer (see its docstring), e.g. the ``judge`` of ``open_accuracy``."""
+    pass_threshold: float | None = None
+    """A score counts as correct (1) when at least this, else 0 (NaN stays "cannot score"); ``None`` keeps the
+    scorer's value. For ``open_accuracy`` (jury correctness / 2), ``1.0`` = every juror says fully correct."""
 
 
 class GRPOModule(L.LightningModule):
@@ -117,9 +122,8 @@ class GRPOModule(L.LightningModule):
         self.reward_fns = build_rewards(self.reward_specs)
         self.reward_weights = {s.label: s.weight for s in self.reward_specs}
         self.eval_fns = {**self.reward_fns, **build_rewards(list(evaluation.metrics))}
-        scorer = evaluation.scorer
-        self.scorer_fn = None if scorer is None else self.reward_fns.get(scorer) or build_reward(
-            RewardSpec(scorer, kwargs=evaluation.scorer_kwargs))
+        self.scorer_fn = build_scorer(evaluation.scorer, evaluation.scorer_kwargs,
+                                      [*self.reward_specs, *evaluation.metrics])
         self.policy, self.processor = load_policy(policy)
         self.stop_ids = stop_token_ids(self.policy, self.processor, policy.extra_stop_tokens)
         self.register_buffer("suppress_ids", torch.tensor(image_token_ids(self.policy, self.processor)),
@@ -187,12 +191,18 @@ class GRPOModule(L.LightningModule):
             raise error if error is not None else RuntimeError("a reward failed on another rank; see its log")
         return out
 
-    def correctness(self, batch: PromptBatch, rollout: Rollout, group_size: int) -> Tensor | None:
-        """The scorer's 0/1 per completion ``[N]`` (NaN: cannot score), or None without a scorer."""
-        if self.scorer_fn is None:
+    def correctness(self, batch: PromptBatch, rollout: Rollout, group_size: int,
+                    per_reward: dict[str, Tensor]) -> Tensor | None:
+        """The scorer's correctness per completion ``[N]`` (0/1 with ``pass_threshold``; NaN: cannot score), or
+        None without a scorer. ``per_reward`` holds the values of this rollout's rewards (reused when they
+        include the scorer)."""
+        if self.evaluation.scorer is None:
             return None
-        values = self.scorer_fn(rollout.completions, **self.columns(batch, rollout, group_size))
-        return torch.tensor([math.nan if v is None else float(v) for v in values], dtype=torch.float32)
+        if self.scorer_fn is None:
+            values = per_reward[self.evaluation.scorer].tolist()
+        else:
+            values = self.scorer_fn(rollout.completions, **self.columns(batch, rollout, group_size))
+        return torch.tensor(correctness(values, self.evaluation.pass_threshold), dtype=torch.float32)
 
     # ----------------------------------------------------------------- training
     def training_step(self, batch: PromptBatch, batch_idx: int) -> dict[str, Any]:
@@ -328,7 +338,7 @@ class GRPOModule(L.LightningModule):
                 rollout = self.rollout(batch, n, greedy=greedy, temperature=temp)
             reward_metrics: dict[str, float] = {}
             per_reward, total = self.rewards(batch, rollout, n, self.eval_fns, metrics=reward_metrics)
-            correct = self.correctness(batch, rollout, n)
+            correct = self.correctness(batch, rollout, n, per_reward)
             for label, values in per_reward.items():
                 self.eval_stats.update(f"{stage}/{mode}/reward/{label}", values, n)
             for key, value in reward_metrics.items():

@@ -3,7 +3,9 @@
 import math
 
 from lit_grpo.data.sample import Sample
-from lit_grpo.evaluation import accuracy_table, build_records, extracted_answer, scalar_name, table_csv, table_markdown
+from lit_grpo.evaluation import (accuracy_table, build_records, build_scorer, correctness, extracted_answer, scalar_name,
+                                 table_csv, table_markdown)
+from lit_grpo.rewards import OpenAccuracyReward, RewardSpec, accuracy_reward
 
 NAN = math.nan
 RECORDS = [
@@ -79,6 +81,29 @@ def test_extracted_answer_follows_the_scorer():
     assert extracted_answer("phyx_official", text, "mcq") == "B"
     assert extracted_answer("phyx_official", r"x \boxed{5 m}", "open") == "5 m"
     assert extracted_answer("some_judge", r"no tag \boxed{1} \boxed{2}", "open") == "2"  # fallback: last box
+    assert extracted_answer("some_judge", r"no tag \boxed{(b)}", "mcq") == "B"
+    assert extracted_answer("open_accuracy", r"<answer>7.55 N</answer> \boxed{3}", "open") == "7.55 N"
+    assert extracted_answer("rubric", "<answer>(c)</answer>", "mcq") == "C"
+    assert extracted_answer("rubric", r"\boxed{7.55 N}", "open") == "7.55 N"  # what the offline judge grades
+
+
+def test_correctness_thresholds_a_graded_score_and_keeps_nan():
+    jury = [5 / 6, 1.0, 0.5, 0.0, math.nan, None]  # open_accuracy: correctness 2,2,1 / 2,2,2 / 1,1,1 / 0,0,0 / failed
+    assert correctness(jury, pass_threshold=0.75)[:4] == [1.0, 1.0, 0.0, 0.0]
+    assert correctness(jury, pass_threshold=1.0)[:4] == [0.0, 1.0, 0.0, 0.0]
+    assert correctness(jury)[:4] == [5 / 6, 1.0, 0.5, 0.0]
+    assert all(math.isnan(v) for v in correctness(jury, pass_threshold=1.0)[4:])  # cannot score, never wrong
+
+
+def test_scorer_reuses_a_configured_reward_with_the_same_kwargs():
+    judge = {"judge": {"rel_tol": 0.02}}
+    configured = [RewardSpec("format"), RewardSpec("open_accuracy", kwargs=judge)]
+    assert build_scorer(None, {}, configured) is None
+    assert build_scorer("open_accuracy", {}, configured) is None  # reuse: the judge is not asked twice
+    assert build_scorer("open_accuracy", judge, configured) is None
+    own = build_scorer("open_accuracy", {"judge": {"rel_tol": 0.05}}, configured)
+    assert isinstance(own, OpenAccuracyReward) and own.judge.cfg.rel_tol == 0.05
+    assert build_scorer("accuracy", {}, configured).func is accuracy_reward
 
 
 def test_build_records_one_per_completion():

@@ -198,9 +198,6 @@ def test_open_accuracy_jury_and_min_votes():
     cols = dict(answer=["7.55N", "7.55N", "B"], answer_format=["open", "open", "mcq"], question=["q"] * 3)
     out = OpenAccuracyReward(judge=FakeJudge(votes))(["a", "b", "c"], **cols)
     assert out[0] == pytest.approx(5 / 6) and math.isnan(out[1]) and math.isnan(out[2])
-    passed = OpenAccuracyReward(judge=FakeJudge(votes), pass_threshold=0.75)(["a", "b", "c"], **cols)
-    assert passed[0] == 1.0 and math.isnan(passed[1])  # 5/6 >= 0.75; a failed jury stays NaN
-    assert OpenAccuracyReward(judge=FakeJudge(votes), pass_threshold=1.0)(["a", "b", "c"], **cols)[0] == 0.0
     lenient = FakeJudge(votes)
     lenient.cfg = type("Cfg", (), {"min_votes": 2})()
     assert OpenAccuracyReward(judge=lenient)(["a", "b", "c"], **cols)[1] == 1.0

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from lit_grpo.rewards.parsing import count_tag, extract_boxed, extract_boxed_official, extract_option_letter, extract_tag
+from lit_grpo.rewards.parsing import count_tag, extract_answer_letter, extract_boxed, extract_boxed_official
 from lit_grpo.rewards.registry import REWARDS
 
 DEFAULT_TAGS = ("think", "answer", "unit", "principle")
@@ -74,7 +74,7 @@ def accuracy_reward(
 ) -> list[float]:
     """Multiple-choice accuracy r_a: the option letter in ``<answer>`` equals the gold letter (case-insensitive).
 
-    The letter is read with :func:`~lit_grpo.rewards.extract_option_letter` (``B``, ``(B)``, ``B.``,
+    The letter is read with :func:`~lit_grpo.rewards.parsing.extract_answer_letter` (``B``, ``(B)``, ``B.``,
     ``B)``, ``Answer: B``; never a capital inside a word). No ``<answer>`` tag scores 0. Rows whose
     ``answer_format`` is not ``mcq`` (open-ended, graded by a judge) give NaN here.
 
@@ -87,7 +87,7 @@ def accuracy_reward(
         if fmt != "mcq" or gold is None:
             out.append(math.nan)
             continue
-        letter = extract_option_letter(extract_tag(text, tag))
+        letter = extract_answer_letter(text, tag)
         out.append(1.0 if letter is not None and letter == str(gold).strip().upper() else 0.0)
     return out
 

@@ -56,14 +56,12 @@ class OpenAccuracyReward:
 
     Args:
         judge: judge settings (:class:`~lit_grpo.rewards.judge.JudgeConfig` fields; default: offline).
-        pass_threshold: for 0/1 evaluation tables: 1.0 when the jury score is at least this, else 0.0
-            (``1.0`` = every juror says fully correct); ``None`` (default) keeps the paper's graded score.
+
+    As an evaluation scorer, ``evaluation.pass_threshold`` turns the graded score into 0/1 for the tables.
     """
 
-    def __init__(self, judge: Judge | JudgeConfig | dict[str, Any] | None = None,
-                 pass_threshold: float | None = None):
+    def __init__(self, judge: Judge | JudgeConfig | dict[str, Any] | None = None):
         self.judge, self.min_votes = _judge(judge)
-        self.pass_threshold = pass_threshold
 
     def __call__(self, completions: list[str], **columns) -> RewardOutput:
         cols = _columns(completions, columns)
@@ -73,10 +71,7 @@ class OpenAccuracyReward:
         if rows:
             votes = self.judge.grade([_item(i, completions, cols) for i in rows], ACCURACY)
             for i, row_votes in zip(rows, votes):
-                score = aggregate_votes(row_votes, ACCURACY, self.min_votes)["correctness"]
-                if self.pass_threshold is not None and not math.isnan(score):
-                    score = float(score >= self.pass_threshold)
-                out[i] = score
+                out[i] = aggregate_votes(row_votes, ACCURACY, self.min_votes)["correctness"]
         return RewardOutput(out, metrics=self.judge.pop_metrics())
 
 

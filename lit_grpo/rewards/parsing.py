@@ -68,6 +68,18 @@ def extract_tag(text: str, tag: str) -> str | None:
     return None if m is None else m.group(1).strip()
 
 
+def extract_answer(text: str, tag: str = "answer") -> str | None:
+    """The final answer of a completion: the ``<tag>`` content, else the last ``\\boxed{}``; ``None`` when neither.
+
+    What the open-ended judges grade and what evaluation records show for an open answer.
+
+    >>> extract_answer(r"<think>so \\boxed{3}</think><answer>7.55 N</answer>"), extract_answer(r"x \\boxed{1} \\boxed{2}")
+    ('7.55 N', '2')
+    """
+    found = extract_tag(text, tag)
+    return found if found is not None else extract_boxed(text, which="last")
+
+
 def count_tag(text: str, tag: str) -> tuple[int, int]:
     """Number of opening and closing occurrences of ``tag``."""
     return text.count(f"<{tag}>"), text.count(f"</{tag}>")
@@ -95,3 +107,13 @@ def extract_option_letter(text: str | None, labels: str = "ABCDEFGHIJ") -> str |
         return None
     letter = next(g for g in m.groups() if g).upper()
     return letter if letter in labels else None
+
+
+def extract_answer_letter(text: str, tag: str = "answer") -> str | None:
+    """The option letter inside ``<tag>`` (:func:`extract_option_letter` of :func:`extract_tag`): what the
+    multiple-choice accuracy reward compares with the gold letter.
+
+    >>> extract_answer_letter("<think>A force</think><answer>(b)</answer>")
+    'B'
+    """
+    return extract_option_letter(extract_tag(text, tag))

@@ -33,7 +33,7 @@ import pint
 from lit_grpo.rewards.judge.base import JudgeConfig
 from lit_grpo.rewards.judge.jury import Vote
 from lit_grpo.rewards.judge.prompts import JudgeItem, JudgeTask
-from lit_grpo.rewards.parsing import extract_boxed, extract_tag
+from lit_grpo.rewards.parsing import extract_answer, extract_boxed, extract_tag
 from lit_grpo.rewards.rubric import principle_match, unit_match
 from lit_grpo.units import parse_unit, registry, split_quantity
 
@@ -171,9 +171,7 @@ class OfflineJudge:
     def vote(self, item: JudgeItem, task: JudgeTask) -> Vote:
         """One verdict on ``item`` for ``task`` (``correctness`` and, for the rubric, the other fields)."""
         text = item.completion
-        answer = extract_tag(text, "answer")
-        if answer is None:
-            answer = extract_boxed(text, "last")
+        answer = extract_answer(text)
         unit = extract_tag(text, "unit")
         correctness = grade_open_answer(answer, item.gold_answer, unit=unit, gold_unit=item.gold_unit,
                                         rel_tol=self.cfg.rel_tol, partial_rel_tol=self.cfg.partial_rel_tol)
