@@ -1,5 +1,6 @@
 """The CLI end to end: configs parse, the demo trains, checkpoints resume, real-model configs load by path."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -19,13 +20,40 @@ if "test_length" not in REWARDS:
         return [len(c) / 100 for c in completions]
 
 
+def config_stack(config: Path) -> list[str]:
+    """The ``--config`` files of the first documented ``python -m lit_grpo fit`` command in ``config``'s header
+    that names it (an overlay is given after its base), else the file alone."""
+    for line in config.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        m = re.search(r"python -m lit_grpo fit\s+(.*)", line)
+        stack = re.findall(r"--config\s+(\S+)", m.group(1)) if m else []
+        if f"configs/{config.name}" in stack:
+            return stack
+    return [f"configs/{config.name}"]
+
+
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.name for c in CONFIGS])
-def test_every_config_parses(config, capsys):
+def test_every_config_parses_as_documented(config, capsys):
+    stack = config_stack(config)
+    assert stack[-1] == f"configs/{config.name}"  # an overlay comes last, after its base
     with pytest.raises(SystemExit) as exc:
-        main(["fit", "--config", str(config), "--print_config"])
+        main(["fit", *[a for c in stack for a in ("--config", c)], "--print_config"])
     assert exc.value.code == 0
     printed = yaml.safe_load(capsys.readouterr().out)
     assert printed["model"]["class_path"].startswith("lit_grpo.")
+    name = printed["trainer"]["logger"]["init_args"].get("name")
+    if name and config.stem.startswith(("demo_phyx", "granite_vision_phyx")):  # the run folder is the config's name
+        assert name == config.stem
+        assert printed["trainer"]["callbacks"][0]["init_args"]["dirpath"] == f"checkpoints/{config.stem}"
+
+
+def test_readme_and_config_headers_name_only_existing_configs():
+    root = Path(__file__).parents[1]
+    texts = [root.joinpath("README.md").read_text()] + [c.read_text() for c in CONFIGS]
+    named = {m for t in texts for m in re.findall(r"configs/[\w./-]+?\.yaml", t)}
+    assert named and sorted(n for n in named if not root.joinpath(n).is_file()) == []
+    assert {f"configs/{c.name}" for c in CONFIGS} <= named  # every config is documented
 
 
 def test_bare_print_config_has_field_comments(capsys):
