@@ -144,17 +144,34 @@ def derive_unit(answer: str | None) -> tuple[str | None, pint.Unit | None]:
     return clean_unit_text(rest) or None, unit
 
 
+def _as_unit(unit: str | pint.Unit | None) -> pint.Unit | None:
+    if unit is None or (isinstance(unit, str) and not unit.strip()):
+        return registry().dimensionless
+    return parse_unit(unit) if isinstance(unit, str) else unit
+
+
+def convert(value: float, unit: str | pint.Unit | None, target: str | pint.Unit | None) -> float | None:
+    """``value`` in ``unit`` expressed in ``target`` (``None`` or ``""`` = dimensionless, so ``25 %`` -> 0.25);
+    ``None`` when a unit cannot be read or the two differ in dimension. Offset units convert (``degC``).
+
+    >>> convert(2, "km", "m"), convert(25, "%", None), convert(3, "m", "s")
+    (2000.0, 0.25, None)
+    """
+    a, b = _as_unit(unit), _as_unit(target)
+    if a is None or b is None:
+        return None
+    try:
+        return float(registry().Quantity(value, a).to(b).magnitude)
+    except (pint.DimensionalityError, pint.OffsetUnitCalculusError):
+        return None
+
+
 def same_unit(predicted: str | None, gold: str | None, rel_tol: float = 1e-9) -> bool:
     """True when both parse and are the same unit by dimension AND scale (``m/s`` == ``meter/second``;
     ``km/h`` != ``m/s``; ``N*m`` == ``J``)."""
     a, b = parse_unit(predicted), parse_unit(gold)
-    if a is None or b is None:
-        return False
-    try:
-        factor = registry().Quantity(1.0, a).to(b).magnitude
-    except (pint.DimensionalityError, pint.OffsetUnitCalculusError):
-        return False
-    return math.isclose(factor, 1.0, rel_tol=rel_tol)
+    factor = None if a is None or b is None else convert(1.0, a, b)
+    return factor is not None and math.isclose(factor, 1.0, rel_tol=rel_tol)
 
 
 def to_quantity(text: str) -> pint.Quantity | None:

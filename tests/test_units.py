@@ -2,7 +2,8 @@
 
 import pytest
 
-from lit_grpo.units import derive_unit, normalise_unit_text, parse_unit, registry, same_unit, split_quantity, to_quantity
+from lit_grpo.units import (convert, derive_unit, normalise_unit_text, parse_unit, registry, same_unit, split_quantity,
+                            to_quantity)
 
 U = registry()
 
@@ -101,6 +102,25 @@ SAME = [
 @pytest.mark.parametrize("a,b,expected", SAME)
 def test_same_unit_table(a, b, expected):
     assert same_unit(a, b) is expected
+
+
+CONVERT = [  # (value, unit, target, expected): worked out by hand
+    (0.0463, "MN", "kN", 46.3),
+    (72.0, "km/h", "m/s", 20.0),
+    (25.0, "%", None, 0.25),
+    (0.25, "", "", 0.25),
+    (30.5, "°C", "K", 303.65),
+    (1.0, r"\text{ m/s}^2", "m s^-2", 1.0),
+    (5.0, "m", "s", None),  # another dimension
+    (5.0, "m", None, None),  # a unit where none is wanted
+    (5.0, "bananas", "m", None),  # unreadable
+]
+
+
+@pytest.mark.parametrize("value,unit,target,expected", CONVERT)
+def test_convert_table(value, unit, target, expected):
+    got = convert(value, unit, target)
+    assert got == (None if expected is None else pytest.approx(expected))
 
 
 def test_to_quantity_converts():

@@ -26,7 +26,7 @@ import base64
 import binascii
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from lit_grpo.data.io import open_table
 from lit_grpo.data.sample import DEFAULT_MAX_PIXELS, BadRowError, Sample, SampleDataset, decode_image, load_rows
@@ -64,6 +64,19 @@ def canonical_domain(name: Any) -> str:
     return _DOMAIN_SPELLINGS[key]
 
 
+def _split_at_labels(body: str, boundary: Callable[[str], str]) -> dict[str, str]:
+    """Option texts from ``body`` (the text of option A onwards): cut at ``boundary(label)`` (a regex) of the
+    next expected label, B, C, ..., until it is not found; ``{"A": ..., "B": ..., ...}``."""
+    out, label = {}, "A"
+    while True:
+        nxt = chr(ord(label) + 1)
+        b = re.search(boundary(nxt), body)
+        if b is None:
+            out[label] = body
+            return out
+        out[label], body, label = body[:b.start()], body[b.end():], nxt
+
+
 def parse_options_string(text: str) -> dict[str, str]:
     """The raw layout's one-string options ``A:"7.55N",B:"5.55N",...`` -> ``{"A": "7.55N", ...}``.
 
@@ -76,14 +89,7 @@ def parse_options_string(text: str) -> dict[str, str]:
     end = text.rstrip() if text else ""
     if m is None or not end.endswith('"') or len(end) <= m.end():
         raise ValueError(f'options must look like A:"...",B:"...", got {text!r:.80}')
-    body, out, label = end[m.end():-1], {}, "A"
-    while True:
-        nxt = chr(ord(label) + 1)
-        b = re.search(rf'"\s*,\s*{nxt}\s*:\s*"', body)
-        if b is None:
-            out[label] = body
-            break
-        out[label], body, label = body[:b.start()], body[b.end():], nxt
+    out = _split_at_labels(end[m.end():-1], lambda label: rf'"\s*,\s*{label}\s*:\s*"')
     if len(out) < 2:
         raise ValueError(f"options must hold at least two options, got {text!r:.80}")
     return out
@@ -110,14 +116,7 @@ def parse_rendered_options(text: str) -> dict[str, str]:
     """
     if not text.startswith("A: "):
         raise ValueError(f"rendered options must start with 'A: ', got {text!r:.60}")
-    body, out, label = text[3:], {}, "A"
-    while True:
-        nxt = chr(ord(label) + 1)
-        b = re.search(rf"\s{nxt}: ", body)
-        if b is None:
-            out[label] = body
-            break
-        out[label], body, label = body[:b.start()], body[b.end():], nxt
+    out = _split_at_labels(text[3:], lambda label: rf"\s{label}: ")
     if len(out) < 2:
         raise ValueError(f"rendered options must hold at least two options, got {text!r:.60}")
     return out

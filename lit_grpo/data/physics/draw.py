@@ -44,6 +44,15 @@ def arrow(d: ImageDraw.ImageDraw, a: Point, b: Point, fill=INK, width: int = 2, 
     d.polygon([b, left, right], fill=fill)
 
 
+def dimension(d: ImageDraw.ImageDraw, x0: float, x1: float, y: float, label: str, gap: float = 15) -> None:
+    """A horizontal dimension line from ``x0`` to ``x1`` at ``y`` (heads at both ends) with ``label`` ``gap``
+    pixels below its middle."""
+    mid = (x0 + x1) / 2
+    arrow(d, (mid, y), (x1, y), width=1, head=7)
+    arrow(d, (mid, y), (x0, y), width=1, head=7)
+    text(d, (mid, y + gap), label)
+
+
 def dashed(d: ImageDraw.ImageDraw, a: Point, b: Point, fill=GREY, dash: float = 6, width: int = 1) -> None:
     length = math.dist(a, b)
     n = max(1, int(length // dash))

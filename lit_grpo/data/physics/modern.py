@@ -26,9 +26,7 @@ def standing_wave(rng: random.Random) -> Problem:
     for sign in (1, -1):
         pts = [(x0 + (x1 - x0) * t, y - sign * 45 * math.sin(math.pi * n * t)) for t in [k / 200 for k in range(201)]]
         d.line(pts, fill=D.BLUE if sign > 0 else (150, 170, 230), width=2)
-    D.arrow(d, ((x0 + x1) / 2, 205), (x1, 205), width=1, head=7)
-    D.arrow(d, ((x0 + x1) / 2, 205), (x0, 205), width=1, head=7)
-    D.text(d, ((x0 + x1) / 2, 222), f"L = {fmt_num(length, 2)} m")
+    D.dimension(d, x0, x1, 205, f"L = {fmt_num(length, 2)} m", gap=17)
     D.text(d, ((x0 + x1) / 2, 252), f"wave speed on the string: {fmt_num(v, 3)} m/s", size=13)
     return Problem(
         "Waves/Acoustics", "Standing Waves", ["Spatial Relation Reasoning", "Numerical Reasoning"],
@@ -94,9 +92,7 @@ def thin_lens(rng: random.Random) -> Problem:
     ox = lx - do * scale
     D.arrow(d, (ox, ax), (ox, ax - 50), fill=D.RED, width=3)
     D.text(d, (ox, ax - 62), "object")
-    D.arrow(d, ((ox + lx) / 2, ax + 45), (lx, ax + 45), width=1, head=7)
-    D.arrow(d, ((ox + lx) / 2, ax + 45), (ox, ax + 45), width=1, head=7)
-    D.text(d, ((ox + lx) / 2, ax + 60), f"{do} cm")
+    D.dimension(d, ox, lx, ax + 45, f"{do} cm")
     D.text(d, (lx, 20), f"converging lens, f = {f} cm")
     return Problem(
         "Optics", "Geometrical Optics", ["Spatial Relation Reasoning", "Numerical Reasoning"],
@@ -173,7 +169,6 @@ def decay(rng: random.Random) -> Problem:
                                            ("decayed mass instead of remaining", m0 - m)], "g")
     img, d = D.canvas()
     ox, oy, w, h = 50, 220, 290, 180
-    tmax = 5 * half
     D.arrow(d, (ox, oy), (ox + w + 5, oy), width=2)
     D.arrow(d, (ox, oy), (ox, oy - h - 10), width=2)
     pts = [(ox + w * s, oy - h * 0.5 ** (5 * s)) for s in [i / 100 for i in range(101)]]

@@ -28,14 +28,12 @@ import math
 import re
 import threading
 
-import pint
-
 from lit_grpo.rewards.judge.base import JudgeConfig
 from lit_grpo.rewards.judge.jury import Vote
 from lit_grpo.rewards.judge.prompts import JudgeItem, JudgeTask
 from lit_grpo.rewards.parsing import extract_answer, extract_boxed, extract_tag
 from lit_grpo.rewards.rubric import principle_match, unit_match
-from lit_grpo.units import parse_unit, registry, split_quantity
+from lit_grpo.units import convert, parse_unit, split_quantity
 
 
 def _math_verify_number(text: str) -> float | None:
@@ -131,23 +129,13 @@ def grade_open_answer(answer: str | None, gold: str, *, unit: str | None = None,
 
 
 def _converted(value: float, unit_text: str, gold_unit_text: str) -> float | None:
-    """``value unit_text`` in the gold unit, or ``None`` when the units do not agree in dimension."""
-    if not gold_unit_text:
-        if not unit_text:
-            return value
-        unit = parse_unit(unit_text)
-        return value * registry().Quantity(1.0, unit).to("dimensionless").magnitude \
-            if unit is not None and unit.dimensionless else None
-    gold_unit = parse_unit(gold_unit_text)
-    if gold_unit is None:  # pint cannot read the gold unit: compare the text
+    """``value unit_text`` in the gold unit, or ``None`` when the unit is missing, unreadable or of another
+    dimension; a gold unit pint cannot read is compared as text."""
+    if gold_unit_text and parse_unit(gold_unit_text) is None:
         return value if unit_text.replace(" ", "") == gold_unit_text.replace(" ", "") else None
-    unit = parse_unit(unit_text) if unit_text else None
-    if unit is None:
+    if gold_unit_text and not unit_text:
         return None
-    try:
-        return registry().Quantity(value, unit).to(gold_unit).magnitude
-    except (pint.DimensionalityError, pint.OffsetUnitCalculusError):
-        return None
+    return convert(value, unit_text, gold_unit_text)
 
 
 def reasoning_score(think: str | None, min_words: int = 20) -> int:
