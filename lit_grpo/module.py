@@ -191,17 +191,19 @@ class GRPOModule(L.LightningModule):
             raise error if error is not None else RuntimeError("a reward failed on another rank; see its log")
         return out
 
-    def correctness(self, batch: PromptBatch, rollout: Rollout, group_size: int,
-                    per_reward: dict[str, Tensor]) -> Tensor | None:
+    def correctness(self, batch: PromptBatch, rollout: Rollout, group_size: int, per_reward: dict[str, Tensor],
+                    metrics: dict[str, float] | None = None) -> Tensor | None:
         """The scorer's correctness per completion ``[N]`` (0/1 with ``pass_threshold``; NaN: cannot score), or
-        None without a scorer. ``per_reward`` holds the values of this rollout's rewards (reused when they
-        include the scorer)."""
+        None without a scorer. ``per_reward`` holds this rollout's reward values (reused when they include the
+        scorer); a scorer of its own puts its call statistics (judge latency, failures) into ``metrics``."""
         if self.evaluation.scorer is None:
             return None
         if self.scorer_fn is None:
             values = per_reward[self.evaluation.scorer].tolist()
         else:
             values = self.scorer_fn(rollout.completions, **self.columns(batch, rollout, group_size))
+            if metrics is not None:
+                metrics.update({f"accuracy/{k}": float(v) for k, v in getattr(values, "metrics", {}).items()})
         return torch.tensor(correctness(values, self.evaluation.pass_threshold), dtype=torch.float32)
 
     # ----------------------------------------------------------------- training
@@ -336,13 +338,14 @@ class GRPOModule(L.LightningModule):
                 if self.evaluation.seed is not None:
                     torch.manual_seed(self.evaluation.seed + batch_idx)
                 rollout = self.rollout(batch, n, greedy=greedy, temperature=temp)
-            reward_metrics: dict[str, float] = {}
+            reward_metrics, call_metrics = {}, {}
             per_reward, total = self.rewards(batch, rollout, n, self.eval_fns, metrics=reward_metrics)
-            correct = self.correctness(batch, rollout, n, per_reward)
+            correct = self.correctness(batch, rollout, n, per_reward, call_metrics)
+            call_metrics.update({f"reward/{k}": v for k, v in reward_metrics.items()})
             for label, values in per_reward.items():
                 self.eval_stats.update(f"{stage}/{mode}/reward/{label}", values, n)
-            for key, value in reward_metrics.items():
-                self.eval_stats.update(f"{stage}/{mode}/reward/{key}", torch.tensor([float(value)]), 1)
+            for key, value in call_metrics.items():
+                self.eval_stats.update(f"{stage}/{mode}/{key}", torch.tensor([float(value)]), 1)
             self.eval_stats.update(f"{stage}/{mode}/reward", total, n)
             self.eval_stats.update(f"{stage}/{mode}/completion_length", rollout.completion_mask.sum(1).float(), n)
             if correct is not None:

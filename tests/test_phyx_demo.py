@@ -142,6 +142,11 @@ def test_demo_twins_train_on_the_embedded_physics_set(condition, tmp_path, tiny_
     # validation, greedy: id 0 perfect, id 1 wrong -> half correct under the condition's scorer
     assert logged["val/greedy/accuracy"] == pytest.approx(0.5)
     assert cli.model.evaluation.scorer == ("accuracy" if fmt == "mcq" else "open_accuracy")
+    if condition == "oe_rubric":  # the table's own open_accuracy (offline judge) graded the 2 greedy answers
+        assert logged["val/greedy/accuracy/judge/offline_graded"] == 2
+    if condition == "oe_fmt_acc":  # the reward's verdicts served the table: no second judge
+        assert logged["val/greedy/reward/open_accuracy/judge/offline_graded"] == 2 and cli.model.scorer_fn is None
+        assert "val/greedy/accuracy/judge/offline_graded" not in logged
 
 
 # Test table, greedy: ids 0-5 get kinds 0, 1, 2, 3, 0, 1 (perfect, wrong, none, terse, perfect, wrong).
