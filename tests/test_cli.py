@@ -56,6 +56,21 @@ def test_readme_and_config_headers_name_only_existing_configs():
     assert {f"configs/{c.name}" for c in CONFIGS} <= named  # every config is documented
 
 
+def test_readme_judge_block_points_the_oe_demo_at_a_server(tmp_path, capsys, monkeypatch):
+    """The README's judge YAML, given after configs/demo_phyx_oe.yaml, sets one judge for reward and scorer."""
+    readme = Path(__file__).parents[1].joinpath("README.md").read_text()
+    block = readme.split("### The judge", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "judge.yaml").write_text(block)
+    monkeypatch.setenv("JUDGE_BASE_URL", "http://judge-host:8000/v1")
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", "configs/demo_phyx_oe.yaml", "--config", str(tmp_path / "judge.yaml"),
+              "--print_config"])
+    model = yaml.safe_load(capsys.readouterr().out)["model"]["init_args"]
+    judge = model["rewards"][1]["kwargs"]["judge"]
+    assert judge["base_url"] == "http://judge-host:8000/v1" and judge["api_key_env"] == "JUDGE_API_KEY"
+    assert model["evaluation"]["scorer_kwargs"] == {"judge": judge} and model["evaluation"]["pass_threshold"] == 1.0
+
+
 def test_bare_print_config_has_field_comments(capsys):
     with pytest.raises(SystemExit):
         main(["fit", "--config", "configs/demo.yaml", "--print_config"])
