@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import re
 
+from lit_grpo.data.sample import ANSWER_FORMATS
 from lit_grpo.rewards.registry import REWARDS
 
 _BOX = "\\boxed{"
@@ -32,7 +33,6 @@ _FINAL = re.compile(r"\b(?:final\s+answer|correct\s+answer)\b[^:：]*[:：]\s*(.
                     re.IGNORECASE | re.DOTALL)
 _MC_WORD = re.compile(r"\b(?:correct|answer|option|Answer|Option|Correct)\b[\s\S]*?([A-D])")
 _MC_COLON = re.compile(r"([ABCD]):")
-FORMATS = ("mcq", "open")
 
 
 def _first_box(text: str) -> str | None:
@@ -88,7 +88,7 @@ def phyx_official_score(prediction: str, gold: str, answer_format: str) -> float
     Raises:
         ValueError: ``answer_format`` not ``mcq`` or ``open``.
     """
-    if answer_format not in FORMATS:
+    if answer_format not in ANSWER_FORMATS:
         raise ValueError(f"answer_format must be 'mcq' or 'open', got {answer_format!r}")
     pred = prediction.strip()
     if answer_format == "mcq":
