@@ -42,10 +42,17 @@ def test_every_config_parses_as_documented(config, capsys):
     assert exc.value.code == 0
     printed = yaml.safe_load(capsys.readouterr().out)
     assert printed["model"]["class_path"].startswith("lit_grpo.")
-    name = printed["trainer"]["logger"]["init_args"].get("name")
-    if name and config.stem.startswith(("demo_phyx", "granite_vision_phyx")):  # the run folder is the config's name
-        assert name == config.stem
-        assert printed["trainer"]["callbacks"][0]["init_args"]["dirpath"] == f"checkpoints/{config.stem}"
+    if config.stem.startswith(("demo_phyx", "granite_vision_phyx")):  # every PhyX condition: the paper's evaluation
+        assert printed["trainer"]["logger"]["init_args"]["name"] == config.stem  # the run folder is the config's name
+        callbacks = printed["trainer"]["callbacks"]
+        assert callbacks[0]["init_args"]["dirpath"] == f"checkpoints/{config.stem}"
+        assert {"lit_grpo.callbacks.AccuracyTable", "lit_grpo.callbacks.PredictionsJSONL"} <= {
+            c["class_path"] for c in callbacks}
+        assert printed["data"]["test"]["split"] in ("test", "test_mini")
+        evaluation = printed["model"]["init_args"]["evaluation"]
+        fmt = printed["data"]["test"]["reader_args"]["answer_format"]
+        assert (evaluation["scorer"], evaluation["pass_threshold"]) == (
+            ("accuracy", None) if fmt == "mcq" else ("open_accuracy", 1.0))
 
 
 def test_readme_and_config_headers_name_only_existing_configs():
