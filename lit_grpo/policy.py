@@ -15,12 +15,14 @@ from typing import Iterator
 
 import torch
 from torch import nn
-from transformers import AutoModelForImageTextToText, AutoProcessor
+from transformers import AutoModelForImageTextToText
 
 from lit_grpo.embedded.model import EmbeddedModelConfig, save_embedded_vlm
+from lit_grpo.families import load_processor
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-LANGUAGE_MODEL_ATTENTION = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj)"
+LANGUAGE_MODEL_ATTENTION = r".*(language_model|text_model).*\.(q_proj|k_proj|v_proj|o_proj)"
+"""LoRA targets: the language model's attention projections (``text_model`` in Idefics3/SmolVLM)."""
 END_OF_TURN_TOKENS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>", "<end_of_utterance>")
 IMAGE_TOKEN_NAMES = ("<image>", "<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>",
                      "<fake_token_around_image>", "<global-img>", "<video>", "<|image|>")
@@ -81,7 +83,7 @@ def load_policy(cfg: PolicyConfig) -> tuple[nn.Module, object]:
     model = AutoModelForImageTextToText.from_pretrained(
         path, dtype=DTYPES[cfg.dtype], attn_implementation=cfg.attn_implementation, **kw
     )
-    processor = AutoProcessor.from_pretrained(path, **kw)
+    processor = load_processor(path, **kw)  # image-only rebuild for Qwen-VL / SmolVLM (no torchvision)
     tokenizer = getattr(processor, "tokenizer", processor)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:

@@ -45,6 +45,8 @@ class Rollout:
     completion_mask: Tensor
     truncated: Tensor
     completions: list[str]
+    layout: "RowLayout" = dataclasses.field(default_factory=lambda: RowLayout())
+    """How ``prompt``'s tensors are indexed by row and extended over the completion (model family)."""
 
     @property
     def num_completions(self) -> int:
@@ -54,12 +56,31 @@ class Rollout:
         """The completions ``index`` selects (a micro-batch), prompt tensors included."""
         idx = torch.arange(self.num_completions)[index]
         return Rollout(
-            prompt=select_rows(self.prompt, idx, self.num_completions),
+            prompt=self.layout.select(self.prompt, idx, self.num_completions),
             completion_ids=self.completion_ids[idx],
             completion_mask=self.completion_mask[idx],
             truncated=self.truncated[idx],
             completions=[self.completions[i] for i in idx.tolist()],
+            layout=self.layout,
         )
+
+
+class RowLayout:
+    """How a processor's tensors map to prompt rows; the default for models whose tensors are all per row.
+
+    Default: every tensor whose first dim is the number of rows is per row (batch dim first), the rest
+    pass through, and nothing but ``input_ids``/``attention_mask`` covers the completion. Families whose
+    tensors differ (Qwen-VL's flattened ``pixel_values``, its ``mm_token_type_ids``) override
+    :meth:`select` and :meth:`extend` (see :mod:`lit_grpo.families`).
+    """
+
+    def select(self, inputs: dict[str, Any], idx: Tensor, num_rows: int) -> dict[str, Any]:
+        """Rows ``idx`` of ``inputs`` (``num_rows`` rows)."""
+        return select_rows(inputs, idx, num_rows)
+
+    def extend(self, inputs: dict[str, Any], completion_mask: Tensor) -> dict[str, Any]:
+        """Forward inputs other than ids/mask, extended over a completion with mask ``[N, T]``."""
+        return inputs
 
 
 def encode_prompts(processor, messages: list[list[dict]], images: list[list]) -> dict[str, Tensor]:
@@ -77,11 +98,11 @@ def select_rows(inputs: dict[str, Any], idx: Tensor, num_rows: int) -> dict[str,
             for k, v in inputs.items()}
 
 
-def repeat_rows(inputs: dict[str, Any], repeats: int) -> dict[str, Any]:
+def repeat_rows(inputs: dict[str, Any], repeats: int, layout: RowLayout | None = None) -> dict[str, Any]:
     """Each prompt's row repeated ``repeats`` times, copies contiguous (``repeat_interleave``)."""
     b = inputs["input_ids"].shape[0]
     idx = torch.arange(b).repeat_interleave(repeats)
-    return select_rows(inputs, idx, b)
+    return (layout or RowLayout()).select(inputs, idx, b)
 
 
 def completion_mask(ids: Tensor, stop_ids: list[int]) -> tuple[Tensor, Tensor]:
@@ -98,7 +119,8 @@ def completion_mask(ids: Tensor, stop_ids: list[int]) -> tuple[Tensor, Tensor]:
 
 @torch.no_grad()
 def sample_completions(model: nn.Module, processor, prompt: dict[str, Tensor], cfg: SamplingConfig,
-                       stop_ids: list[int], suppress_ids: list[int], greedy: bool = False) -> Rollout:
+                       stop_ids: list[int], suppress_ids: list[int], greedy: bool = False,
+                       layout: RowLayout | None = None) -> Rollout:
     """Sample one completion per row of ``prompt`` (already repeated G times) and build the :class:`Rollout`."""
     tok = getattr(processor, "tokenizer", processor)
     gen_kwargs = dict(max_new_tokens=cfg.max_completion_length, eos_token_id=stop_ids,
@@ -119,14 +141,17 @@ def sample_completions(model: nn.Module, processor, prompt: dict[str, Tensor], c
     mask, truncated = completion_mask(ids, stop_ids)
     ids = torch.where(mask, ids, torch.full_like(ids, tok.pad_token_id))
     texts = tok.batch_decode(ids.masked_fill(~mask, tok.pad_token_id), skip_special_tokens=True)
-    return Rollout(prompt=prompt, completion_ids=ids, completion_mask=mask, truncated=truncated, completions=texts)
+    return Rollout(prompt=prompt, completion_ids=ids, completion_mask=mask, truncated=truncated, completions=texts,
+                   layout=layout or RowLayout())
 
 
 def model_inputs(rollout: Rollout) -> dict[str, Tensor]:
-    """Forward inputs over prompt + completion (positions left to the model, exactly as in ``generate``)."""
+    """Forward inputs over prompt + completion (positions left to the model, exactly as in ``generate``);
+    per-token extras are extended over the completion by the rollout's :class:`RowLayout`."""
     p = rollout.prompt
     attention = torch.cat([p["attention_mask"], rollout.completion_mask.to(p["attention_mask"].dtype)], 1)
-    inputs = {k: v for k, v in p.items() if k not in ("input_ids", "attention_mask")}
+    inputs = rollout.layout.extend({k: v for k, v in p.items() if k not in ("input_ids", "attention_mask")},
+                                   rollout.completion_mask)
     inputs["input_ids"] = torch.cat([p["input_ids"], rollout.completion_ids], 1)
     inputs["attention_mask"] = attention
     return inputs

@@ -36,3 +36,22 @@ def puzzle_samples(puzzles_path):
 
     ds = read_visualsphinx(puzzles_path)
     return [ds[i] for i in range(len(ds))]
+
+
+FAMILIES = ["llava_next", "qwen2_vl", "qwen2_5_vl", "idefics3", "smolvlm", "llava"]
+"""Every model family the attention capture supports (one tiny model each, see lit_grpo.embedded.zoo)."""
+
+
+@pytest.fixture(scope="session")
+def zoo_dir(tmp_path_factory):
+    """``zoo_dir(family)``: that family's tiny model written with ``save_pretrained`` (once per session)."""
+    from lit_grpo.embedded.zoo import save_vlm
+
+    root, saved = tmp_path_factory.mktemp("zoo"), {}
+
+    def get(family: str) -> str:
+        if family not in saved:
+            saved[family] = str(save_vlm(root / family, family))
+        return saved[family]
+
+    return get

@@ -87,6 +87,8 @@ class EmbeddedModelConfig:
     """SigLIP input resolution (one tile); with ``patch_size`` 14 the base grid is 4 x 4."""
     patch_size: int = 14
     """SigLIP patch size in pixels."""
+    attention_multiplier: float | None = None
+    """Granite's attention scale (replaces ``1/sqrt(head_dim)``); None = ``1/sqrt(head_dim)``."""
     logits_scaling: float = 8.0
     """Granite's ``logits_scaling``; the LLaVA-NeXT class never applies it (as in the real model)."""
     vocab_size: int = 448
@@ -96,20 +98,26 @@ class EmbeddedModelConfig:
     of ``image_size`` in each direction. ``[[image_size, image_size]]`` gives one tile."""
 
 
-def build_tokenizer(vocab_size: int = 448) -> PreTrainedTokenizerFast:
-    """Train a byte-level BPE on :data:`_CORPUS` plus printable ASCII; deterministic, offline."""
+def train_bpe(special_tokens: list[str], vocab_size: int = 448) -> Tokenizer:
+    """A byte-level BPE trained on :data:`_CORPUS` plus printable ASCII, ``special_tokens`` one id each
+    (ids ``0..len(special_tokens)-1`` in order); deterministic, offline."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=SPECIAL_TOKENS,
+        special_tokens=special_tokens,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tok.train_from_iterator([_CORPUS, string.printable], trainer=trainer)
+    return tok
+
+
+def build_tokenizer(vocab_size: int = 448) -> PreTrainedTokenizerFast:
+    """The embedded model's tokenizer: :func:`train_bpe` with Granite's special tokens and chat template."""
     return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
+        tokenizer_object=train_bpe(SPECIAL_TOKENS, vocab_size),
         eos_token="<|end_of_text|>",
         pad_token="<|end_of_text|>",
         bos_token="<|end_of_text|>",
@@ -155,7 +163,7 @@ def build_config(cfg: EmbeddedModelConfig, tokenizer: PreTrainedTokenizerFast) -
         num_attention_heads=cfg.num_attention_heads,
         num_key_value_heads=cfg.num_key_value_heads,
         max_position_embeddings=4096,
-        attention_multiplier=(cfg.hidden_size // cfg.num_attention_heads) ** -0.5,
+        attention_multiplier=cfg.attention_multiplier or (cfg.hidden_size // cfg.num_attention_heads) ** -0.5,
         embedding_multiplier=2.0,
         residual_multiplier=0.5,
         logits_scaling=cfg.logits_scaling,

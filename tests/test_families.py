@@ -1,0 +1,187 @@
+"""Model families: tiny offline builders, adapters resolved by attribute, image grids, rollouts on every family."""
+
+import pytest
+import torch
+from conftest import FAMILIES
+from PIL import Image, ImageDraw
+
+from lit_grpo.embedded.zoo import build_vlm
+from lit_grpo.families import FAMILIES as REGISTRY
+from lit_grpo.families import QwenVLFamily, family_for, row_layout, runs, unwrap
+from lit_grpo.policy import LoRAConfig, PolicyConfig, image_token_ids, is_vision_parameter, load_policy, stop_token_ids
+from lit_grpo.rollout import (Rollout, SamplingConfig, completion_logps, completion_mask, encode_prompts,
+                              model_inputs, repeat_rows, sample_completions)
+
+WIDE, TALL = (132, 88), (60, 100)
+
+
+def _images():
+    a = Image.new("RGB", WIDE, "white")
+    ImageDraw.Draw(a).rectangle([10, 10, 40, 40], fill=(200, 0, 0))
+    return [a, Image.new("RGB", TALL, (250, 250, 250))]
+
+
+def _messages(texts):
+    return [[{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": t}]}] for t in texts]
+
+
+def _encode(processor, texts=("Which option? A B", "count the shapes in the panel please now"), images=None):
+    images = images or _images()
+    return encode_prompts(processor, _messages(texts), [[im] for im in images[:len(texts)]])
+
+
+def test_runs_hand_table():
+    ids = torch.tensor([5, 9, 9, 1, 9, 9, 9, 2, 9])
+    assert runs(ids, 9) == [(1, 2), (4, 3), (8, 1)]
+    assert runs(ids, 7) == []
+
+
+def test_unsupported_family_names_the_supported_ones():
+    class Config:
+        model_type = "gemma3"
+
+    class Model(torch.nn.Module):
+        config = Config()
+
+    with pytest.raises(ValueError, match="gemma3") as exc:
+        family_for(Model())
+    for name in FAMILIES:
+        assert name in str(exc.value)
+    assert sorted(REGISTRY.names()) == sorted(FAMILIES)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_zoo_model_reloads_by_path_with_identical_logits(family, zoo_dir):
+    built, _ = build_vlm(family)
+    loaded, processor = load_policy(PolicyConfig(name_or_path=zoo_dir(family), local_files_only=True))
+    assert loaded.config.model_type == family
+    assert processor.tokenizer.padding_side == "left"
+    enc = _encode(processor)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.eval()(**enc).logits, built.eval()(**enc).logits, rtol=0, atol=0)
+    assert sum(p.numel() for p in loaded.parameters()) < 400_000
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_final_layer_is_resolved_in_the_language_model_lora_wrapper_included(family, zoo_dir):
+    model, processor = load_policy(PolicyConfig(name_or_path=zoo_dir(family), lora=LoRAConfig(r=4, alpha=8)))
+    fam = family_for(model, processor)
+    parts = fam.attention_parts(model)
+    names = {m: n for n, m in model.named_modules()}
+    lm = fam.language_model(model)
+    last = len(lm.layers) - 1
+    assert names[parts.q_proj].endswith(f"layers.{last}.self_attn.q_proj")
+    assert names[parts.k_proj].endswith(f"layers.{last}.self_attn.k_proj")
+    assert not is_vision_parameter(names[parts.q_proj] + ".weight")
+    assert hasattr(parts.q_proj, "base_layer"), "the hook must sit on the LoRA wrapper, not on base_layer"
+    assert names[parts.rotary].endswith("rotary_emb") and not is_vision_parameter(names[parts.rotary] + ".x")
+    # LoRA wraps only language-model attention projections (never the vision encoder)
+    lora = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert lora and not any(is_vision_parameter(n) for n in lora)
+    # the scale is the module's own: Granite's attention_multiplier, not 1/sqrt(head_dim)
+    attn = lm.layers[-1].self_attn
+    assert parts.scale == attn.scaling
+    text = unwrap(model).config.get_text_config()
+    if family == "llava_next":
+        assert parts.scale == text.attention_multiplier == 1 / parts.head_dim != parts.head_dim ** -0.5
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_rollout_logps_equal_generate_scores_on_every_family(family, zoo_dir):
+    """G=2 copies of 2 left-padded prompts: the scoring forward (M-RoPE's mm_token_type_ids extended over
+    the completion for Qwen) reproduces the sampled distribution, and micro-batch rows select their own images."""
+    model, processor = load_policy(PolicyConfig(name_or_path=zoo_dir(family)))
+    layout = row_layout(model, processor)
+    enc = repeat_rows(_encode(processor), 2, layout)
+    assert enc["attention_mask"][2:, 0].eq(0).all() or enc["attention_mask"][:2, 0].eq(0).all()
+    stop, suppress = stop_token_ids(model, processor), image_token_ids(model, processor)
+    torch.manual_seed(0)
+    model.eval()
+    with torch.no_grad():
+        out = model.generate(**enc, do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=8,
+                             eos_token_id=stop, pad_token_id=processor.tokenizer.pad_token_id,
+                             suppress_tokens=suppress, output_scores=True, return_dict_in_generate=True)
+    ids = out.sequences[:, enc["input_ids"].shape[1]:]
+    mask, truncated = completion_mask(ids, stop)
+    sampled = torch.stack(out.scores, 1).log_softmax(-1).gather(2, ids[..., None]).squeeze(2)  # (N, T)
+    ro = Rollout(enc, ids, mask, truncated, [""] * 4, layout=layout)
+    with torch.no_grad():
+        logps, _ = completion_logps(model, ro, 1.0, torch.tensor(suppress))
+        assert (logps - sampled)[mask].abs().max() < 1e-5
+        part, _ = completion_logps(model, ro.rows(torch.tensor([3, 0])), 1.0, torch.tensor(suppress))
+    torch.testing.assert_close(part, logps[[3, 0]], atol=1e-6, rtol=0)
+
+
+def test_qwen_rows_split_flattened_pixels_and_extend_token_types(zoo_dir):
+    model, processor = load_policy(PolicyConfig(name_or_path=zoo_dir("qwen2_vl")))
+    layout = row_layout(model, processor)
+    assert isinstance(layout, QwenVLFamily)
+    enc = _encode(processor)
+    thw = enc["image_grid_thw"]
+    n0 = int(thw[0].prod())
+    assert enc["pixel_values"].shape[0] == n0 + int(thw[1].prod())
+    picked = layout.select(enc, torch.tensor([1, 0, 1]), 2)
+    torch.testing.assert_close(picked["image_grid_thw"], thw[[1, 0, 1]])
+    pv = enc["pixel_values"]
+    torch.testing.assert_close(picked["pixel_values"], torch.cat([pv[n0:], pv[:n0], pv[n0:]]))
+    torch.testing.assert_close(picked["input_ids"], enc["input_ids"][[1, 0, 1]])
+    ro = Rollout(enc, torch.ones(2, 3, dtype=torch.long), torch.ones(2, 3, dtype=torch.bool), torch.zeros(2, dtype=torch.bool),
+                 ["", ""], layout=layout)
+    tt = model_inputs(ro)["mm_token_type_ids"]
+    assert tt.shape == (2, enc["input_ids"].shape[1] + 3)
+    assert tt[:, -3:].eq(0).all() and torch.equal(tt[:, :-3], enc["mm_token_type_ids"])
+    assert tt.sum() == sum(n for _, n in runs(enc["input_ids"][0], model.config.image_token_id)) + sum(
+        n for _, n in runs(enc["input_ids"][1], model.config.image_token_id))
+
+
+@pytest.mark.parametrize("family,expected", [
+    ("llava_next", [[(4, 4)], [(4, 4)]]),             # base grid (56 px tile, 14 px patches)
+    ("qwen2_vl", [[(6, 9)], [(7, 4)]]),               # one token per 14 px after smart_resize
+    ("idefics3", [[(4, 4)] * 5, [(4, 4)] * 5]),       # 2 x 2 tiles + the global image
+    ("llava", [[(8, 8)], [(8, 8)]]),                  # centre crop 56 px, 7 px patches
+])
+def test_grid_shapes(family, expected, zoo_dir):
+    model, processor = load_policy(PolicyConfig(name_or_path=zoo_dir(family)))
+    enc = _encode(processor)
+    grids = family_for(model, processor).image_grids(enc, [[WIDE], [TALL]])
+    assert [[tuple(g.positions.shape) for g in row] for row in grids] == expected
+    for n, row in enumerate(grids):  # every cell is a distinct image token
+        cells = torch.cat([g.positions.flatten() for g in row])
+        assert cells.unique().numel() == cells.numel()
+        image_id = processor.tokenizer.convert_tokens_to_ids(processor.image_token)
+        assert enc["input_ids"][n][cells].eq(image_id).all()
+
+
+def test_llava_crop_box_and_idefics_tile_boxes(zoo_dir):
+    model, processor = load_policy(PolicyConfig(name_or_path=zoo_dir("llava")))
+    grids = family_for(model, processor).image_grids(_encode(processor), [[WIDE], [TALL]])
+    # 132 x 88 -> shortest edge 56: 84 x 56, centre crop 56 x 56 keeps x in [14, 70) of 84 = [1/6, 5/6)
+    assert grids[0][0].box == pytest.approx((1 / 6, 0.0, 5 / 6, 1.0))
+    assert grids[1][0].box == pytest.approx((0.0, 0.2, 1.0, 0.8))  # 60 x 100 -> 56 x 93.3, crop y [18.7, 74.7)
+    model, processor = load_policy(PolicyConfig(name_or_path=zoo_dir("idefics3")))
+    boxes = [g.box for g in family_for(model, processor).image_grids(_encode(processor), [[WIDE], [TALL]])[0]]
+    assert boxes == [(0, 0, .5, .5), (.5, 0, 1, .5), (0, .5, .5, 1), (.5, .5, 1, 1), (0, 0, 1, 1)]
+    only_global = family_for(model, processor, grid="base").image_grids(_encode(processor), [[WIDE], [TALL]])
+    assert [g.box for g in only_global[0]] == [(0, 0, 1, 1)]
+
+
+@pytest.mark.parametrize("size", [(132, 88), (88, 132), (56, 56), (200, 50), (57, 170), (300, 301)])
+def test_llava_next_tile_grid_matches_the_model_for_aspect_ratios(size, zoo_dir):
+    """Processor and model must agree on the unpadded tile grid (an off-by-one breaks the forward)."""
+    model, processor = load_policy(PolicyConfig(name_or_path=zoo_dir("llava_next")))
+    image = Image.new("RGB", size, "white")
+    enc = _encode(processor, texts=("x",), images=[image])
+    fam = family_for(model, processor, grid="all")
+    base, tiles = fam.image_grids(enc, [[size]])[0]
+    th, tw = tiles.positions.shape
+    assert base.positions.shape == (4, 4)
+    assert len(runs(enc["input_ids"][0], model.config.image_token_index)[0]) == 2
+    assert runs(enc["input_ids"][0], model.config.image_token_index)[0][1] == 16 + th * (tw + 1)
+    with torch.no_grad():
+        model(**enc)  # the model's own feature count agrees with the processor's tokens
+
+
+def test_grid_option_is_validated(zoo_dir):
+    model, processor = build_vlm("llava_next")
+    with pytest.raises(ValueError, match="base"):
+        family_for(model, processor, grid="global")
