@@ -1,5 +1,6 @@
-"""Callbacks that observe training and evaluation: completion samples as TensorBoard text, HF-format
-export, the test accuracy table (TensorBoard, Markdown, CSV) and prediction JSONL files."""
+"""Callbacks that observe training and evaluation: completion samples as TensorBoard text, attention
+overlays as TensorBoard images, HF-format export, the test accuracy table (TensorBoard, Markdown, CSV)
+and prediction JSONL files."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 
@@ -44,6 +46,45 @@ class CompletionSamples(L.Callback):
                 blocks.append(f"completion {j - p * g}: total={outputs['total'][j]:.3f} ({rewards}), "
                               f"advantage={outputs['advantages'][j]:+.3f}\n\n{_code(outputs['completions'][j])}")
         writer.add_text("train/completions", "\n\n".join(blocks), trainer.global_step)
+
+
+class AttentionOverlays(L.Callback):
+    """Every ``every_n_steps`` training steps, log attention overlays of a few completions and the ASM histogram.
+
+    Each overlay is one image per completion (and per image of its prompt): the prompt image, the
+    final layer's attention on it (the completion's mean over its tokens, resized to the image), the
+    attention blended over the image, and the foreground mask (black = foreground, i.e. some RGB
+    channel < 230), drawn ``side`` pixels along the longer side. Tags: ``train/attention/overlay/<j>``
+    (``<j>_<k>`` for a prompt's k-th image) and the histogram ``train/attention/asm``. Needs the
+    attention capture (the ``attention`` reward, or ``model.attention.enabled: true``); logs nothing otherwise.
+    """
+
+    def __init__(self, every_n_steps: int = 10, num_completions: int = 4, side: int = 256):
+        self.every_n_steps, self.num_completions, self.side = every_n_steps, num_completions, side
+
+    @rank_zero_only
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        if not isinstance(outputs, dict) or outputs.get("attention") is None or batch_idx % self.every_n_steps:
+            return
+        writer = getattr(trainer.logger, "experiment", None)
+        if writer is None or not hasattr(writer, "add_image"):
+            return
+        self.log_attention(writer, outputs["attention"], batch.samples, outputs["group_size"], trainer.global_step)
+
+    def log_attention(self, writer, scores, samples, group_size: int, step: int) -> None:
+        """Write the overlays and the histogram of ``scores`` (:class:`~lit_grpo.attention.AttentionScores`)."""
+        from lit_grpo.analysis import image_panel
+
+        asm = scores.asm[~torch.isnan(scores.asm)]
+        if asm.numel():
+            writer.add_histogram("train/attention/asm", asm, step)
+        for j in range(min(self.num_completions, len(scores.maps))):
+            images = samples[j // group_size].images
+            for k, image in enumerate(images):
+                tag = f"train/attention/overlay/{j}" + (f"_{k}" if len(images) > 1 else "")
+                pic = image_panel(image, scores.maps[j], scores.grids[j], k, self.side)
+                writer.add_image(tag, pic, step, dataformats="HWC")  # float32 in [0, 1]: no double scaling
 
 
 class ExportPretrained(L.Callback):

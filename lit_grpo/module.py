@@ -1,5 +1,9 @@
 """GRPOModule: one training step = rollout -> score -> rewards -> advantages -> policy update -> log.
 
+The no-grad scoring pass is one forward per micro-batch over prompt + completion; when the attention
+reward is configured it runs even with ``num_iterations == 1`` and ``beta == 0``, and hooks on the final
+decoder layer turn that same forward into the ASM column of the rewards (no second forward).
+
 Manual optimisation: every training step samples G completions for each of its B prompts and then makes
 ``num_iterations`` optimizer steps on them, so ``trainer.global_step`` (and ``max_steps``, schedulers,
 ``log_every_n_steps``) count optimizer steps = batches x ``num_iterations``. Rollout data lives in local
@@ -20,13 +24,15 @@ from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import Tensor
 
 from lit_grpo import distributed as D
+from lit_grpo.attention import AttentionConfig, AttentionScorer, AttentionScores
 from lit_grpo.data.datamodule import PromptBatch
 from lit_grpo.evaluation import build_records, build_scorer, correctness
+from lit_grpo.families import row_layout
 from lit_grpo.grpo import group_advantages, grpo_loss
 from lit_grpo.hparams import flatten_hparams, log_flat_hparams
 from lit_grpo.metrics import PromptStats
 from lit_grpo.policy import PolicyConfig, ReferencePolicy, image_token_ids, is_peft, load_policy, stop_token_ids
-from lit_grpo.rewards import RewardSpec, build_rewards, score_completions
+from lit_grpo.rewards import RewardSpec, build_rewards, required_columns, score_completions
 from lit_grpo.rng import collect_rng_states, set_rng_states
 from lit_grpo.rollout import (Rollout, SamplingConfig, completion_logps, encode_prompts, repeat_rows,
                               sample_completions)
@@ -56,6 +62,20 @@ class GRPOConfig:
     """Exclude completions that hit ``max_completion_length`` without a stop token from the loss."""
     max_grad_norm: float | None = 1.0
     """Gradient-norm clip (None = off)."""
+
+
+@dataclasses.dataclass
+class ScoringPass:
+    """What the no-grad scoring pass gives a step: log-probs ``[N, T]`` of the sampling policy
+    (``num_iterations > 1``) and of the reference (``beta > 0``), and the attention scores (when captured)."""
+
+    old_logps: Tensor | None = None
+    ref_logps: Tensor | None = None
+    attention: AttentionScores | None = None
+
+    def columns(self) -> dict[str, list]:
+        """Extra reward columns (``asm``)."""
+        return {} if self.attention is None else {"asm": self.attention.asm.tolist()}
 
 
 @dataclasses.dataclass
@@ -98,6 +118,7 @@ class GRPOModule(L.LightningModule):
         grpo: GRPOConfig = GRPOConfig(),
         sampling: SamplingConfig = SamplingConfig(),
         evaluation: EvalConfig = EvalConfig(),
+        attention: AttentionConfig = AttentionConfig(),
         optimizer: OptimizerCallable = torch.optim.AdamW,
         lr_scheduler: LRSchedulerCallable | None = None,
     ):
@@ -108,6 +129,8 @@ class GRPOModule(L.LightningModule):
             grpo: objective (beta, clipping, loss aggregation, iterations, micro-batching).
             sampling: rollout sampling (G, temperature, top_p, top_k, max_completion_length).
             evaluation: validation/test completion modes.
+            attention: final-layer attention capture in the scoring pass (the ``attention`` reward's ASM;
+                on whenever a reward reads ``asm``).
             optimizer: optimizer class and arguments (``class_path``/``init_args``).
             lr_scheduler: optional scheduler, stepped once per optimizer step.
         """
@@ -125,6 +148,12 @@ class GRPOModule(L.LightningModule):
         self.scorer_fn = build_scorer(evaluation.scorer, evaluation.scorer_kwargs,
                                       [*self.reward_specs, *evaluation.metrics])
         self.policy, self.processor = load_policy(policy)
+        self.layout = row_layout(self.policy, self.processor)
+        self.wants_asm = "asm" in required_columns(self.reward_specs + list(evaluation.metrics))
+        self.attention_scorer = AttentionScorer(self.policy, self.processor, attention) \
+            if (attention.enabled if attention.enabled is not None else self.wants_asm) else None
+        if self.wants_asm and self.attention_scorer is None:
+            raise ValueError("the attention reward needs attention.enabled true (or unset)")
         self.stop_ids = stop_token_ids(self.policy, self.processor, policy.extra_stop_tokens)
         self.register_buffer("suppress_ids", torch.tensor(image_token_ids(self.policy, self.processor)),
                              persistent=False)
@@ -141,50 +170,65 @@ class GRPOModule(L.LightningModule):
     def rollout(self, batch: PromptBatch, group_size: int, greedy: bool = False,
                 temperature: float | None = None) -> Rollout:
         enc = encode_prompts(self.processor, batch.messages, [s.images for s in batch.samples])
-        prompt = {k: v.to(self.device) if isinstance(v, Tensor) else v for k, v in repeat_rows(enc, group_size).items()}
+        prompt = {k: v.to(self.device) if isinstance(v, Tensor) else v
+                  for k, v in repeat_rows(enc, group_size, self.layout).items()}
         cfg = self.sampling if temperature is None else dataclasses.replace(self.sampling, temperature=temperature)
         return sample_completions(self.policy, self.processor, prompt, cfg, self.stop_ids,
-                                  self.suppress_ids.tolist(), greedy=greedy)
+                                  self.suppress_ids.tolist(), greedy=greedy, layout=self.layout)
 
     def micro_batches(self, n: int) -> list[slice]:
         size = self.cfg.micro_batch_size or n
         return [slice(i, min(i + size, n)) for i in range(0, n, size)]
 
     @torch.no_grad()
-    def score(self, rollout: Rollout) -> tuple[Tensor | None, Tensor | None]:
-        """No-grad pass: sampling-policy log-probs (``num_iterations > 1``) and reference log-probs (``beta > 0``)."""
-        old = ref = None
-        temp = self.sampling.temperature
-        if self.cfg.num_iterations > 1:
-            old = torch.cat([completion_logps(self.policy, rollout.rows(s), temp, self.suppress_ids)[0]
-                             for s in self.micro_batches(rollout.num_completions)])
-        if self.reference is not None:
+    def score(self, batch: PromptBatch, rollout: Rollout, group_size: int, train: bool = True) -> ScoringPass:
+        """The no-grad scoring pass: one forward of the policy per micro-batch gives the sampling policy's
+        log-probs (``num_iterations > 1``) and, with the attention capture on, the ASM from the same forward
+        (SDPA kept); then the reference pass (``beta > 0``). ``train=False`` (evaluation) skips log-probs."""
+        out, temp = ScoringPass(), self.sampling.temperature
+        want_old = train and self.cfg.num_iterations > 1
+        if want_old or self.attention_scorer is not None:
+            images = [s.images for s in batch.samples for _ in range(group_size)]
+            old, attention = [], []
+            for s in self.micro_batches(rollout.num_completions):
+                rows = rollout.rows(s)
+                scorer = self.attention_scorer
+                with scorer.capture(self.policy, rows) if scorer else contextlib.nullcontext() as cap:
+                    old.append(completion_logps(self.policy, rows, temp, self.suppress_ids)[0])
+                if cap is not None:
+                    attention.append(scorer.score(cap, rows, images[s]))
+            out.old_logps = torch.cat(old) if want_old else None
+            out.attention = AttentionScores.cat(attention) if attention else None
+        if train and self.reference is not None:
             with self.reference.model_context(self.policy) as ref_model:
-                ref = torch.cat([completion_logps(ref_model, rollout.rows(s), temp, self.suppress_ids)[0]
-                                 for s in self.micro_batches(rollout.num_completions)])
-        return old, ref
+                out.ref_logps = torch.cat([completion_logps(ref_model, rollout.rows(s), temp, self.suppress_ids)[0]
+                                           for s in self.micro_batches(rollout.num_completions)])
+        return out
 
-    def columns(self, batch: PromptBatch, rollout: Rollout, group_size: int) -> dict[str, list]:
-        """Reward columns: every Sample field repeated ``group_size`` times, plus ``truncated`` and
-        ``completion_length`` (tokens)."""
+    def columns(self, batch: PromptBatch, rollout: Rollout, group_size: int,
+                extra: dict[str, list] | None = None) -> dict[str, list]:
+        """Reward columns: every Sample field repeated ``group_size`` times, plus ``truncated``,
+        ``completion_length`` (tokens) and the scoring pass's ``extra`` columns (``asm``)."""
         per_sample = [s.columns() for s in batch.samples]
         columns = {k: [c[k] for c in per_sample for _ in range(group_size)] for k in per_sample[0]}
         columns["truncated"] = rollout.truncated.tolist()
         columns["completion_length"] = rollout.completion_mask.sum(1).tolist()
+        columns.update(extra or {})
         return columns
 
     def rewards(self, batch: PromptBatch, rollout: Rollout, group_size: int, fns: dict | None = None,
-                metrics: dict[str, float] | None = None) -> tuple[dict[str, Tensor], Tensor]:
+                metrics: dict[str, float] | None = None,
+                extra: dict[str, list] | None = None) -> tuple[dict[str, Tensor], Tensor]:
         """Per-reward values (components of composite rewards included) and the weighted total of every
         reward (or of ``fns``: evaluation-only metrics weigh 0); reward metrics (e.g. judge latency) go into
-        ``metrics``. A reward that raises (a judge that is down) stops the step on every rank at once, so
-        no rank waits forever in a collective."""
+        ``metrics``; ``extra`` holds the scoring pass's columns. A reward that raises (a judge that is down)
+        stops the step on every rank at once, so no rank waits forever in a collective."""
         fns = fns or self.reward_fns
         weights = {k: self.reward_weights.get(k, 0.0) for k in fns}
         error = None
         try:
-            out = score_completions(fns, weights, rollout.completions, self.columns(batch, rollout, group_size),
-                                    metrics)
+            out = score_completions(fns, weights, rollout.completions,
+                                    self.columns(batch, rollout, group_size, extra), metrics)
         except Exception as exc:  # re-raised below, after every rank knows
             error = exc
         if D.all_reduce_sum(torch.tensor(float(error is not None), device=self.device)).item() > 0:
@@ -192,16 +236,17 @@ class GRPOModule(L.LightningModule):
         return out
 
     def correctness(self, batch: PromptBatch, rollout: Rollout, group_size: int, per_reward: dict[str, Tensor],
-                    metrics: dict[str, float] | None = None) -> Tensor | None:
+                    metrics: dict[str, float] | None = None, extra: dict[str, list] | None = None) -> Tensor | None:
         """The scorer's correctness per completion ``[N]`` (0/1 with ``pass_threshold``; NaN: cannot score), or
         None without a scorer. ``per_reward`` holds this rollout's reward values (reused when they include the
-        scorer); a scorer of its own puts its call statistics (judge latency, failures) into ``metrics``."""
+        scorer); a scorer of its own puts its call statistics (judge latency, failures) into ``metrics``;
+        ``extra`` holds the scoring pass's columns."""
         if self.evaluation.scorer is None:
             return None
         if self.scorer_fn is None:
             values = per_reward[self.evaluation.scorer].tolist()
         else:
-            values = self.scorer_fn(rollout.completions, **self.columns(batch, rollout, group_size))
+            values = self.scorer_fn(rollout.completions, **self.columns(batch, rollout, group_size, extra))
             if metrics is not None:
                 metrics.update({f"accuracy/{k}": float(v) for k, v in getattr(values, "metrics", {}).items()})
         return torch.tensor(correctness(values, self.evaluation.pass_threshold), dtype=torch.float32)
@@ -210,19 +255,20 @@ class GRPOModule(L.LightningModule):
     def training_step(self, batch: PromptBatch, batch_idx: int) -> dict[str, Any]:
         start, g = time.perf_counter(), self.sampling.num_generations
         rollout = self.rollout(batch, g)
-        old_logps, ref_logps = self.score(rollout)
+        scored = self.score(batch, rollout, g)
         reward_metrics: dict[str, float] = {}
-        per_reward, total = self.rewards(batch, rollout, g, metrics=reward_metrics)
+        per_reward, total = self.rewards(batch, rollout, g, metrics=reward_metrics, extra=scored.columns())
         rank, world = D.world()
         all_total = D.all_gather_cat(total.to(self.device)).cpu()  # (W * N,)
         advantages = group_advantages(all_total, g, self.cfg.scale_rewards, self.cfg.advantage_eps)
         local_adv = advantages.reshape(world, -1)[rank].to(self.device)  # (N,)
-        stats = self.update(rollout, local_adv, old_logps, ref_logps)
+        stats = self.update(rollout, local_adv, scored.old_logps, scored.ref_logps)
         elapsed = time.perf_counter() - start
         self.log_train(per_reward, all_total, advantages, rollout, stats, len(all_total) / elapsed, reward_metrics)
         return {"prompts": [m for m in batch.messages], "completions": rollout.completions,
                 "rewards": {k: v.tolist() for k, v in per_reward.items()}, "total": total.tolist(),
-                "advantages": local_adv.tolist(), "answers": [s.answer for s in batch.samples], "group_size": g}
+                "advantages": local_adv.tolist(), "answers": [s.answer for s in batch.samples], "group_size": g,
+                "attention": scored.attention}
 
     def _backward_sync(self, last: bool):
         strategy = self._trainer.strategy if self._trainer is not None else None
@@ -338,9 +384,10 @@ class GRPOModule(L.LightningModule):
                 if self.evaluation.seed is not None:
                     torch.manual_seed(self.evaluation.seed + batch_idx)
                 rollout = self.rollout(batch, n, greedy=greedy, temperature=temp)
+            extra = self.score(batch, rollout, n, train=False).columns() if self.wants_asm else {}
             reward_metrics, call_metrics = {}, {}
-            per_reward, total = self.rewards(batch, rollout, n, self.eval_fns, metrics=reward_metrics)
-            correct = self.correctness(batch, rollout, n, per_reward, call_metrics)
+            per_reward, total = self.rewards(batch, rollout, n, self.eval_fns, metrics=reward_metrics, extra=extra)
+            correct = self.correctness(batch, rollout, n, per_reward, call_metrics, extra)
             call_metrics.update({f"reward/{k}": v for k, v in reward_metrics.items()})
             for label, values in per_reward.items():
                 self.eval_stats.update(f"{stage}/{mode}/reward/{label}", values, n)

@@ -221,3 +221,26 @@ def test_filter_drops_and_counts_only_the_long_ones(puzzle_samples, caplog):
     kept = dm._filter("train", puzzle_samples[:6])
     assert [kept[i].id for i in range(len(kept))] == [s.id for s in puzzle_samples[:3]]
     assert "train: dropped 3 of 6 samples longer than max_prompt_length=10 tokens" in caplog.text
+
+
+def test_attention_demo_config_trains_with_fmt_acc_asm(tmp_path):
+    """configs/demo_attention.yaml: the reward list format + binary + attention trains, the ASM is logged as a
+    reward in [0, 1], and the overlays and the ASM histogram reach TensorBoard."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    rewards = [{"name": "format", "kwargs": {"tags": ["think"]}}, {"name": "binary"},
+               {"name": "attention", "weight": 0.5}]
+    callbacks = [{"class_path": "lit_grpo.callbacks.AttentionOverlays",
+                  "init_args": {"every_n_steps": 1, "num_completions": 2}}]
+    cli = main(["fit", "--config", "configs/demo_attention.yaml", "--config",
+                str(_overrides(tmp_path, **{"model.init_args.rewards": rewards, "trainer.callbacks": callbacks}))])
+    assert cli.trainer.global_step == 2
+    assert cli.model.reward_weights == {"format": 1.0, "binary": 1.0, "attention": 0.5}
+    logged = cli.trainer.logged_metrics
+    assert 0.0 <= float(logged["train/reward/attention"]) <= 1.0
+    assert 0.0 <= float(logged["val/greedy/reward/attention"]) <= 1.0
+    events = EventAccumulator(str(tmp_path / "logs" / "t" / "version_0"), size_guidance={"images": 0})
+    events.Reload()
+    assert {"train/attention/overlay/0", "train/attention/overlay/1"} <= set(events.Tags()["images"])
+    assert "train/attention/asm" in events.Tags()["histograms"]
+    assert [e.step for e in events.Images("train/attention/overlay/0")] == [1, 2]  # global step after each update

@@ -84,6 +84,11 @@ def build_rewards(specs: list[RewardSpec]) -> dict[str, RewardFn]:
     return out
 
 
+def required_columns(specs: list[RewardSpec]) -> set[str]:
+    """Columns of the scoring pass the rewards read (a registered reward lists them in ``columns``)."""
+    return {c for spec in specs for c in getattr(REWARDS.get(spec.name), "columns", ())}
+
+
 def score_completions(
     fns: dict[str, RewardFn], weights: dict[str, float], completions: list[str], columns: dict[str, list],
     metrics: dict[str, float] | None = None,

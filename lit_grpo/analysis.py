@@ -1,0 +1,238 @@
+"""Attention-map analysis for notebooks and callbacks: maps of one sample, overlays, ASM over a dataset
+grouped by domain / reasoning type / rule, and two checkpoints compared.
+
+Everything here runs the same capture and scorer as the trainer (:mod:`lit_grpo.attention`): a
+completion is generated (greedy by default), then one full forward over prompt + completion with the
+hooks on gives each token's final-layer attention on the image.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from typing import Callable, Iterable
+
+import numpy as np
+import torch
+from PIL import Image
+from torch import Tensor, nn
+
+from lit_grpo.attention import AttentionConfig, AttentionScorer, foreground_mask, image_heatmap
+from lit_grpo.data.sample import Sample
+from lit_grpo.data.templates import render_messages
+from lit_grpo.families import ImageGrid, row_layout
+from lit_grpo.policy import image_token_ids, stop_token_ids
+from lit_grpo.rollout import SamplingConfig, encode_prompts, model_inputs, repeat_rows, sample_completions
+
+# A perceptual dark-blue -> teal -> yellow ramp (anchors of matplotlib's viridis), so the callback needs no matplotlib.
+_RAMP = np.array([[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]], dtype=np.float32) / 255
+
+
+# ----------------------------------------------------------------------------------------- pictures
+def _unit(heat: Tensor | np.ndarray) -> np.ndarray:
+    """Min-max scaled to [0, 1] (a constant map becomes 0): the contrast a picture can show."""
+    h = np.asarray(heat, dtype=np.float32)
+    span = float(h.max() - h.min()) if h.size else 0.0
+    return (h - h.min()) / span if span > 0 else np.zeros_like(h)
+
+
+def colorize(heat: Tensor | np.ndarray) -> np.ndarray:
+    """Heat map ``[Y, X]`` -> RGB float32 ``[Y, X, 3]`` in [0, 1], min-max scaled (dark = least attention)."""
+    pos = _unit(heat) * (len(_RAMP) - 1)
+    lo = np.clip(np.floor(pos).astype(int), 0, len(_RAMP) - 2)
+    frac = (pos - lo)[..., None]
+    return (_RAMP[lo] * (1 - frac) + _RAMP[lo + 1] * frac).astype(np.float32)
+
+
+def to_float(image: Image.Image) -> np.ndarray:
+    """PIL image -> RGB float32 ``[Y, X, 3]`` in [0, 1]."""
+    return np.asarray(image.convert("RGB"), dtype=np.float32) / 255.0
+
+
+def overlay(image: Image.Image, heat: Tensor | np.ndarray, alpha: float = 0.7) -> np.ndarray:
+    """The heat map blended over the image: weight ``alpha`` where attention is highest, 0 where lowest.
+
+    Shape: heat ``[Y, X]`` (the image's size) -> float32 ``[Y, X, 3]`` in [0, 1].
+    """
+    weight = alpha * _unit(heat)[..., None]
+    return ((1 - weight) * to_float(image) + weight * colorize(heat)).astype(np.float32)
+
+
+def panel(image: Image.Image, heat: Tensor | np.ndarray, mask: Tensor | np.ndarray, alpha: float = 0.7,
+          gap: int = 3) -> np.ndarray:
+    """``image | heat map | overlay | foreground mask`` side by side, white gaps between.
+
+    Shape: heat and mask ``[Y, X]`` -> float32 ``[Y, 4 X + 3 gap, 3]`` in [0, 1] (HWC; log it with
+    ``dataformats="HWC"``). Foreground is drawn black on white.
+    """
+    m = np.repeat(np.asarray(mask, dtype=np.float32)[..., None], 3, axis=2)
+    tiles = [to_float(image), colorize(heat), overlay(image, heat, alpha), 1.0 - m]
+    white = np.ones((tiles[0].shape[0], gap, 3), dtype=np.float32)
+    parts = [t for tile in tiles for t in (tile, white)][:-1]
+    return np.concatenate(parts, axis=1)
+
+
+def display_size(size: tuple[int, int], side: int) -> tuple[int, int]:
+    """``(width, height)`` scaled so the longer side is ``side`` (up or down)."""
+    scale = side / max(size)
+    return max(1, round(size[0] * scale)), max(1, round(size[1] * scale))
+
+
+def image_panel(image: Image.Image, maps: list[Tensor], grids: list[ImageGrid], index: int = 0, side: int = 256,
+                threshold: int = 230) -> np.ndarray:
+    """The :func:`panel` of image ``index`` for grid maps (e.g. ``AttentionScores.maps[n]``), drawn with the
+    longer side ``side`` px. The heat map is computed at that size (grid boxes are fractions of the image);
+    the mask is the scored one (from the original pixels), resized with nearest neighbours."""
+    w, h = display_size(image.size, side)
+    heat = image_heatmap(maps, grids, index, h, w)
+    mask = Image.fromarray(foreground_mask(image, threshold).numpy()).resize((w, h), Image.NEAREST)
+    return panel(image.convert("RGB").resize((w, h), Image.BICUBIC), heat, np.asarray(mask))
+
+
+# ----------------------------------------------------------------------------------------- one sample
+@dataclasses.dataclass
+class SampleAttention:
+    """One completion of one sample and where its tokens looked."""
+
+    sample: Sample
+    completion: str
+    tokens: list[str]
+    """The completion's valid tokens, decoded one by one."""
+    token_asm: Tensor
+    """``[T]`` each valid token's fraction of image attention on foreground pixels."""
+    asm: float
+    maps: list[Tensor]
+    """Mean attention per grid over the valid tokens (each token normalised to 1)."""
+    token_maps: list[Tensor]
+    """``[T, h, w]`` per grid: each valid token's own attention on the grid."""
+    grids: list[ImageGrid]
+
+    def heatmap(self, image: int = 0, token: int | None = None, size: tuple[int, int] | None = None) -> Tensor:
+        """Attention on image ``image`` at ``size`` ``(width, height)`` (default: the image's), normalised to
+        sum 1: the completion's mean map, or token ``token``'s own."""
+        w, h = size or self.sample.images[image].size
+        maps = self.maps if token is None else [m[token] for m in self.token_maps]
+        return image_heatmap(maps, self.grids, image, h, w)
+
+    def panel(self, image: int = 0, token: int | None = None, side: int = 256) -> np.ndarray:
+        """:func:`image_panel` of the completion's mean map, or of token ``token``'s own."""
+        maps = self.maps if token is None else [m[token] for m in self.token_maps]
+        return image_panel(self.sample.images[image], maps, self.grids, image, side)
+
+
+@torch.no_grad()
+def sample_attention(model: nn.Module, processor, sample: Sample, template: str = "visualsphinx_seed",
+                     completion: str | None = None, max_new_tokens: int = 32, grid: str | None = None,
+                     seed: int = 0) -> SampleAttention:
+    """Generate a greedy completion for ``sample`` (or score the given ``completion`` text) and return its maps."""
+    return batch_attention(model, processor, [sample], template, [completion] if completion is not None else None,
+                           max_new_tokens, grid, seed)[0]
+
+
+@torch.no_grad()
+def batch_attention(model: nn.Module, processor, samples: list[Sample], template: str = "visualsphinx_seed",
+                    completions: list[str] | None = None, max_new_tokens: int = 32, grid: str | None = None,
+                    seed: int = 0) -> list[SampleAttention]:
+    """:func:`sample_attention` for several samples in one batch (left-padded, one forward)."""
+    layout = row_layout(model, processor)
+    enc = repeat_rows(encode_prompts(processor, [render_messages(s, template) for s in samples],
+                                     [s.images for s in samples]), 1, layout)
+    stop = stop_token_ids(model, processor)
+    torch.manual_seed(seed)
+    rollout = sample_completions(model, processor, enc, SamplingConfig(max_completion_length=max_new_tokens), stop,
+                                 image_token_ids(model, processor), greedy=True, layout=layout)
+    if completions is not None:
+        rollout = _given_completions(rollout, processor, completions, stop)
+    scorer = AttentionScorer(model, processor, AttentionConfig(grid=grid))
+    was_training = model.training
+    model.eval()
+    try:
+        with scorer.capture(model, rollout) as cap:
+            model(**model_inputs(rollout), use_cache=False)
+    finally:
+        model.train(was_training)
+    scores = scorer.score(cap, rollout, [s.images for s in samples], keep_tokens=True)
+    tok = getattr(processor, "tokenizer", processor)
+    out = []
+    for n, s in enumerate(samples):
+        ids = rollout.completion_ids[n][rollout.completion_mask[n]].tolist()
+        out.append(SampleAttention(s, rollout.completions[n], [tok.decode([i]) for i in ids], scores.token_asm[n],
+                                   float(scores.asm[n]), scores.maps[n], scores.token_maps[n], scores.grids[n]))
+    return out
+
+
+def _given_completions(rollout, processor, completions: list[str], stop: list[int]):
+    """The rollout with its completions replaced by the tokenised ``completions`` (right-padded)."""
+    from lit_grpo.rollout import Rollout, completion_mask
+
+    tok = getattr(processor, "tokenizer", processor)
+    ids = [tok(c, add_special_tokens=False)["input_ids"] + [stop[0]] for c in completions]
+    t = max(len(i) for i in ids)
+    padded = torch.tensor([i + [tok.pad_token_id] * (t - len(i)) for i in ids])
+    mask, truncated = completion_mask(padded, stop)
+    return Rollout(rollout.prompt, padded, mask, truncated, list(completions), layout=rollout.layout)
+
+
+# ----------------------------------------------------------------------------------------- datasets
+def group_key(group_by: str | Callable[[Sample], str]) -> Callable[[Sample], str]:
+    """A sample -> group name function: a callable, a :class:`Sample` field (``domain``, ``principle``),
+    or ``meta.<key>`` (e.g. ``meta.reasoning_type``; lists are joined with ``+``)."""
+    if callable(group_by):
+        return group_by
+
+    def key(s: Sample) -> str:
+        value = s.meta.get(group_by[5:]) if group_by.startswith("meta.") else getattr(s, group_by)
+        return "+".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+
+    return key
+
+
+_RULES = {"count": "number of", "colour": "colour repeats", "size": "grows", "rotation": "arrow turns",
+          "position": "moves one corner"}
+
+
+def puzzle_rule(sample: Sample) -> str:
+    """The rule of an embedded puzzle, read from its explanation (``count``, ``colour``, ``size``, ...)."""
+    text = str(sample.meta.get("explanation", ""))
+    return next((rule for rule, words in _RULES.items() if re.search(words, text)), "other")
+
+
+def dataset_asm(model: nn.Module, processor, samples: Iterable[Sample], group_by: str | Callable = "domain",
+                template: str = "visualsphinx_seed", batch_size: int = 8, **kwargs) -> list[dict]:
+    """One record per sample: ``{"id", "group", "asm", "completion"}`` (greedy completions)."""
+    key, samples, records = group_key(group_by), list(samples), []
+    for i in range(0, len(samples), batch_size):
+        chunk = samples[i:i + batch_size]
+        for s, a in zip(chunk, batch_attention(model, processor, chunk, template, **kwargs)):
+            records.append({"id": s.id, "group": key(s), "asm": a.asm, "completion": a.completion})
+    return records
+
+
+def summarize(records: list[dict]) -> dict[str, dict[str, float]]:
+    """Per group: mean ASM, its standard error and the count (NaN ASMs skipped); ``"all"`` last."""
+    groups: dict[str, list[float]] = {}
+    for r in records:
+        if not math.isnan(r["asm"]):
+            groups.setdefault(r["group"], []).append(r["asm"])
+    groups = dict(sorted(groups.items()))
+    groups["all"] = [v for vs in groups.values() for v in vs]
+    out = {}
+    for g, vs in groups.items():
+        a = np.asarray(vs, dtype=np.float64)
+        out[g] = {"mean": float(a.mean()) if a.size else math.nan, "sem": float(a.std(ddof=1) / math.sqrt(a.size))
+                  if a.size > 1 else 0.0, "n": int(a.size)}
+    return out
+
+
+def compare_checkpoints(checkpoints: dict[str, tuple[nn.Module, object]], samples: list[Sample],
+                        group_by: str | Callable = "domain", **kwargs) -> dict[str, dict[str, dict[str, float]]]:
+    """``{name: (model, processor)}`` -> ``{group: {name: mean ASM, ..., "diff": last - first}}`` on the same samples."""
+    summaries = {name: summarize(dataset_asm(m, p, samples, group_by, **kwargs)) for name, (m, p) in checkpoints.items()}
+    names = list(summaries)
+    table = {}
+    for g in summaries[names[0]]:
+        row = {n: summaries[n].get(g, {"mean": math.nan})["mean"] for n in names}
+        row["diff"] = row[names[-1]] - row[names[0]]
+        table[g] = row
+    return table

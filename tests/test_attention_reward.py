@@ -1,0 +1,132 @@
+"""The attention reward in the trainer: ASM from the scoring pass's own forward, the reward column, the
+TensorBoard overlays (read back from the event file), and evaluation."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from lit_grpo import GRPOConfig, GRPOModule
+from lit_grpo.analysis import image_panel
+from lit_grpo.attention import AttentionConfig
+from lit_grpo.callbacks import AttentionOverlays
+from lit_grpo.data.datamodule import PromptBatch
+from lit_grpo.data.templates import render_messages
+from lit_grpo.policy import PolicyConfig
+from lit_grpo.rewards import RewardSpec, attention_reward, required_columns
+from lit_grpo.rollout import SamplingConfig
+
+REWARDS = [RewardSpec("format", kwargs={"tags": ["think"]}), RewardSpec("binary"), RewardSpec("attention", 0.5)]
+
+
+def test_attention_reward_reads_the_asm_column():
+    assert attention_reward(["a", "b", "c"], asm=[0.25, math.nan, 1.0])[0::2] == [0.25, 1.0]
+    assert math.isnan(attention_reward(["a", "b"], asm=[0.1, math.nan])[1])
+    with pytest.raises(ValueError, match="asm"):
+        attention_reward(["a"])
+    assert required_columns(REWARDS) == {"asm"} and required_columns(REWARDS[:2]) == set()
+
+
+def _module(tiny_model_dir, rewards=REWARDS, **grpo):
+    return GRPOModule(policy=PolicyConfig(name_or_path=tiny_model_dir), rewards=rewards, grpo=GRPOConfig(**grpo),
+                      sampling=SamplingConfig(num_generations=4, max_completion_length=10))
+
+
+def _batch(samples):
+    return PromptBatch(samples, [render_messages(s, "visualsphinx_seed") for s in samples])
+
+
+def _count_scoring_forwards(module):
+    """Policy forwards outside ``generate`` (they pass ``use_cache=False``)."""
+    calls = []
+    module.policy.register_forward_pre_hook(
+        lambda mod, args, kwargs: calls.append(1) if kwargs.get("use_cache") is False else None, with_kwargs=True)
+    return calls
+
+
+@pytest.mark.parametrize("with_attention", [True, False])
+def test_training_step_scores_asm_in_the_one_scoring_forward(with_attention, tiny_model_dir, puzzle_samples):
+    module = _module(tiny_model_dir, REWARDS if with_attention else REWARDS[:2])
+    module.configure_optimizers = lambda: torch.optim.SGD(module.trainable_parameters(), lr=0.0)
+    opt = module.configure_optimizers()
+    module.optimizers = lambda: opt
+    module.lr_schedulers = lambda: None
+    module.log_dict = module.log = lambda *a, **k: None
+    calls = _count_scoring_forwards(module)
+    torch.manual_seed(0)
+    out = module.training_step(_batch(puzzle_samples[:2]), 0)
+    # num_iterations=1, beta=0: without the attention reward there is no scoring pass at all (1 = the update);
+    # with it, exactly one more forward, whose hooks give the ASM
+    assert len(calls) == (2 if with_attention else 1)
+    assert module.policy.config._attn_implementation == "sdpa"
+    if not with_attention:
+        assert out["attention"] is None and module.attention_scorer is None
+        return
+    asm = out["attention"].asm
+    assert asm.shape == (8,) and ((asm >= 0) & (asm <= 1)).all()
+    assert out["rewards"]["attention"] == pytest.approx(asm.tolist())
+    fmt, binary = np.array(out["rewards"]["format"]), np.array(out["rewards"]["binary"])
+    assert out["total"] == pytest.approx((fmt + binary + 0.5 * asm.numpy()).tolist(), abs=1e-6)
+
+
+def test_attention_can_be_captured_for_logging_without_the_reward(tiny_model_dir, puzzle_samples):
+    module = GRPOModule(policy=PolicyConfig(name_or_path=tiny_model_dir), rewards=[RewardSpec("binary")],
+                        attention=AttentionConfig(enabled=True), sampling=SamplingConfig(num_generations=2,
+                                                                                        max_completion_length=6))
+    batch = _batch(puzzle_samples[:2])
+    rollout = module.rollout(batch, 2)
+    scored = module.score(batch, rollout, 2)
+    assert scored.old_logps is None and scored.attention.asm.shape == (4,)
+    with pytest.raises(ValueError, match="enabled"):
+        GRPOModule(policy=PolicyConfig(name_or_path=tiny_model_dir), rewards=REWARDS,
+                   attention=AttentionConfig(enabled=False))
+
+
+def test_micro_batched_scoring_gives_the_same_asm(tiny_model_dir, puzzle_samples):
+    module = _module(tiny_model_dir, num_iterations=2)
+    batch = _batch(puzzle_samples[:2])
+    torch.manual_seed(0)
+    rollout = module.rollout(batch, 4)
+    whole = module.score(batch, rollout, 4)
+    module.cfg.micro_batch_size = 3
+    parts = module.score(batch, rollout, 4)
+    torch.testing.assert_close(parts.attention.asm, whole.attention.asm, atol=1e-5, rtol=0)
+    torch.testing.assert_close(parts.old_logps, whole.old_logps, atol=1e-5, rtol=0)
+
+
+def test_validation_computes_the_attention_reward(tiny_model_dir, puzzle_samples):
+    module = _module(tiny_model_dir)
+    records = module._eval_step(_batch(puzzle_samples[:2]), "val")
+    values = [r["rewards"]["attention"] for r in records]
+    assert len(values) == 2 and all(0 <= v <= 1 for v in values)
+
+
+def test_overlays_are_logged_as_the_panels_read_back_from_tensorboard(tiny_model_dir, puzzle_samples, tmp_path):
+    """The event file holds the HWC panel exactly (no double scaling, no CHW mix-up) and the ASM histogram."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from torch.utils.tensorboard import SummaryWriter
+
+    module = _module(tiny_model_dir)
+    batch = _batch(puzzle_samples[:2])
+    torch.manual_seed(0)
+    scores = module.score(batch, module.rollout(batch, 4), 4).attention
+    writer = SummaryWriter(str(tmp_path))
+    AttentionOverlays(num_completions=2, side=200).log_attention(writer, scores, batch.samples, 4, step=3)
+    writer.close()
+    events = EventAccumulator(str(tmp_path), size_guidance={"images": 0, "histograms": 0})
+    events.Reload()
+    assert sorted(events.Tags()["images"]) == ["train/attention/overlay/0", "train/attention/overlay/1"]
+    hist = events.Histograms("train/attention/asm")[0]
+    assert hist.step == 3 and hist.histogram_value.num == 8
+    assert hist.histogram_value.sum == pytest.approx(float(scores.asm.sum()), rel=1e-5)
+    logged = events.Images("train/attention/overlay/1")[0]
+    import io
+
+    pic = np.asarray(Image.open(io.BytesIO(logged.encoded_image_string)).convert("RGB"))
+    expected = image_panel(batch.samples[0].images[0], scores.maps[1], scores.grids[1], 0, 200)
+    assert pic.shape == expected.shape and pic.shape[1] > pic.shape[0]  # 200 px wide tiles side by side
+    assert np.abs(pic.astype(float) - expected * 255).max() <= 1.0
+    # the first tile is the puzzle image itself (white background stays white)
+    assert (pic[:, :5] == 255).mean() > 0.5
