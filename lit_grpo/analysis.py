@@ -23,7 +23,8 @@ from lit_grpo.data.sample import Sample
 from lit_grpo.data.templates import render_messages
 from lit_grpo.families import ImageGrid, row_layout
 from lit_grpo.policy import image_token_ids, stop_token_ids
-from lit_grpo.rollout import SamplingConfig, encode_prompts, model_inputs, repeat_rows, sample_completions
+from lit_grpo.rollout import (Rollout, SamplingConfig, completion_mask, encode_prompts, model_inputs, repeat_rows,
+                              sample_completions)
 
 # A perceptual dark-blue -> teal -> yellow ramp (anchors of matplotlib's viridis), so the callback needs no matplotlib.
 _RAMP = np.array([[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]], dtype=np.float32) / 255
@@ -73,6 +74,11 @@ def panel(image: Image.Image, heat: Tensor | np.ndarray, mask: Tensor | np.ndarr
     return np.concatenate(parts, axis=1)
 
 
+def foreground_share(image: Image.Image, threshold: int = 230) -> float:
+    """Fraction of the image's pixels that are foreground: the ASM that uniform attention would get."""
+    return float(foreground_mask(image, threshold).float().mean())
+
+
 def display_size(size: tuple[int, int], side: int) -> tuple[int, int]:
     """``(width, height)`` scaled so the longer side is ``side`` (up or down)."""
     scale = side / max(size)
@@ -108,17 +114,18 @@ class SampleAttention:
     """``[T, h, w]`` per grid: each valid token's own attention on the grid."""
     grids: list[ImageGrid]
 
+    def grid_maps(self, token: int | None = None) -> list[Tensor]:
+        """Per grid: the completion's mean map, or token ``token``'s own."""
+        return self.maps if token is None else [m[token] for m in self.token_maps]
+
     def heatmap(self, image: int = 0, token: int | None = None, size: tuple[int, int] | None = None) -> Tensor:
-        """Attention on image ``image`` at ``size`` ``(width, height)`` (default: the image's), normalised to
-        sum 1: the completion's mean map, or token ``token``'s own."""
+        """Attention on image ``image`` at ``size`` ``(width, height)`` (default: the image's), summing to 1."""
         w, h = size or self.sample.images[image].size
-        maps = self.maps if token is None else [m[token] for m in self.token_maps]
-        return image_heatmap(maps, self.grids, image, h, w)
+        return image_heatmap(self.grid_maps(token), self.grids, image, h, w)
 
     def panel(self, image: int = 0, token: int | None = None, side: int = 256) -> np.ndarray:
         """:func:`image_panel` of the completion's mean map, or of token ``token``'s own."""
-        maps = self.maps if token is None else [m[token] for m in self.token_maps]
-        return image_panel(self.sample.images[image], maps, self.grids, image, side)
+        return image_panel(self.sample.images[image], self.grid_maps(token), self.grids, image, side)
 
 
 @torch.no_grad()
@@ -139,11 +146,12 @@ def batch_attention(model: nn.Module, processor, samples: list[Sample], template
     enc = repeat_rows(encode_prompts(processor, [render_messages(s, template) for s in samples],
                                      [s.images for s in samples]), 1, layout)
     stop = stop_token_ids(model, processor)
-    torch.manual_seed(seed)
-    rollout = sample_completions(model, processor, enc, SamplingConfig(max_completion_length=max_new_tokens), stop,
-                                 image_token_ids(model, processor), greedy=True, layout=layout)
-    if completions is not None:
-        rollout = _given_completions(rollout, processor, completions, stop)
+    if completions is None:
+        torch.manual_seed(seed)
+        rollout = sample_completions(model, processor, enc, SamplingConfig(max_completion_length=max_new_tokens),
+                                     stop, image_token_ids(model, processor), greedy=True, layout=layout)
+    else:
+        rollout = given_rollout(enc, processor, completions, stop, layout)
     scorer = AttentionScorer(model, processor, AttentionConfig(grid=grid))
     was_training = model.training
     model.eval()
@@ -162,16 +170,15 @@ def batch_attention(model: nn.Module, processor, samples: list[Sample], template
     return out
 
 
-def _given_completions(rollout, processor, completions: list[str], stop: list[int]):
-    """The rollout with its completions replaced by the tokenised ``completions`` (right-padded)."""
-    from lit_grpo.rollout import Rollout, completion_mask
-
+def given_rollout(prompt: dict, processor, completions: list[str], stop: list[int], layout) -> Rollout:
+    """A rollout of ``prompt`` (one row per completion) with the given completion texts, each ended by the
+    first stop token and right-padded."""
     tok = getattr(processor, "tokenizer", processor)
     ids = [tok(c, add_special_tokens=False)["input_ids"] + [stop[0]] for c in completions]
     t = max(len(i) for i in ids)
     padded = torch.tensor([i + [tok.pad_token_id] * (t - len(i)) for i in ids])
     mask, truncated = completion_mask(padded, stop)
-    return Rollout(rollout.prompt, padded, mask, truncated, list(completions), layout=rollout.layout)
+    return Rollout(prompt, padded, mask, truncated, list(completions), layout=layout)
 
 
 # ----------------------------------------------------------------------------------------- datasets
@@ -226,7 +233,7 @@ def summarize(records: list[dict]) -> dict[str, dict[str, float]]:
 
 
 def compare_checkpoints(checkpoints: dict[str, tuple[nn.Module, object]], samples: list[Sample],
-                        group_by: str | Callable = "domain", **kwargs) -> dict[str, dict[str, dict[str, float]]]:
+                        group_by: str | Callable = "domain", **kwargs) -> dict[str, dict[str, float]]:
     """``{name: (model, processor)}`` -> ``{group: {name: mean ASM, ..., "diff": last - first}}`` on the same samples."""
     summaries = {name: summarize(dataset_asm(m, p, samples, group_by, **kwargs)) for name, (m, p) in checkpoints.items()}
     names = list(summaries)

@@ -11,16 +11,15 @@ Shapes: ``N`` rows (completions), ``L`` = prompt + completion tokens, ``T`` comp
 query heads, ``Hk`` key/value heads, ``D`` head dim, ``(h, w)`` a patch grid, ``(Y, X)`` image pixels.
 
 Which rows: the attention rows *of the completion tokens' own positions* (the token as query), valid
-where the completion mask is true. Memory: the reconstruction runs one row and ``chunk_size`` queries
-at a time, so it holds ``H x chunk_size x L`` scores and keeps ``T x L`` per row, for the last layer only.
+where the completion mask is true. Memory: the reconstruction holds at most ``chunk_scores`` scores at
+a time (a chunk of query rows x heads x keys) and keeps ``T x L`` per sequence (only ``T x I`` image
+columns in the trainer), for the last layer only, never the ``L x L`` matrix of any layer.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Iterator
-
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -95,43 +94,47 @@ def rotate_half(x: Tensor) -> Tensor:
 
 
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotary embedding as the models apply it. Shape: x ``[H, L, D]``, cos/sin ``[L, D]`` -> ``[H, L, D]``."""
-    return x * cos[None] + rotate_half(x) * sin[None]
-
-
-def row_attention(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, key_mask: Tensor, scale: float, head_dim: int,
-                  chunk_size: int = 128) -> Tensor:
-    """Head-averaged attention of the last ``Tq`` positions of one sequence, computed in query chunks.
-
-    Shape: q ``[Tq, H*D]``, k ``[L, Hk*D]``, cos/sin ``[L, D]``, key_mask ``[L]`` (true = real token)
-    -> ``[Tq, L]`` float32 whose rows sum to 1. Query ``i`` sits at position ``L - Tq + i`` and sees keys
-    ``<=`` its position that are real tokens (``scores * scale``, masked, softmax over all ``L``, as eager
-    attention does). GQA: key head ``j`` serves query heads ``j*G .. j*G+G-1`` (``repeat_interleave``).
-    """
-    L, tq = k.shape[0], q.shape[0]
-    kh = k.float().view(L, -1, head_dim).transpose(0, 1)  # (Hk, L, D)
-    kh = apply_rotary(kh, cos.float(), sin.float())
-    qh = q.float().view(tq, -1, head_dim).transpose(0, 1)  # (H, Tq, D)
-    kh = kh.repeat_interleave(qh.shape[0] // kh.shape[0], dim=0)  # (H, L, D)
-    out = torch.empty(tq, L, dtype=torch.float32, device=q.device)
-    keys = torch.arange(L, device=q.device)
-    for s in range(0, tq, chunk_size):
-        e = min(s + chunk_size, tq)
-        pos = torch.arange(L - tq + s, L - tq + e, device=q.device)
-        qc = apply_rotary(qh[:, s:e], cos[pos].float(), sin[pos].float())  # (H, C, D)
-        scores = torch.matmul(qc, kh.transpose(1, 2)) * scale  # (H, C, L)
-        allowed = (keys[None, :] <= pos[:, None]) & key_mask.bool()[None, :]  # (C, L)
-        scores = scores.masked_fill(~allowed[None], torch.finfo(torch.float32).min)
-        out[s:e] = scores.softmax(-1).mean(0)
-    return out
+    """Rotary embedding as the models apply it. Shape: x ``[N, H, L, D]``, cos/sin ``[N or 1, L, D]`` -> x's shape."""
+    return x * cos[:, None] + rotate_half(x) * sin[:, None]
 
 
 def attention_rows(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, attention_mask: Tensor, scale: float,
-                   head_dim: int, chunk_size: int = 128) -> Tensor:
-    """:func:`row_attention` for every row. Shape: q ``[N, Tq, H*D]``, k ``[N, L, Hk*D]``, cos/sin
-    ``[N or 1, L, D]``, attention_mask ``[N, L]`` -> ``[N, Tq, L]`` float32."""
-    return torch.stack([row_attention(q[n], k[n], cos[min(n, cos.shape[0] - 1)], sin[min(n, sin.shape[0] - 1)],
-                                      attention_mask[n], scale, head_dim, chunk_size) for n in range(q.shape[0])])
+                   head_dim: int, chunk_scores: int = 2 ** 22, columns: Tensor | None = None) -> Tensor:
+    """Head-averaged attention of the last ``Tq`` positions of each sequence, computed in query chunks.
+
+    Shape: q ``[N, Tq, H*D]`` (projected queries of the last ``Tq`` positions), k ``[N, L, Hk*D]``,
+    cos/sin ``[N or 1, L, D]``, attention_mask ``[N, L]`` (1 = real token) -> ``[N, Tq, L]`` float32,
+    rows summing to 1; with ``columns`` ``[N, I]`` only those keys are kept: ``[N, Tq, I]``.
+    Query ``i`` sits at position ``L - Tq + i`` and sees keys ``<=`` its position that are real tokens:
+    ``(scale q) k^T``, masked, softmax over all ``L`` keys, as eager attention does (which scales after
+    the product: equal up to float rounding, ~1e-7 in float32). GQA: query head ``h`` uses KV head
+    ``h // G`` (``G = H / Hk``), i.e. the KV heads ``repeat_interleave``-d ``G`` times; the grouped
+    matmul below does exactly that without materialising the copies. Scores are made ``chunk_scores`` at a
+    time (``N x H x chunk x L``; twice that in memory with their softmax).
+    """
+    n, tq, L = q.shape[0], q.shape[1], k.shape[1]
+    cos, sin = cos.float(), sin.float()
+    kh = apply_rotary(k.float().view(n, L, -1, head_dim).transpose(1, 2), cos, sin)  # (N, Hk, L, D)
+    qh = q.float().view(n, tq, -1, head_dim).transpose(1, 2)  # (N, H, Tq, D)
+    qh = apply_rotary(qh, cos[:, L - tq:], sin[:, L - tq:]) * scale
+    heads, kv = qh.shape[1], kh.shape[1]
+    qg = qh.view(n, kv, heads // kv, tq, head_dim)  # (N, Hk, G, Tq, D): heads j*G .. j*G+G-1 share KV head j
+    kt = kh.transpose(2, 3)  # (N, Hk, D, L)
+    positions = torch.arange(L - tq, L, device=q.device)
+    blocked = (torch.arange(L, device=q.device)[None, :] > positions[:, None]) | (attention_mask[:, None, :] == 0)
+    out = torch.empty(n, tq, L if columns is None else columns.shape[1], dtype=torch.float32, device=q.device)
+    step = max(1, chunk_scores // max(1, n * heads * L))
+    for s in range(0, tq, step):
+        e = min(s + step, tq)
+        qc = qg[:, :, :, s:e].reshape(n, kv, -1, head_dim)  # (N, Hk, G*C, D)
+        scores = torch.matmul(qc, kt).view(n, heads, e - s, L)  # (N, H, C, L)
+        scores.masked_fill_(blocked[:, None, s:e], torch.finfo(torch.float32).min)  # causal + padding
+        probs = scores.softmax(-1)  # over all L keys (torch's fused kernel: the fastest pass on CPU)
+        del scores
+        if columns is not None:  # only the kept keys are needed from here on
+            probs = probs.gather(3, columns[:, None, None, :].expand(n, heads, e - s, -1))  # (N, H, C, I)
+        out[:, s:e] = probs.mean(1)  # mean over heads
+    return out
 
 
 # ----------------------------------------------------------------------------------------- foreground score
@@ -182,20 +185,44 @@ class GridWeights:
         return cls(rh.T @ region @ rw, torch.outer(rh.sum(0), rw.sum(0)))
 
 
-def token_scores(maps: list[Tensor], weights: list[GridWeights]) -> Tensor:
-    """Per-token fraction of image attention on foreground pixels.
+def grid_fractions(mass: Tensor, foreground: Tensor, total: Tensor) -> Tensor:
+    """Per-token fraction of image attention on foreground pixels, from per-grid sums.
 
-    Shape: ``maps[g]`` ``[T, h_g, w_g]`` (attention on grid ``g``'s tokens) -> ``[T]`` in [0, 1].
-    Each grid's map is resized to its box; the grids' masses are kept as they were, so a grid's
-    fraction counts with its share of the image attention:
-    ``sum_g mass_g * (fg_g / total_g) / sum_g mass_g``. A token with no attention on the image scores 0.
+    Shape: ``[..., G]`` each -> ``[...]`` in [0, 1]. For grid ``g``: ``mass`` = attention on its tokens,
+    ``foreground`` / ``total`` = its map resized to its box and summed over the foreground / all pixels.
+    The grids keep their masses, so a grid's fraction counts with its share of the image attention:
+    ``sum_g mass_g * (fg_g / total_g) / sum_g mass_g``. No attention on the image scores 0.
     """
-    mass = torch.stack([m.sum((1, 2)) for m in maps])  # (G, T)
-    fg = torch.stack([(m * w.foreground.to(m)).sum((1, 2)) for m, w in zip(maps, weights)])
-    total = torch.stack([(m * w.total.to(m)).sum((1, 2)) for m, w in zip(maps, weights)])
-    frac = torch.where(total > 0, fg / total.clamp_min(1e-30), torch.zeros_like(fg))
-    share = mass.sum(0)
-    return torch.where(share > 0, (mass * frac).sum(0) / share.clamp_min(1e-30), torch.zeros_like(share)).clamp(0, 1)
+    frac = torch.where(total > 0, foreground / total.clamp_min(1e-30), torch.zeros_like(total))
+    share = mass.sum(-1)
+    return torch.where(share > 0, (mass * frac).sum(-1) / share.clamp_min(1e-30), torch.zeros_like(share)).clamp(0, 1)
+
+
+def token_scores(maps: list[Tensor], weights: list[GridWeights]) -> Tensor:
+    """:func:`grid_fractions` of per-grid maps. Shape: ``maps[g]`` ``[T, h_g, w_g]`` -> ``[T]`` in [0, 1]."""
+    mass = torch.stack([m.sum((1, 2)) for m in maps], -1)  # (T, G)
+    fg = torch.stack([(m * w.foreground.to(m)).sum((1, 2)) for m, w in zip(maps, weights)], -1)
+    total = torch.stack([(m * w.total.to(m)).sum((1, 2)) for m, w in zip(maps, weights)], -1)
+    return grid_fractions(mass, fg, total)
+
+
+def cell_table(grids: list[ImageGrid], weights: list[GridWeights], num_grids: int) -> tuple[Tensor, Tensor]:
+    """One row's grid cells as a gather index and a weight table, so that per-grid sums are one matmul.
+
+    Shape: -> index ``[I]`` (each cell's token position, grids in order) and table ``[I, 3 G]`` whose
+    columns ``g``, ``G + g``, ``2 G + g`` hold 1, the foreground weight and the total weight of grid
+    ``g``'s cells (``G = num_grids``): ``attention[:, index] @ table`` = (mass, foreground, total) per grid.
+    """
+    index = torch.cat([g.positions.flatten() for g in grids])
+    table = torch.zeros(len(index), 3 * num_grids)
+    start = 0
+    for k, (g, w) in enumerate(zip(grids, weights)):
+        end = start + g.positions.numel()
+        table[start:end, k] = 1.0
+        table[start:end, num_grids + k] = w.foreground.flatten()
+        table[start:end, 2 * num_grids + k] = w.total.flatten()
+        start = end
+    return index, table
 
 
 def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
@@ -235,12 +262,12 @@ def image_heatmap(maps: list[Tensor], grids: list[ImageGrid], image: int, height
     return heat / heat.sum().clamp_min(1e-30)
 
 
-def iter_rows(capture: AttentionCapture, attention_mask: Tensor, chunk_size: int = 128) -> Iterator[Tensor]:
-    """The captured rows' attention, one sequence at a time: ``[Tq, L]`` for each of the ``N`` rows."""
+def captured_rows(capture: AttentionCapture, attention_mask: Tensor, chunk_scores: int = 2 ** 22,
+                  columns: Tensor | None = None) -> Tensor:
+    """:func:`attention_rows` of a capture. Shape: attention_mask ``[N, L]`` -> ``[N, Tq, L]`` (or ``[N, Tq, I]``)."""
     c = capture
-    for n in range(c.q.shape[0]):
-        yield row_attention(c.q[n], c.k[n], c.cos[min(n, c.cos.shape[0] - 1)], c.sin[min(n, c.sin.shape[0] - 1)],
-                            attention_mask[n], c.parts.scale, c.parts.head_dim, chunk_size)
+    return attention_rows(c.q, c.k, c.cos, c.sin, attention_mask, c.parts.scale, c.parts.head_dim, chunk_scores,
+                          columns)
 
 
 # ----------------------------------------------------------------------------------------- in the trainer
@@ -255,8 +282,9 @@ class AttentionConfig:
     (high-resolution tiles), ``all``; None = the family's default (``base``; ``all`` for Idefics3/SmolVLM)."""
     background_threshold: int = BACKGROUND
     """A pixel is background when all RGB channels are >= this."""
-    chunk_size: int = 128
-    """Query rows per reconstruction step (memory ``heads x chunk_size x sequence length``)."""
+    chunk_scores: int = 2 ** 22
+    """Attention scores (rows x heads x queries x keys) the reconstruction makes per step (16 MiB in
+    float32, twice that with their softmax); it sets how many query rows each step covers."""
 
 
 @dataclasses.dataclass
@@ -311,21 +339,36 @@ class AttentionScorer:
             raise RuntimeError("the attention capture saw no forward pass; run the model inside it")
         mask = torch.cat([rollout.prompt["attention_mask"], rollout.completion_mask.to(rollout.prompt["attention_mask"])], 1)
         grids = self.family.image_grids(rollout.prompt, [[im.size for im in ims] for ims in images])
+        index, table = self.tables(grids, images, mask.device)  # (N, I), (N, I, 3G)
+        cells = captured_rows(capture, mask, self.cfg.chunk_scores, index)  # (N, T, I): attention on each grid cell
+        n, g = cells.shape[0], table.shape[-1] // 3
+        mass, fg, total = torch.bmm(cells, table).split(g, -1)  # (N, T, G) each
+        valid = rollout.completion_mask.to(cells.device)
+        scores = grid_fractions(mass, fg, total)  # (N, T)
+        w = valid.float() / mass.sum(-1).clamp_min(1e-30) / valid.sum(-1, keepdim=True).clamp_min(1)
+        mean_cells = torch.bmm(w[:, None, :], cells)[:, 0].cpu()  # (N, I): each token normalised, then averaged
+        maps = [self.split(mean_cells[k], grids[k]) for k in range(n)]
+        tokens = [self.split(cells[k][valid[k]].cpu(), grids[k]) for k in range(n)] if keep_tokens else None
+        return AttentionScores(masked_mean(scores, valid).cpu(), maps, grids,
+                               [scores[k][valid[k]].cpu() for k in range(n)] if keep_tokens else None, tokens)
+
+    @staticmethod
+    def split(cells: Tensor, grids: list[ImageGrid]) -> list[Tensor]:
+        """``[..., I]`` cell values -> one ``[..., h, w]`` map per grid."""
+        sizes = [g.positions.numel() for g in grids]
+        return [c.reshape(*c.shape[:-1], *g.positions.shape) for c, g in zip(cells[..., :sum(sizes)].split(sizes, -1), grids)]
+
+    def tables(self, grids: list[list[ImageGrid]], images: list[list[Image.Image]], device) -> tuple[Tensor, Tensor]:
+        """:func:`cell_table` of every row, zero-padded to a common size. Shape: -> ``[N, I]``, ``[N, I, 3 G]``."""
         weights = self.weights(grids, images)
-        asm, maps, token_asm, token_maps = [], [], [], []
-        for n, rows in enumerate(iter_rows(capture, mask, self.cfg.chunk_size)):
-            per_grid = grid_maps(rows, grids[n])
-            valid = rollout.completion_mask[n].to(rows.device)
-            scores = token_scores(per_grid, weights[n])  # (T,)
-            asm.append(masked_mean(scores[None], valid[None])[0])
-            mass = sum(m.sum((1, 2)) for m in per_grid).clamp_min(1e-30)  # (T,)
-            w = valid.float() / mass / valid.sum().clamp_min(1)
-            maps.append([(m * w[:, None, None]).sum(0).cpu() for m in per_grid])
-            if keep_tokens:
-                token_asm.append(scores[valid].cpu())
-                token_maps.append([m[valid].cpu() for m in per_grid])
-        return AttentionScores(torch.stack(asm).cpu(), maps, grids, token_asm if keep_tokens else None,
-                               token_maps if keep_tokens else None)
+        num_grids = max(len(g) for g in grids)
+        rows = [cell_table(g, w, num_grids) for g, w in zip(grids, weights)]
+        size = max(len(i) for i, _ in rows)
+        index = torch.zeros(len(rows), size, dtype=torch.long)
+        table = torch.zeros(len(rows), size, 3 * num_grids)
+        for k, (i, tab) in enumerate(rows):
+            index[k, :len(i)], table[k, :len(i)] = i, tab
+        return index.to(device), table.to(device)
 
     def weights(self, grids: list[list[ImageGrid]], images: list[list[Image.Image]]) -> list[list[GridWeights]]:
         """Grid weights of every row; rows that share an image object (a group) share the work."""

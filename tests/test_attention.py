@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from conftest import FAMILIES
 from PIL import Image, ImageDraw
 
-from lit_grpo.attention import (AttentionCapture, AttentionScorer, GridWeights, attention_rows, foreground_mask,
-                                grid_maps, image_heatmap, masked_mean, resize_matrix, row_attention, token_scores)
+from lit_grpo.attention import (AttentionCapture, AttentionConfig, AttentionScorer, GridWeights, attention_rows, foreground_mask,
+                                grid_maps, image_heatmap, masked_mean, resize_matrix, token_scores)
 from lit_grpo.embedded.zoo import build_vlm
 from lit_grpo.families import ImageGrid, family_for, row_layout
 from lit_grpo.policy import (LoRAConfig, PolicyConfig, image_token_ids, is_vision_parameter, load_policy,
@@ -85,10 +85,13 @@ def test_row_attention_hand_example():
     k = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
     q = torch.tensor([[2.0, 0.0], [0.0, 2.0]])  # the last two positions (1 and 2)
     cos, sin = torch.ones(3, 2), torch.zeros(3, 2)
-    rows = row_attention(q, k, cos, sin, torch.tensor([0, 1, 1]), scale=0.5, head_dim=2)
+    rows = attention_rows(q[None], k[None], cos[None], sin[None], torch.tensor([[0, 1, 1]]), scale=0.5, head_dim=2)
     # position 1 sees keys 0..1, key 0 is padding -> all mass on key 1
     # position 2 sees keys 1, 2 with scores 0.5*(0,2)-> [1, 1]: mass 1/2 each
-    torch.testing.assert_close(rows, torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.5, 0.5]]))
+    torch.testing.assert_close(rows[0], torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.5, 0.5]]))
+    # one query row per step gives the same rows
+    chunked = attention_rows(q[None], k[None], cos[None], sin[None], torch.tensor([[0, 1, 1]]), 0.5, 2, chunk_scores=1)
+    torch.testing.assert_close(chunked, rows, rtol=0, atol=0)
 
 
 def test_gqa_heads_are_repeat_interleaved():
@@ -96,7 +99,7 @@ def test_gqa_heads_are_repeat_interleaved():
     torch.manual_seed(0)
     q, k = torch.randn(3, 4 * 2), torch.randn(3, 2 * 2)
     cos, sin = torch.ones(3, 2), torch.zeros(3, 2)
-    rows = row_attention(q, k, cos, sin, torch.ones(3), 1.0, 2)
+    rows = attention_rows(q[None], k[None], cos[None], sin[None], torch.ones(1, 3), 1.0, 2)[0]
     kh = k.view(3, 2, 2)
     expected = []
     for h in range(4):
@@ -265,21 +268,23 @@ def test_uniform_attention_gives_exactly_the_foreground_area_fraction(family):
 
 
 # ----------------------------------------------------------------------------------------- scorer
-def test_scorer_matches_eager_rows_and_a_direct_computation(zoo_dir):
-    """The trainer's scorer (capture in an SDPA forward) equals the ASM computed from eager attention."""
-    images = [_painted(SQUARE), _painted(MIRROR)]
-    model, processor = load_policy(PolicyConfig(name_or_path=zoo_dir("qwen2_vl")))
+@pytest.mark.parametrize("family,grid", [("qwen2_vl", None), ("idefics3", "all"), ("llava_next", "all")])
+def test_scorer_matches_eager_rows_and_a_direct_computation(family, grid, zoo_dir):
+    """The trainer's scorer (capture in an SDPA forward, all rows and grids in one table) equals the ASM
+    computed grid by grid from eager attention; rows whose images differ in size have different grids."""
+    images = [_painted(SQUARE), _painted(MIRROR, size=(W, 2 * H))]
+    model, processor = load_policy(PolicyConfig(name_or_path=zoo_dir(family)))
     assert model.config._attn_implementation == "sdpa"
     ro = _rollout(model, processor, images)
-    scorer = AttentionScorer(model, processor)
+    scorer = AttentionScorer(model, processor, AttentionConfig(grid=grid))
     with torch.no_grad(), scorer.capture(model, ro) as cap:
         model(**model_inputs(ro), use_cache=False)
     scores = scorer.score(cap, ro, [[im] for im in images for _ in range(2)])
-    eager, _ = load_policy(PolicyConfig(name_or_path=zoo_dir("qwen2_vl"), attn_implementation="eager"))
+    eager, _ = load_policy(PolicyConfig(name_or_path=zoo_dir(family), attn_implementation="eager"))
     t = ro.completion_ids.shape[1]
     with torch.no_grad():
         att = eager(**model_inputs(ro), output_attentions=True, use_cache=False).attentions[-1][:, :, -t:].mean(1)
-    grids = family_for(model, processor).image_grids(ro.prompt, [[im.size] for im in images for _ in range(2)])
+    grids = family_for(model, processor, grid).image_grids(ro.prompt, [[im.size] for im in images for _ in range(2)])
     expected = []
     for n in range(4):
         w = [GridWeights.of(tuple(g.positions.shape), g.box, foreground_mask(images[n // 2])) for g in grids[n]]

@@ -223,6 +223,7 @@ def test_filter_drops_and_counts_only_the_long_ones(puzzle_samples, caplog):
     assert "train: dropped 3 of 6 samples longer than max_prompt_length=10 tokens" in caplog.text
 
 
+@pytest.mark.slow
 def test_attention_demo_config_trains_with_fmt_acc_asm(tmp_path):
     """configs/demo_attention.yaml: the reward list format + binary + attention trains, the ASM is logged as a
     reward in [0, 1], and the overlays and the ASM histogram reach TensorBoard."""
