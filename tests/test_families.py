@@ -185,3 +185,12 @@ def test_grid_option_is_validated(zoo_dir):
     model, processor = build_vlm("llava_next")
     with pytest.raises(ValueError, match="base"):
         family_for(model, processor, grid="global")
+
+
+def test_a_sliding_window_final_layer_is_refused():
+    """The reconstruction assumes full causal attention; a sliding-window final layer must not pass silently."""
+    model, processor = build_vlm("qwen2_vl")
+    fam = family_for(model, processor)
+    fam.language_model(model).layers[-1].self_attn.sliding_window = 64
+    with pytest.raises(NotImplementedError, match="sliding"):
+        fam.attention_parts(model)
