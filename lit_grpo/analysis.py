@@ -182,17 +182,25 @@ def given_rollout(prompt: dict, processor, completions: list[str], stop: list[in
 
 
 # ----------------------------------------------------------------------------------------- datasets
-def group_key(group_by: str | Callable[[Sample], str]) -> Callable[[Sample], str]:
-    """A sample -> group name function: a callable, a :class:`Sample` field (``domain``, ``principle``),
-    or ``meta.<key>`` (e.g. ``meta.reasoning_type``; lists are joined with ``+``)."""
+def group_values(sample: Sample, group_by: str | Callable[[Sample], str]) -> list[str]:
+    """The groups of ``sample``: a callable's result, a :class:`Sample` field (``domain``, ``principle``) or
+    ``meta.<key>`` (e.g. ``meta.reasoning_type``); a list-valued field gives one group per element."""
     if callable(group_by):
-        return group_by
+        return [str(group_by(sample))]
+    value = sample.meta.get(group_by[5:]) if group_by.startswith("meta.") else getattr(sample, group_by)
+    return [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
 
-    def key(s: Sample) -> str:
-        value = s.meta.get(group_by[5:]) if group_by.startswith("meta.") else getattr(s, group_by)
-        return "+".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
 
-    return key
+def group_key(group_by: str | Callable[[Sample], str]) -> Callable[[Sample], str]:
+    """A sample -> one group name function (:func:`group_values` joined with ``+``)."""
+    return lambda s: "+".join(group_values(s, group_by))
+
+
+def regroup(records: list[dict], samples: list[Sample], group_by: str | Callable[[Sample], str]) -> list[dict]:
+    """``records`` (of :func:`dataset_asm`) grouped by another key; a sample with several values of a
+    list-valued key (two reasoning types) appears once in each of their groups."""
+    by_id = {s.id: s for s in samples}
+    return [dict(r, group=g) for r in records for g in group_values(by_id[r["id"]], group_by)]
 
 
 _RULES = {"count": "number of", "colour": "colour repeats", "size": "grows", "rotation": "arrow turns",
@@ -217,13 +225,15 @@ def dataset_asm(model: nn.Module, processor, samples: Iterable[Sample], group_by
 
 
 def summarize(records: list[dict]) -> dict[str, dict[str, float]]:
-    """Per group: mean ASM, its standard error and the count (NaN ASMs skipped); ``"all"`` last."""
+    """Per group: mean ASM, its standard error and the count (NaN ASMs skipped); ``"all"`` last, over the
+    distinct samples (by ``id``)."""
     groups: dict[str, list[float]] = {}
     for r in records:
         if not math.isnan(r["asm"]):
             groups.setdefault(r["group"], []).append(r["asm"])
     groups = dict(sorted(groups.items()))
-    groups["all"] = [v for vs in groups.values() for v in vs]
+    once = {r.get("id", k): r["asm"] for k, r in enumerate(records)}  # a regrouped sample counts once in "all"
+    groups["all"] = [v for v in once.values() if not math.isnan(v)]
     out = {}
     for g, vs in groups.items():
         a = np.asarray(vs, dtype=np.float64)
@@ -234,8 +244,10 @@ def summarize(records: list[dict]) -> dict[str, dict[str, float]]:
 
 def compare_checkpoints(checkpoints: dict[str, tuple[nn.Module, object]], samples: list[Sample],
                         group_by: str | Callable = "domain", **kwargs) -> dict[str, dict[str, float]]:
-    """``{name: (model, processor)}`` -> ``{group: {name: mean ASM, ..., "diff": last - first}}`` on the same samples."""
-    summaries = {name: summarize(dataset_asm(m, p, samples, group_by, **kwargs)) for name, (m, p) in checkpoints.items()}
+    """``{name: (model, processor)}`` -> ``{group: {name: mean ASM, ..., "diff": last - first}}`` on the same
+    samples (greedy completions of each checkpoint)."""
+    summaries = {name: summarize(dataset_asm(m, p, samples, group_by, **kwargs))
+                 for name, (m, p) in checkpoints.items()}
     names = list(summaries)
     table = {}
     for g in summaries[names[0]]:

@@ -44,7 +44,7 @@ class AttentionCapture:
 
     >>> with AttentionCapture(model, keep_queries=T) as cap:   # doctest: +SKIP
     ...     model(**inputs)
-    >>> rows = attention_rows(cap.q, cap.k, cap.cos, cap.sin, inputs["attention_mask"], cap.parts.scale, cap.parts.head_dim)
+    >>> rows = captured_rows(cap, inputs["attention_mask"])  # (N, T, L)
     """
 
     def __init__(self, model: nn.Module, family: Family | None = None, keep_queries: int | None = None):
@@ -246,7 +246,8 @@ def upsample(grid_map: Tensor, box: tuple[float, float, float, float], height: i
     Shape: ``[h, w]`` -> ``[height, width]`` (zero outside the box; sums to ``grid_map.sum()``).
     """
     x0, y0, x1, y1 = box_pixels(box, height, width)
-    up = F.interpolate(grid_map[None, None].float(), size=(y1 - y0, x1 - x0), mode="bilinear", align_corners=False)[0, 0]
+    up = F.interpolate(grid_map[None, None].float(), size=(y1 - y0, x1 - x0), mode="bilinear",
+                       align_corners=False)[0, 0]
     out = torch.zeros(height, width)
     out[y0:y1, x0:x1] = up * (grid_map.sum() / up.sum().clamp_min(1e-30))
     return out
@@ -337,7 +338,8 @@ class AttentionScorer:
         """
         if not capture.captured:
             raise RuntimeError("the attention capture saw no forward pass; run the model inside it")
-        mask = torch.cat([rollout.prompt["attention_mask"], rollout.completion_mask.to(rollout.prompt["attention_mask"])], 1)
+        prompt_mask = rollout.prompt["attention_mask"]
+        mask = torch.cat([prompt_mask, rollout.completion_mask.to(prompt_mask)], 1)  # (N, L)
         grids = self.family.image_grids(rollout.prompt, [[im.size for im in ims] for ims in images])
         index, table = self.tables(grids, images, mask.device)  # (N, I), (N, I, 3G)
         cells = captured_rows(capture, mask, self.cfg.chunk_scores, index)  # (N, T, I): attention on each grid cell
@@ -356,7 +358,8 @@ class AttentionScorer:
     def split(cells: Tensor, grids: list[ImageGrid]) -> list[Tensor]:
         """``[..., I]`` cell values -> one ``[..., h, w]`` map per grid."""
         sizes = [g.positions.numel() for g in grids]
-        return [c.reshape(*c.shape[:-1], *g.positions.shape) for c, g in zip(cells[..., :sum(sizes)].split(sizes, -1), grids)]
+        parts = cells[..., :sum(sizes)].split(sizes, -1)
+        return [c.reshape(*c.shape[:-1], *g.positions.shape) for c, g in zip(parts, grids)]
 
     def tables(self, grids: list[list[ImageGrid]], images: list[list[Image.Image]], device) -> tuple[Tensor, Tensor]:
         """:func:`cell_table` of every row, zero-padded to a common size. Shape: -> ``[N, I]``, ``[N, I, 3 G]``."""

@@ -55,8 +55,8 @@ class AttentionOverlays(L.Callback):
     final layer's attention on it (the completion's mean over its tokens, resized to the image), the
     attention blended over the image, and the foreground mask (black = foreground, i.e. some RGB
     channel < 230), drawn ``side`` pixels along the longer side. Colours are scaled from the least to
-    the most attended pixel of each image (a nearly uniform map still shows its contrast). Tags: ``train/attention/overlay/<j>``
-    (``<j>_<k>`` for a prompt's k-th image) and the histogram ``train/attention/asm``. Needs the
+    the most attended pixel of each image (a nearly uniform map still shows its contrast). Tags:
+    ``train/attention/overlay/<j>`` (``<j>_<k>`` for a prompt's k-th image) and the histogram ``train/attention/asm``. Needs the
     attention capture (the ``attention`` reward, or ``model.attention.enabled: true``); logs nothing otherwise.
     """
 

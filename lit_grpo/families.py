@@ -286,7 +286,8 @@ class Idefics3Family(Family):
                 continue
             if tiles and self.grid in ("tiles", "all"):
                 rows, cols = max(i for (i, _), _ in tiles), max(j for (_, j), _ in tiles)
-                grids += [ImageGrid(p, image, ((j - 1) / cols, (i - 1) / rows, j / cols, i / rows)) for (i, j), p in tiles]
+                grids += [ImageGrid(p, image, ((j - 1) / cols, (i - 1) / rows, j / cols, i / rows))
+                          for (i, j), p in tiles]
             if self.grid in ("base", "all") or not tiles:
                 grids.append(ImageGrid(_square(pos + 1, side), image))
             tiles, image = [], image + 1

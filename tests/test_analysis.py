@@ -55,15 +55,19 @@ def test_group_key_and_puzzle_rule():
     assert analysis.group_key("meta.reasoning_type")(s) == "Spatial Relation Reasoning+Numerical Reasoning"
     assert analysis.group_key(lambda x: x.id)(s) == "s"
     assert analysis.puzzle_rule(s) == "rotation"
+    records = [{"id": "s", "asm": 0.5, "group": "Optics"}]
+    assert [r["group"] for r in analysis.regroup(records, [s], "meta.reasoning_type")] == [
+        "Spatial Relation Reasoning", "Numerical Reasoning"]
     assert analysis.puzzle_rule(_sample(meta={"explanation": "The colour repeats red, blue."})) == "colour"
     assert analysis.puzzle_rule(_sample()) == "other"
 
 
 def test_summarize_hand_values():
-    records = [{"group": "a", "asm": 0.2}, {"group": "a", "asm": 0.4}, {"group": "b", "asm": 0.9},
-               {"group": "b", "asm": math.nan}]
+    records = [{"id": 1, "group": "a", "asm": 0.2}, {"id": 2, "group": "a", "asm": 0.4},
+               {"id": 3, "group": "b", "asm": 0.9}, {"id": 4, "group": "b", "asm": math.nan},
+               {"id": 3, "group": "c", "asm": 0.9}]  # sample 3 in two groups: once in "all"
     out = analysis.summarize(records)
-    assert list(out) == ["a", "b", "all"]
+    assert list(out) == ["a", "b", "c", "all"]
     assert out["a"]["mean"] == pytest.approx(0.3) and out["a"]["n"] == 2
     assert out["a"]["sem"] == pytest.approx(math.sqrt(0.02) / math.sqrt(2))  # std (ddof 1) of .2, .4 = sqrt(.02)
     assert out["b"] == {"mean": 0.9, "sem": 0.0, "n": 1}

@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from conftest import FAMILIES
 from PIL import Image, ImageDraw
 
-from lit_grpo.attention import (AttentionCapture, AttentionConfig, AttentionScorer, GridWeights, attention_rows, foreground_mask,
-                                grid_maps, image_heatmap, masked_mean, resize_matrix, token_scores)
+from lit_grpo.attention import (AttentionCapture, AttentionConfig, AttentionScorer, GridWeights, attention_rows,
+                                foreground_mask, grid_maps, image_heatmap, masked_mean, resize_matrix, token_scores)
 from lit_grpo.embedded.zoo import build_vlm
 from lit_grpo.families import ImageGrid, family_for, row_layout
 from lit_grpo.policy import (LoRAConfig, PolicyConfig, image_token_ids, is_vision_parameter, load_policy,
@@ -115,7 +115,8 @@ def test_hooks_are_removed_also_on_exceptions():
     before = [len(m._forward_hooks) for m in (parts.q_proj, parts.k_proj, parts.rotary)]
     with pytest.raises(RuntimeError, match="boom"):
         with AttentionCapture(model):
-            assert [len(m._forward_hooks) for m in (parts.q_proj, parts.k_proj, parts.rotary)] == [b + 1 for b in before]
+            during = [len(m._forward_hooks) for m in (parts.q_proj, parts.k_proj, parts.rotary)]
+            assert during == [b + 1 for b in before]
             raise RuntimeError("boom")
     assert [len(m._forward_hooks) for m in (parts.q_proj, parts.k_proj, parts.rotary)] == before
 

@@ -224,19 +224,25 @@ def test_filter_drops_and_counts_only_the_long_ones(puzzle_samples, caplog):
 
 
 @pytest.mark.slow
-def test_attention_demo_config_trains_with_fmt_acc_asm(tmp_path):
-    """configs/demo_attention.yaml: the reward list format + binary + attention trains, the ASM is logged as a
-    reward in [0, 1], and the overlays and the ASM histogram reach TensorBoard."""
+def test_fmt_acc_asm_demo_trains_with_the_attention_reward(tmp_path):
+    """configs/demo_phyx_mcq_fmt_acc_asm.yaml (format + accuracy + attention on embedded physics) trains: the ASM
+    is logged as a reward in [0, 1] in training and validation, and the overlays and the ASM histogram reach
+    TensorBoard."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    rewards = [{"name": "format", "kwargs": {"tags": ["think"]}}, {"name": "binary"},
-               {"name": "attention", "weight": 0.5}]
+    spec = {"path": str(tmp_path / "physics" / "phyx.parquet"), "reader": "phyx", "split": "test",
+            "generate": {"kind": "physics", "num": 12, "seed": 0}, "reader_args": {"answer_format": "mcq"}}
     callbacks = [{"class_path": "lit_grpo.callbacks.AttentionOverlays",
                   "init_args": {"every_n_steps": 1, "num_completions": 2}}]
-    cli = main(["fit", "--config", "configs/demo_attention.yaml", "--config",
-                str(_overrides(tmp_path, **{"model.init_args.rewards": rewards, "trainer.callbacks": callbacks}))])
+    over = _overrides(tmp_path, **{"trainer.callbacks": callbacks, "trainer.limit_val_batches": 1,
+                                   "data.train": {**spec, "rows": "4:"}, "data.val": {**spec, "rows": ":4"}})
+    cfg = yaml.safe_load(over.read_text())
+    del cfg["model"]["init_args"]["rewards"]  # keep the config's Fmt + Acc + ASM list
+    over.write_text(yaml.safe_dump(cfg))
+    cli = main(["fit", "--config", "configs/demo_phyx_mcq_fmt_acc_asm.yaml", "--config", str(over)])
     assert cli.trainer.global_step == 2
-    assert cli.model.reward_weights == {"format": 1.0, "binary": 1.0, "attention": 0.5}
+    assert cli.model.reward_weights == {"format": 1.0, "accuracy": 1.0, "attention": 1.0}
+    assert cli.model.attention_scorer is not None and cli.model.policy.config._attn_implementation == "sdpa"
     logged = cli.trainer.logged_metrics
     assert 0.0 <= float(logged["train/reward/attention"]) <= 1.0
     assert 0.0 <= float(logged["val/greedy/reward/attention"]) <= 1.0

@@ -125,8 +125,8 @@ def test_qwen_rows_split_flattened_pixels_and_extend_token_types(zoo_dir):
     pv = enc["pixel_values"]
     torch.testing.assert_close(picked["pixel_values"], torch.cat([pv[n0:], pv[:n0], pv[n0:]]))
     torch.testing.assert_close(picked["input_ids"], enc["input_ids"][[1, 0, 1]])
-    ro = Rollout(enc, torch.ones(2, 3, dtype=torch.long), torch.ones(2, 3, dtype=torch.bool), torch.zeros(2, dtype=torch.bool),
-                 ["", ""], layout=layout)
+    ro = Rollout(enc, torch.ones(2, 3, dtype=torch.long), torch.ones(2, 3, dtype=torch.bool),
+                 torch.zeros(2, dtype=torch.bool), ["", ""], layout=layout)
     tt = model_inputs(ro)["mm_token_type_ids"]
     assert tt.shape == (2, enc["input_ids"].shape[1] + 3)
     assert tt[:, -3:].eq(0).all() and torch.equal(tt[:, :-3], enc["mm_token_type_ids"])

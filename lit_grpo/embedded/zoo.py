@@ -114,8 +114,9 @@ def _qwen_processor(tok: PreTrainedTokenizerFast):
 
     from lit_grpo.families import ImageOnlyQwenProcessor
 
+    token = 2 * QWEN_PATCH  # pixels per language token after the 2 x 2 merge
     image_processor = Qwen2VLImageProcessorPil(patch_size=QWEN_PATCH, merge_size=2, temporal_patch_size=2,
-                                               min_pixels=4 * (2 * QWEN_PATCH) ** 2, max_pixels=256 * (2 * QWEN_PATCH) ** 2)
+                                               min_pixels=4 * token ** 2, max_pixels=256 * token ** 2)
     return ImageOnlyQwenProcessor(image_processor=image_processor, tokenizer=tok, chat_template=QWEN_TEMPLATE)
 
 
@@ -175,8 +176,9 @@ def _idefics_parts(cfg: ZooConfig, smol: bool):
     tok = _tokenizer(IDEFICS_TOKENS, IDEFICS_TEMPLATE, eos_token="<end_of_utterance>", pad_token="<|endoftext|>",
                      bos_token="<|endoftext|>", extra_special_tokens={"image_token": "<image>"})
     image_class = SmolVLMImageProcessorPil if smol else Idefics3ImageProcessorPil
-    image_processor = image_class(size={"longest_edge": 2 * IDEFICS_TILE}, max_image_size={"longest_edge": IDEFICS_TILE},
-                                  do_image_splitting=True, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    image_processor = image_class(size={"longest_edge": 2 * IDEFICS_TILE},
+                                  max_image_size={"longest_edge": IDEFICS_TILE}, do_image_splitting=True,
+                                  image_mean=[0.5] * 3, image_std=[0.5] * 3)
     seq_len = (IDEFICS_TILE // IDEFICS_PATCH) ** 2 // 4
     vision = dict(hidden_size=cfg.vision_hidden_size, intermediate_size=2 * cfg.vision_hidden_size,
                   num_hidden_layers=cfg.vision_layers, num_attention_heads=2, image_size=IDEFICS_TILE,
