@@ -225,21 +225,21 @@ def test_filter_drops_and_counts_only_the_long_ones(puzzle_samples, caplog):
 
 @pytest.mark.slow
 def test_fmt_acc_asm_demo_trains_with_the_attention_reward(tmp_path):
-    """configs/demo_phyx_mcq_fmt_acc_asm.yaml (format + accuracy + attention on embedded physics) trains: the ASM
-    is logged as a reward in [0, 1] in training and validation, and the overlays and the ASM histogram reach
-    TensorBoard."""
+    """configs/demo_phyx_mcq.yaml + configs/demo_phyx_mcq_asm.yaml as documented (format + accuracy + attention
+    on embedded physics, the overlay callback appended on the command line) trains: the ASM is logged as a
+    reward in [0, 1] in training and validation, and the overlays and the ASM histogram reach TensorBoard."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     spec = {"path": str(tmp_path / "physics" / "phyx.parquet"), "reader": "phyx", "split": "test",
             "generate": {"kind": "physics", "num": 12, "seed": 0}, "reader_args": {"answer_format": "mcq"}}
-    callbacks = [{"class_path": "lit_grpo.callbacks.AttentionOverlays",
-                  "init_args": {"every_n_steps": 1, "num_completions": 2}}]
-    over = _overrides(tmp_path, **{"trainer.callbacks": callbacks, "trainer.limit_val_batches": 1,
-                                   "data.train": {**spec, "rows": "4:"}, "data.val": {**spec, "rows": ":4"}})
+    over = _overrides(tmp_path, **{"trainer.limit_val_batches": 1, "data.train": {**spec, "rows": "4:"},
+                                   "data.val": {**spec, "rows": ":4"}})
     cfg = yaml.safe_load(over.read_text())
-    del cfg["model"]["init_args"]["rewards"]  # keep the config's Fmt + Acc + ASM list
+    del cfg["model"]["init_args"]["rewards"]  # keep the condition's Fmt + Acc + ASM list
     over.write_text(yaml.safe_dump(cfg))
-    cli = main(["fit", "--config", "configs/demo_phyx_mcq_fmt_acc_asm.yaml", "--config", str(over)])
+    cli = main(["fit", "--config", "configs/demo_phyx_mcq.yaml", "--config", "configs/demo_phyx_mcq_asm.yaml",
+                "--config", str(over), "--trainer.callbacks+=lit_grpo.callbacks.AttentionOverlays",
+                "--trainer.callbacks.every_n_steps=1", "--trainer.callbacks.num_completions=2"])
     assert cli.trainer.global_step == 2
     assert cli.model.reward_weights == {"format": 1.0, "accuracy": 1.0, "attention": 1.0}
     assert cli.model.attention_scorer is not None and cli.model.policy.config._attn_implementation == "sdpa"
