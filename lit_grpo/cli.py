@@ -70,6 +70,9 @@ def main(args: list[str] | None = None) -> GRPOCLI:
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)`? is deprecated.*")
     for noisy in ("httpx", "urllib3", "filelock", "fsspec"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # Lightning advertises a cloud logger on every run; lit_grpo logs to TensorBoard.
+    logging.getLogger("lightning.fabric.utilities.rank_zero").addFilter(
+        lambda record: "litlogger" not in record.getMessage())
     os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
     try:
         import datasets
