@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
@@ -63,8 +64,15 @@ def main(args: list[str] | None = None) -> GRPOCLI:
     else:
         args = _comment_print_config(list(args))
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    # A checkpoint after the optimizer step is what a GRPO step should save; and a deprecation inside
+    # Lightning's own pytree helper is not the user's to act on.
+    warnings.filterwarnings("ignore", message=".*ModelCheckpoint with manual optimization.*")
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)`? is deprecated.*")
     for noisy in ("httpx", "urllib3", "filelock", "fsspec"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # Lightning advertises a cloud logger on every run; lit_grpo logs to TensorBoard.
+    logging.getLogger("lightning.fabric.utilities.rank_zero").addFilter(
+        lambda record: "litlogger" not in record.getMessage())
     os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
     try:
         import datasets
