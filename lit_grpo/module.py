@@ -25,43 +25,18 @@ from torch import Tensor
 
 from lit_grpo import distributed as D
 from lit_grpo.attention import AttentionConfig, AttentionScorer, AttentionScores
+from lit_grpo.config import EvalConfig, GRPOConfig
 from lit_grpo.data.datamodule import PromptBatch
 from lit_grpo.evaluation import build_records, build_scorer, correctness
 from lit_grpo.families import row_layout
 from lit_grpo.grpo import group_advantages, grpo_loss
 from lit_grpo.hparams import flatten_hparams, log_flat_hparams
 from lit_grpo.metrics import PromptStats
-from lit_grpo.policy import PolicyConfig, ReferencePolicy, image_token_ids, is_peft, load_policy, stop_token_ids
+from lit_grpo.policy import PolicyConfig, ReferencePolicy, image_token_ids, load_policy, stop_token_ids
 from lit_grpo.rewards import RewardSpec, build_rewards, required_columns, score_completions
 from lit_grpo.rng import collect_rng_states, set_rng_states
 from lit_grpo.rollout import (Rollout, SamplingConfig, completion_logps, encode_prompts, repeat_rows,
                               sample_completions)
-
-
-@dataclasses.dataclass
-class GRPOConfig:
-    """The policy-gradient objective."""
-
-    beta: float = 0.0
-    """Weight of the k3 KL to the reference policy; 0 loads no reference at all."""
-    epsilon_low: float = 0.2
-    """Lower clip range of the importance ratio (``1 - epsilon_low``)."""
-    epsilon_high: float = 0.2
-    """Upper clip range (``1 + epsilon_high``; DAPO's clip-higher uses 0.28)."""
-    loss_type: str = "dapo"
-    """Aggregation: ``grpo`` | ``bnpo`` | ``dr_grpo`` | ``dapo`` (see ``lit_grpo.grpo.grpo_loss``)."""
-    scale_rewards: str = "group"
-    """Advantage scaling: ``group`` | ``batch`` | ``none``."""
-    advantage_eps: float = 1e-4
-    """Added to the std before dividing."""
-    num_iterations: int = 1
-    """Optimizer steps per rollout (mu); > 1 stores the sampling policy's log-probs."""
-    micro_batch_size: int | None = None
-    """Completions per forward/backward (gradient accumulation inside a step); None = all N at once."""
-    mask_truncated_completions: bool = False
-    """Exclude completions that hit ``max_completion_length`` without a stop token from the loss."""
-    max_grad_norm: float | None = 1.0
-    """Gradient-norm clip (None = off)."""
 
 
 @dataclasses.dataclass
@@ -76,36 +51,6 @@ class ScoringPass:
     def columns(self) -> dict[str, list]:
         """Extra reward columns (``asm``)."""
         return {} if self.attention is None else {"asm": self.attention.asm.tolist()}
-
-
-@dataclasses.dataclass
-class EvalConfig:
-    """How validation/test/predict complete prompts; each mode is logged under its own prefix."""
-
-    greedy: bool = True
-    """One greedy completion per prompt (``<stage>/greedy/...``)."""
-    num_samples: int = 0
-    """Sampled completions per prompt at ``temperature`` (``<stage>/sampled/...``); 0 = off."""
-    temperature: float | None = None
-    """Sampling temperature of evaluation (None = the training temperature)."""
-    seed: int | None = 0
-    """Sampling seed of evaluation (batch ``i`` uses ``seed + i``), so curves compare like with like; None = no reseeding."""
-    metrics: list[RewardSpec] = dataclasses.field(default_factory=list)
-    """Extra rewards computed only in evaluation (e.g. ``boxed_format`` compliance); not trained on."""
-    before_fit: bool = False
-    """Run validation once before the first training step (the step-0 point of the curves)."""
-    scorer: str | None = None
-    """Registered reward giving the correctness of each evaluation completion (logged as
-    ``<stage>/<mode>/accuracy`` and tabulated by ``lit_grpo.callbacks.AccuracyTable``): ``accuracy``
-    (paper protocol, MCQ), ``open_accuracy`` (paper protocol, open-ended, with ``pass_threshold``),
-    ``phyx_official`` (PhyX rule mode), ``binary`` (VisualSphinx). When a configured reward (or metric) has
-    this label and ``scorer_kwargs`` is empty or equal to its kwargs, its values are reused (no second
-    judge call); otherwise the scorer is built with ``scorer_kwargs``."""
-    scorer_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
-    """Options of the scorer (see its docstring), e.g. the ``judge`` of ``open_accuracy``."""
-    pass_threshold: float | None = None
-    """A score counts as correct (1) when at least this, else 0 (NaN stays "cannot score"); ``None`` keeps the
-    scorer's value. For ``open_accuracy`` (jury correctness / 2), ``1.0`` = every juror says fully correct."""
 
 
 class GRPOModule(L.LightningModule):

@@ -9,8 +9,8 @@ from lit_grpo.embedded.zoo import build_vlm
 from lit_grpo.families import FAMILIES as REGISTRY
 from lit_grpo.families import QwenVLFamily, family_for, row_layout, runs, unwrap
 from lit_grpo.policy import LoRAConfig, PolicyConfig, image_token_ids, is_vision_parameter, load_policy, stop_token_ids
-from lit_grpo.rollout import (Rollout, SamplingConfig, completion_logps, completion_mask, encode_prompts,
-                              model_inputs, repeat_rows, sample_completions)
+from lit_grpo.rollout import (Rollout, completion_logps, completion_mask, encode_prompts,
+                              model_inputs, repeat_rows)
 
 WIDE, TALL = (132, 88), (60, 100)
 

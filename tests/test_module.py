@@ -1,7 +1,5 @@
 """GRPOModule: gradient accumulation invariance, and update behaviour on a fixed rollout."""
 
-import copy
-
 import pytest
 import torch
 
