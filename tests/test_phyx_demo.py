@@ -149,6 +149,28 @@ def test_demo_twins_train_on_the_embedded_physics_set(condition, tmp_path, tiny_
         assert "val/greedy/accuracy/judge/offline_graded" not in logged
 
 
+ASM_CONDITIONS = {"mcq_asm": ["configs/demo_phyx_mcq.yaml", "configs/demo_phyx_mcq_asm.yaml"],
+                  "oe_asm": ["configs/demo_phyx_oe.yaml", "configs/demo_phyx_oe_asm.yaml"]}
+
+
+@pytest.mark.parametrize("condition", ASM_CONDITIONS)
+def test_asm_twins_add_the_attention_reward_to_fmt_acc(condition, tmp_path, tiny_model_dir, scripted_policy):
+    """The Fmt + Acc + ASM twins as documented: the same format and accuracy values as the Fmt + Acc condition
+    (hand-worked above), plus the ASM in [0, 1] at weight 1 in the total."""
+    fmt = "mcq" if condition.startswith("mcq") else "open"
+    over = _overrides(tmp_path, tiny_model_dir, fmt, {"train": "0:2", "val": "0:2", "test": "0:2"})
+    cli = main(["fit", *_configs(ASM_CONDITIONS[condition], over)])
+    logged = {k: v.item() for k, v in cli.trainer.logged_metrics.items()}
+    base = TRAIN[f"{fmt if fmt == 'mcq' else 'oe'}_fmt_acc"]
+    acc = "accuracy" if fmt == "mcq" else "open_accuracy"
+    assert logged["train/reward/format"] == pytest.approx(base["reward/format"])
+    assert logged[f"train/reward/{acc}"] == pytest.approx(base[f"reward/{acc}"])
+    asm = logged["train/reward/attention"]
+    assert 0.0 < asm < 1.0
+    assert logged["train/reward"] == pytest.approx(base["reward"] + asm, abs=1e-6)
+    assert [s.name for s in cli.model.reward_specs] == ["format", acc, "attention"]
+
+
 # Test table, greedy: ids 0-5 get kinds 0, 1, 2, 3, 0, 1 (perfect, wrong, none, terse, perfect, wrong).
 # Domains: 0 calorimetry (Thermodynamics), 1 circuit (Electromagnetism), 2 decay (Modern Physics), 3 Doppler
 # (Wave/Acoustics), 4 field lines (Electromagnetism), 5 heat engine (Thermodynamics). open_accuracy with
