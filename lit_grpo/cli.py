@@ -38,10 +38,15 @@ class GRPOCLI(LightningCLI):
     def after_fit(self) -> None:
         trainer = self.trainer
         logdir = trainer.logger.log_dir if trainer.logger is not None else None
-        ckpt = getattr(trainer.checkpoint_callback, "best_model_path", "") or getattr(
-            trainer.checkpoint_callback, "dirpath", None)
+        callback = trainer.checkpoint_callback
+        ckpt = (getattr(callback, "last_model_path", "") or getattr(callback, "best_model_path", "")
+                or getattr(callback, "dirpath", None))
+        short = ""
+        if 0 < trainer.max_steps and trainer.global_step < trainer.max_steps:
+            short = (f"\nStopped early at step {trainer.global_step} of max_steps {trainer.max_steps} "
+                     "(trainer.max_time, max_epochs or a stop signal): the figures above are at that step.\n")
         rank_zero_info(
-            "\nDone. Look at the run with:\n"
+            f"{short}\nDone. Look at the run with:\n"
             f"  tensorboard --logdir {os.path.dirname(logdir.rstrip('/')) if logdir else 'logs'}\n"
             f"  logs and saved config: {logdir}\n"
             f"  checkpoints:           {ckpt}\n"
@@ -71,8 +76,8 @@ def main(args: list[str] | None = None) -> GRPOCLI:
     for noisy in ("httpx", "urllib3", "filelock", "fsspec"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     # Lightning advertises a cloud logger on every run; lit_grpo logs to TensorBoard.
-    logging.getLogger("lightning.fabric.utilities.rank_zero").addFilter(
-        lambda record: "litlogger" not in record.getMessage())
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+        logging.getLogger(name).addFilter(lambda record: "litlogger" not in record.getMessage())
     os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
     try:
         import datasets

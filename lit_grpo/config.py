@@ -63,3 +63,32 @@ class EvalConfig:
     pass_threshold: float | None = None
     """A score counts as correct (1) when at least this, else 0 (NaN stays "cannot score"); ``None`` keeps the
     scorer's value. For ``open_accuracy`` (jury correctness / 2), ``1.0`` = every juror says fully correct."""
+
+
+def check_settings(grpo: GRPOConfig, sampling) -> None:
+    """Refuse settings that would train on nothing or fail deep inside a step (``sampling``: a
+    :class:`lit_grpo.rollout.SamplingConfig`).
+
+    Raises:
+        ValueError: naming the setting, its value and what it must be.
+    """
+    problems = []
+    if grpo.loss_type not in ("grpo", "bnpo", "dr_grpo", "dapo"):
+        problems.append(f"grpo.loss_type must be grpo, bnpo, dr_grpo or dapo, got {grpo.loss_type!r}")
+    if grpo.scale_rewards not in ("group", "batch", "none"):
+        problems.append(f"grpo.scale_rewards must be group, batch or none, got {grpo.scale_rewards!r}")
+    if sampling.num_generations < 2:
+        problems.append(f"sampling.num_generations must be >= 2, got {sampling.num_generations}: a group of one "
+                        "completion has no reward spread, so every advantage (and the loss) would be 0")
+    if sampling.max_completion_length < 1:
+        problems.append(f"sampling.max_completion_length must be >= 1, got {sampling.max_completion_length}")
+    if sampling.temperature <= 0:
+        problems.append(f"sampling.temperature must be > 0, got {sampling.temperature} (for greedy evaluation "
+                        "use evaluation.greedy: true)")
+    if grpo.micro_batch_size is not None and grpo.micro_batch_size < 1:
+        problems.append(f"grpo.micro_batch_size must be >= 1 or null (all completions at once), "
+                        f"got {grpo.micro_batch_size}")
+    if grpo.num_iterations < 1:
+        problems.append(f"grpo.num_iterations must be >= 1, got {grpo.num_iterations}")
+    if problems:
+        raise ValueError("; ".join(problems))

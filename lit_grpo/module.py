@@ -21,11 +21,12 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
 from lit_grpo import distributed as D
 from lit_grpo.attention import AttentionConfig, AttentionScorer, AttentionScores
-from lit_grpo.config import EvalConfig, GRPOConfig
+from lit_grpo.config import EvalConfig, GRPOConfig, check_settings
 from lit_grpo.data.datamodule import PromptBatch
 from lit_grpo.evaluation import build_records, build_scorer, correctness
 from lit_grpo.families import row_layout
@@ -82,8 +83,7 @@ class GRPOModule(L.LightningModule):
         super().__init__()
         self.save_hyperparameters(logger=False)
         self.automatic_optimization = False
-        if grpo.loss_type not in ("grpo", "bnpo", "dr_grpo", "dapo"):
-            raise ValueError(f"grpo.loss_type must be grpo, bnpo, dr_grpo or dapo, got {grpo.loss_type!r}")
+        check_settings(grpo, sampling)
         self.cfg, self.sampling, self.evaluation = grpo, sampling, evaluation
         self.optimizer_factory, self.scheduler_factory = optimizer, lr_scheduler
         self.reward_specs = list(rewards)
@@ -311,6 +311,16 @@ class GRPOModule(L.LightningModule):
         log.update({f"train/reward/{k}": v for k, v in (reward_metrics or {}).items()})
         self.log_dict({k: v for k, v in log.items() if k != "train/reward"}, on_step=True, batch_size=len(total))
         self.log("train/reward", log["train/reward"], on_step=True, prog_bar=True, batch_size=len(total))
+        self._warn_if_no_signal(log["train/frac_reward_zero_std"])
+
+    def _warn_if_no_signal(self, frac_zero_std: float, patience: int = 10) -> None:
+        """Warn once when every group had equal rewards for ``patience`` steps in a row (zero advantages)."""
+        self._no_signal = getattr(self, "_no_signal", 0) + 1 if frac_zero_std == 1.0 else 0
+        if self._no_signal == patience:
+            rank_zero_warn(f"for {patience} steps in a row every group's completions got equal rewards "
+                           "(train/frac_reward_zero_std = 1): every advantage and the loss are 0 and the policy does "
+                           "not change. Does the policy ever earn the reward (e.g. follow its answer format; warm-start "
+                           "it), and can the reward tell completions apart?")
 
     # ----------------------------------------------------------------- evaluation
     def eval_modes(self) -> list[tuple[str, int, bool, float | None]]:

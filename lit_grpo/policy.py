@@ -68,17 +68,34 @@ class PolicyConfig:
     """Tokens that end a completion besides EOS and the chat template's end-of-turn token."""
 
 
+def _refuse_missing_folder(path: str) -> None:
+    """A ``name_or_path`` that can only be a local folder (absolute, ``./``, ``~``, or under an existing local
+    folder such as ``checkpoints/``) must exist: otherwise it would be tried as a hub id, over the network.
+
+    Raises:
+        FileNotFoundError: naming the folder.
+    """
+    p = Path(path).expanduser()
+    local = path.startswith((".", "/", "~")) or (len(p.parts) > 1 and p.parent.is_dir())
+    if local and not p.is_dir():
+        raise FileNotFoundError(f"model folder {path!r} does not exist ({p.resolve()}); give a folder saved with "
+                                "save_pretrained (e.g. checkpoints/demo) or a hub id such as "
+                                "ibm-granite/granite-vision-3.3-2b")
+
+
 def load_policy(cfg: PolicyConfig) -> tuple[nn.Module, object]:
     """Load ``(model, processor)``; prompts are left-padded; LoRA applied when configured.
 
     Raises:
         ValueError: unknown dtype.
+        FileNotFoundError: a local model folder that does not exist.
     """
     if cfg.dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {cfg.dtype!r}")
     path = cfg.name_or_path
     if cfg.embedded is not None and not (Path(path) / "config.json").is_file():
         save_embedded_vlm(path, cfg.embedded)
+    _refuse_missing_folder(path)
     kw = {"local_files_only": cfg.local_files_only}
     model = AutoModelForImageTextToText.from_pretrained(
         path, dtype=DTYPES[cfg.dtype], attn_implementation=cfg.attn_implementation, **kw

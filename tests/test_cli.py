@@ -1,5 +1,6 @@
 """The CLI end to end: configs parse, the demo trains, checkpoints resume, real-model configs load by path."""
 
+import logging
 import re
 from pathlib import Path
 
@@ -149,6 +150,19 @@ def test_global_step_counts_optimizer_steps(tmp_path):
                 str(_overrides(tmp_path, **{"model.init_args.grpo": {"num_iterations": 2},
                                             "trainer.max_steps": 4}))])
     assert cli.trainer.global_step == 4 and cli.trainer.fit_loop.total_batch_idx + 1 == 2
+
+
+def test_a_run_cut_short_says_at_which_step_and_names_last_ckpt(tmp_path, caplog):
+    """max_time ends the run long before max_steps: the closing message says so and points at last.ckpt."""
+    caplog.set_level(logging.INFO)
+    over = _overrides(tmp_path, **{"trainer.max_steps": 40, "trainer.max_time": {"seconds": 1},
+                                   "trainer.val_check_interval": 40})
+    cli = main(["fit", "--config", "configs/demo.yaml", "--config", str(over),
+                "--model.init_args.evaluation.before_fit", "false"])
+    step = cli.trainer.global_step
+    assert 0 < step < 40
+    assert f"Stopped early at step {step} of max_steps 40" in caplog.text
+    assert f"checkpoints:           {tmp_path / 'ckpt' / 'last.ckpt'}" in caplog.text
 
 
 def test_lora_checkpoint_holds_only_the_adapter_and_resumes(tmp_path):

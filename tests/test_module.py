@@ -85,3 +85,38 @@ def test_mask_truncated_completions_removes_them_from_the_loss(tiny_model_dir, p
     g_single, _ = _grads(module, single, adv[:1], None)
     for n in grads:
         torch.testing.assert_close(grads[n], g_single[n], atol=1e-6, rtol=1e-4)
+
+
+@pytest.mark.parametrize("grpo,sampling,message", [
+    ({"loss_type": "dapoo"}, {}, "grpo.loss_type must be grpo, bnpo, dr_grpo or dapo, got 'dapoo'"),
+    ({"scale_rewards": "grup"}, {}, "grpo.scale_rewards must be group, batch or none, got 'grup'"),
+    ({}, {"num_generations": 1}, "sampling.num_generations must be >= 2, got 1"),
+    ({}, {"num_generations": 0}, "sampling.num_generations must be >= 2, got 0"),
+    ({}, {"max_completion_length": 0}, "sampling.max_completion_length must be >= 1, got 0"),
+    ({}, {"temperature": 0.0}, "sampling.temperature must be > 0, got 0.0 (for greedy evaluation use evaluation.greedy"),
+    ({"micro_batch_size": 0}, {}, "grpo.micro_batch_size must be >= 1 or null"),
+    ({"num_iterations": 0}, {}, "grpo.num_iterations must be >= 1, got 0"),
+])
+def test_settings_that_cannot_train_are_refused_by_name(grpo, sampling, message):
+    from lit_grpo.config import check_settings
+    with pytest.raises(ValueError) as err:
+        check_settings(GRPOConfig(**grpo), SamplingConfig(**sampling))
+    assert message in str(err.value)
+    check_settings(GRPOConfig(), SamplingConfig())  # the defaults pass
+
+
+def test_a_run_without_reward_spread_is_warned_about_once():
+    """Ten steps in a row with every group's rewards equal (zero advantages) give one warning; a step with
+    spread resets the count."""
+    import types
+    import warnings
+    obj = types.SimpleNamespace()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for frac in [1.0] * 9 + [0.5] + [1.0] * 9:
+            GRPOModule._warn_if_no_signal(obj, frac)
+        assert not caught
+        GRPOModule._warn_if_no_signal(obj, 1.0)  # the 10th in a row
+        for _ in range(5):
+            GRPOModule._warn_if_no_signal(obj, 1.0)
+    assert len(caught) == 1 and "frac_reward_zero_std = 1" in str(caught[0].message)

@@ -1,5 +1,7 @@
 """Embedded model, loading by path, LoRA placement, reference policy (KL 0 at step 0)."""
 
+import re
+
 import pytest
 import torch
 
@@ -121,3 +123,10 @@ def test_adapter_off_reference_is_the_base_model(tiny_model_dir, puzzle_samples)
 def test_bad_dtype_is_rejected(tiny_model_dir):
     with pytest.raises(ValueError, match="bfloat16"):
         load_policy(PolicyConfig(name_or_path=tiny_model_dir, dtype="fp8"))
+
+
+@pytest.mark.parametrize("name", ["{tmp}/dmeo", "./no_such_model_folder", "{tmp}/sub/dir"])
+def test_a_missing_local_model_folder_is_named_not_tried_on_the_hub(name, tmp_path):
+    path = name.format(tmp=tmp_path)
+    with pytest.raises(FileNotFoundError, match=f"model folder '{re.escape(path)}' does not exist"):
+        load_policy(PolicyConfig(name_or_path=path))
