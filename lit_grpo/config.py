@@ -63,3 +63,15 @@ class EvalConfig:
     pass_threshold: float | None = None
     """A score counts as correct (1) when at least this, else 0 (NaN stays "cannot score"); ``None`` keeps the
     scorer's value. For ``open_accuracy`` (jury correctness / 2), ``1.0`` = every juror says fully correct."""
+
+
+@dataclasses.dataclass
+class PerfConfig:
+    """How much of each prompt is shared among its G completions."""
+
+    share_prefix: bool = True
+    """Run each prompt once per pass (sampling, scoring, reference, update) and let its completions attend to
+    its cached keys and values; False = the plain path (every completion row carries its own prompt copy)."""
+    cache_image_features: bool = True
+    """With ``share_prefix``: encode each prompt's images once per rollout and reuse them in every pass, when
+    the vision tower and projector are frozen; they are re-encoded in every pass when any of them trains."""
