@@ -18,9 +18,9 @@ advantages, forward + backward, the optimizer. Runs alternate A B A B (TRL, lit_
 process, each run a fresh trainer whose first ``--warmup`` steps are dropped; the table gives the median
 step time over all rounds as completions per second, and the ratio lit_grpo / TRL.
 
-Image sizes: ``base`` = the puzzle images as generated (about 200 prompt tokens, most of them image
-tokens); ``large`` = the same images upscaled 4x with the model allowing up to 4 x 4 high-resolution
-tiles, several times more image tokens per prompt.
+Image sizes: ``base`` = the puzzle images as generated (132 x 88 pixels: 70 image tokens of a 172-token
+prompt); ``large`` = the same images upscaled 4x with the model allowing up to 5 x 5 high-resolution
+tiles: about 4x as many image tokens per prompt.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ import torch  # noqa: E402
 
 G, COMPLETIONS_PER_STEP, MAX_TOKENS, LR = 8, 16, 64, 1e-5
 MODEL = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4,
-             intermediate_size=768, vision_hidden_size=128, vision_layers=2)
-"""About 5M parameters: the 'embedded Granite-architecture model' of the comparison."""
+             intermediate_size=1024, vision_hidden_size=128, vision_layers=2)
+"""About 4.7M parameters: the 'embedded Granite-architecture model (about 5M)' of the comparison."""
 UPSCALE = 4
 """The large-image variant upscales every image by this factor."""
 
@@ -55,7 +55,7 @@ def build_model(root: Path, image: str) -> str:
     path = root / f"granite_5m_{image}"
     if not (path / "config.json").is_file():
         s = 56
-        pinpoints = None if image == "base" else [[i * s, j * s] for i in range(1, 5) for j in range(1, 5)]
+        pinpoints = None if image == "base" else [[i * s, j * s] for i in range(1, 6) for j in range(1, 6)]
         save_embedded_vlm(path, EmbeddedModelConfig(grid_pinpoints=pinpoints, **MODEL))
     return str(path)
 
@@ -77,15 +77,17 @@ def build_samples(root: Path, image: str, num: int = 64):
     return samples
 
 
-def prompt_tokens(model_path: str, samples) -> float:
+def prompt_tokens(model_path: str, samples) -> tuple[float, float]:
+    """Mean prompt tokens and image tokens of the first 8 prompts."""
     from lit_grpo.data.templates import render_messages
     from lit_grpo.families import load_processor
     from lit_grpo.rollout import encode_prompts
 
     processor = load_processor(model_path)
-    lengths = [int(encode_prompts(processor, [render_messages(s, "visualsphinx_seed")], [s.images])
-                   ["attention_mask"].sum()) for s in samples[:8]]
-    return statistics.mean(lengths)
+    image_id = processor.tokenizer.convert_tokens_to_ids(processor.image_token)
+    encs = [encode_prompts(processor, [render_messages(s, "visualsphinx_seed")], [s.images]) for s in samples[:8]]
+    return (statistics.mean(int(e["attention_mask"].sum()) for e in encs),
+            statistics.mean(int((e["input_ids"] == image_id).sum()) for e in encs))
 
 
 def param_count(model_path: str) -> int:
@@ -190,7 +192,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=3, help="timed steps per run (after the warm-up)")
     parser.add_argument("--warmup", type=int, default=1, help="steps dropped at the start of every run")
     parser.add_argument("--plain", action="store_true", help="lit_grpo's plain path (no prefix sharing)")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (1: on a small machine shared with other work, several threads "
+                             "busy-wait on each other and a tiny model's many small ops slow down ~100x)")
     parser.add_argument("--root", default=None, help="folder for the model and data (default: a temp dir)")
     args = parser.parse_args(argv)
     if args.threads:
@@ -210,9 +214,9 @@ def main(argv: list[str] | None = None) -> None:
     for image in args.images:
         model_path = build_model(root, image)
         samples = build_samples(root, image)
-        tokens = prompt_tokens(model_path, samples)
-        print(f"{image} images: {param_count(model_path) / 1e6:.2f}M parameters, {tokens:.0f} prompt tokens "
-              "(mean of 8 prompts)", flush=True)
+        tokens, image_tokens = prompt_tokens(model_path, samples)
+        print(f"{image} images: {param_count(model_path) / 1e6:.2f}M parameters, {tokens:.0f} prompt tokens of "
+              f"which {image_tokens:.0f} image tokens", flush=True)
         for config in args.configs:
             tuning, beta = config.split(":")
             lora, beta = tuning == "lora", float(beta)
@@ -224,11 +228,11 @@ def main(argv: list[str] | None = None) -> None:
                 lit_times += run_lit(model_path, samples, lora, beta, args.warmup + args.steps, perf)[args.warmup:]
             trl_cps = COMPLETIONS_PER_STEP / statistics.median(trl_times)
             lit_cps = COMPLETIONS_PER_STEP / statistics.median(lit_times)
-            rows.append((image, round(tokens), tuning, beta, trl_cps, lit_cps, lit_cps / trl_cps))
+            rows.append((image, f"{tokens:.0f} ({image_tokens:.0f})", tuning, beta, trl_cps, lit_cps, lit_cps / trl_cps))
             print(f"  {image} {tuning} beta={beta}: TRL {[round(t, 2) for t in trl_times]} s, "
                   f"lit_grpo {[round(t, 2) for t in lit_times]} s", flush=True)
     print()
-    print("| image | prompt tokens | tuning | beta | TRL completions/s | lit_grpo completions/s | ratio |")
+    print("| image | prompt tokens (image) | tuning | beta | TRL completions/s | lit_grpo completions/s | ratio |")
     print("|---|---|---|---|---|---|---|")
     for image, tokens, tuning, beta, a, b, ratio in rows:
         print(f"| {image} | {tokens} | {tuning} | {beta:g} | {a:.2f} | {b:.2f} | {ratio:.2f}x |")

@@ -186,3 +186,17 @@ def test_plain_path_when_off_or_with_gradient_checkpointing(tiny_model_dir):
     module = GRPOModule(policy=PolicyConfig(name_or_path=tiny_model_dir, gradient_checkpointing=True),
                         rewards=[RewardSpec("binary")])
     assert module.shared_family is None
+
+
+def test_perf_options_are_config_parameters(capsys):
+    """The README's override turns the shared prefix off; the defaults are on."""
+    import yaml
+
+    from lit_grpo.cli import main
+
+    for extra, expected in (([], {"share_prefix": True, "cache_image_features": True}),
+                            (["--model.init_args.perf.share_prefix", "false"],
+                             {"share_prefix": False, "cache_image_features": True})):
+        with pytest.raises(SystemExit):
+            main(["fit", "--config", "configs/demo.yaml", *extra, "--print_config"])
+        assert yaml.safe_load(capsys.readouterr().out)["model"]["init_args"]["perf"] == expected
