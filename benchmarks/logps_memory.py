@@ -1,7 +1,7 @@
 """Peak memory of per-token log-probs: the chunked selective log-softmax against a plain ``log_softmax``.
 
     python benchmarks/logps_memory.py                 # N=16, T=512, V=49155 (Granite's vocabulary)
-    python benchmarks/logps_memory.py --dtype float32 --chunk-rows 512
+    python benchmarks/logps_memory.py --dtype float32 --chunk-rows 512 --threads 1
 
 Logits ``[N, T, V]`` are made once (``--dtype``, bfloat16 by default: what a model in bfloat16 hands the
 head); each method then turns them into the log-prob of one token per position at temperature 0.9:
@@ -73,7 +73,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     parser.add_argument("--chunk-rows", type=int, default=1024, help="rows per chunk of the chunked method")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     gen = torch.Generator().manual_seed(0)
     logits = (torch.randn(args.n, args.t, args.v, generator=gen) * 4).to(getattr(torch, args.dtype))
     logits = logits.to(args.device).requires_grad_(True)

@@ -228,7 +228,8 @@ def main(argv: list[str] | None = None) -> None:
                 lit_times += run_lit(model_path, samples, lora, beta, args.warmup + args.steps, perf)[args.warmup:]
             trl_cps = COMPLETIONS_PER_STEP / statistics.median(trl_times)
             lit_cps = COMPLETIONS_PER_STEP / statistics.median(lit_times)
-            rows.append((image, f"{tokens:.0f} ({image_tokens:.0f})", tuning, beta, trl_cps, lit_cps, lit_cps / trl_cps))
+            tokens_text = f"{tokens:.0f} ({image_tokens:.0f})"
+            rows.append((image, tokens_text, tuning, beta, trl_cps, lit_cps, lit_cps / trl_cps))
             print(f"  {image} {tuning} beta={beta}: TRL {[round(t, 2) for t in trl_times]} s, "
                   f"lit_grpo {[round(t, 2) for t in lit_times]} s", flush=True)
     print()

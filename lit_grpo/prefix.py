@@ -3,15 +3,15 @@
 GRPO repeats every prompt (mostly image tokens on a VLM) G times and runs several passes over prompt +
 completion (sampling, scoring, reference, update). Two optimisations, each exact up to float rounding:
 
-- **Image features once per rollout** (``perf.cache_image_features``): what the model hands its language model
-  for a prompt (``inputs_embeds`` with the image features scattered at the image tokens, and the position
+- **Image features once per rollout** (``perf.cache_image_features``): what the model hands its language
+  model for a prompt (``inputs_embeds`` with the image features scattered at the image tokens, and the position
   ids the model computes itself, e.g. Qwen's M-RoPE) is captured once per prompt by a pre-hook on the
   language model, and reused in every pass, when nothing outside the language model and its head trains
   (vision tower, projector, LLaVA-NeXT's ``image_newline``: the LoRA default). Text positions are embedded
   afresh in every pass (their embedding may train); otherwise the features are recomputed (with grad).
-- **Shared prefix** (``perf.share_prefix``): the language model runs once on each prompt (its ``B`` unique rows,
-  left padding kept) with a KV cache; the cache's keys and values are indexed out to the ``N`` completion
-  rows (``index_select``: differentiable, so the update's gradients flow through the shared keys and values
+- **Shared prefix** (``perf.share_prefix``): the language model runs once on each prompt (its ``B`` unique
+  rows, left padding kept) with a KV cache; the cache's keys and values are indexed out to the ``N``
+  completion rows (tensor indexing: differentiable, so the update's gradients flow through the shared keys and values
   into e.g. LoRA on the prompt tokens); the completion tokens then run on ``N`` rows with the attention mask
   over prompt + completion and positions continuing the prompt's (Qwen: the last prompt position + 1 on all
   three M-RoPE axes, as the model's own rope index gives text tokens). The completion's first token is
@@ -19,8 +19,8 @@ completion (sampling, scoring, reference, update). Two optimisations, each exact
   decode (suppressed tokens, temperature, top-k, top-p as ``generate`` applies them).
 
 The attention reward's capture needs one full-sequence forward (its hooks read the final layer's queries
-and keys over prompt + completion), so the scoring pass that carries the capture takes the plain path;
-the reference and update passes still share the prefix.
+and keys over prompt + completion), so the scoring pass that carries the capture takes the plain path
+(images of every row encoded); the reference and update passes still share the prefix.
 
 Shapes: ``B`` prompts (unique rows), ``N`` completion rows, ``P`` prompt tokens, ``T`` completion tokens,
 ``H`` hidden size, ``V`` vocabulary.

@@ -53,7 +53,8 @@ def _logps_and_grads(model, ro, rows, weights):
 def test_shared_prefix_equals_plain_path(family, lora, zoo_dir):
     """Log-probs to 1e-5 and every trainable gradient to 1e-4 (float32), for the whole rollout and for a
     micro-batch that splits a group, with image features reused (LoRA: vision frozen) or re-encoded (full
-    fine-tuning: the projector trains, except Qwen's), left-padded prompts of different lengths, Qwen's M-RoPE included."""
+    fine-tuning: the projector trains, except Qwen's), left-padded prompts of different lengths, Qwen's M-RoPE
+    included."""
     cfg = PolicyConfig(name_or_path=zoo_dir(family), lora=LoRAConfig(r=4, alpha=8) if lora else None)
     model, processor = load_policy(cfg)
     # full fine-tuning trains the projector, except Qwen's, which sits in the (frozen) vision tower
