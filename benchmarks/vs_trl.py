@@ -148,6 +148,7 @@ def run_lit(model_path: str, samples, lora: bool, beta: float, steps: int, perf:
     import lightning as L
     from torch.utils.data import DataLoader
 
+    from lit_grpo.config import PerfConfig
     from lit_grpo.data.datamodule import PromptBatch
     from lit_grpo.data.templates import render_messages
     from lit_grpo.module import GRPOConfig, GRPOModule
@@ -164,7 +165,7 @@ def run_lit(model_path: str, samples, lora: bool, beta: float, steps: int, perf:
         def on_train_batch_end(self, *a, **k):
             times.append(time.perf_counter() - self.start)
 
-    extra = {"perf": perf} if perf else {}
+    extra = {"perf": PerfConfig(**perf)} if perf else {}
     module = GRPOModule(
         policy=PolicyConfig(name_or_path=model_path, local_files_only=True, freeze_vision_tower=False,
                             lora=LoRAConfig(r=16, alpha=32) if lora else None),
