@@ -65,6 +65,18 @@ class EvalConfig:
     scorer's value. For ``open_accuracy`` (jury correctness / 2), ``1.0`` = every juror says fully correct."""
 
 
+@dataclasses.dataclass
+class PerfConfig:
+    """How much of each prompt is shared among its G completions."""
+
+    share_prefix: bool = True
+    """Run each prompt once per pass (sampling, scoring, reference, update) and let its completions attend to
+    its cached keys and values; False = the plain path (every completion row carries its own prompt copy)."""
+    cache_image_features: bool = True
+    """With ``share_prefix``: encode each prompt's images once per rollout and reuse them in every pass, when
+    the vision tower and projector are frozen; they are re-encoded in every pass when any of them trains."""
+
+
 def check_settings(grpo: GRPOConfig, sampling) -> None:
     """Refuse settings that would train on nothing or fail deep inside a step (``sampling``: a
     :class:`lit_grpo.rollout.SamplingConfig`).

@@ -26,14 +26,15 @@ from torch import Tensor
 
 from lit_grpo import distributed as D
 from lit_grpo.attention import AttentionConfig, AttentionScorer, AttentionScores
-from lit_grpo.config import EvalConfig, GRPOConfig, check_settings
+from lit_grpo.config import EvalConfig, GRPOConfig, PerfConfig, check_settings
 from lit_grpo.data.datamodule import PromptBatch
 from lit_grpo.evaluation import build_records, build_scorer, correctness
-from lit_grpo.families import row_layout
+from lit_grpo.families import Family, row_layout
 from lit_grpo.grpo import group_advantages, grpo_loss
 from lit_grpo.hparams import flatten_hparams, log_flat_hparams
 from lit_grpo.metrics import PromptStats
 from lit_grpo.policy import PolicyConfig, ReferencePolicy, image_token_ids, load_policy, stop_token_ids
+from lit_grpo.prefix import rollout_logps, sample_rollout
 from lit_grpo.rewards import RewardSpec, build_rewards, required_columns, score_completions
 from lit_grpo.rng import collect_rng_states, set_rng_states
 from lit_grpo.rollout import (Rollout, SamplingConfig, completion_logps, encode_prompts, repeat_rows,
@@ -65,6 +66,7 @@ class GRPOModule(L.LightningModule):
         sampling: SamplingConfig = SamplingConfig(),
         evaluation: EvalConfig = EvalConfig(),
         attention: AttentionConfig = AttentionConfig(),
+        perf: PerfConfig = PerfConfig(),
         optimizer: OptimizerCallable = torch.optim.AdamW,
         lr_scheduler: LRSchedulerCallable | None = None,
     ):
@@ -77,6 +79,9 @@ class GRPOModule(L.LightningModule):
             evaluation: validation/test completion modes.
             attention: final-layer attention capture in the scoring pass (the ``attention`` reward's ASM;
                 on whenever a reward reads ``asm``).
+            perf: each prompt computed once per group (shared prompt prefix, image features once per
+                rollout); the plain path when off, for a model outside the supported families, or with
+                gradient checkpointing.
             optimizer: optimizer class and arguments (``class_path``/``init_args``).
             lr_scheduler: optional scheduler, stepped once per optimizer step.
         """
@@ -94,6 +99,9 @@ class GRPOModule(L.LightningModule):
                                       [*self.reward_specs, *evaluation.metrics])
         self.policy, self.processor = load_policy(policy)
         self.layout = row_layout(self.policy, self.processor)
+        self.perf = perf
+        self.shared_family = self.layout if perf.share_prefix and isinstance(self.layout, Family) \
+            and not policy.gradient_checkpointing else None
         self.wants_asm = "asm" in required_columns(self.reward_specs + list(evaluation.metrics))
         self.attention_scorer = AttentionScorer(self.policy, self.processor, attention) \
             if (attention.enabled if attention.enabled is not None else self.wants_asm) else None
@@ -115,9 +123,13 @@ class GRPOModule(L.LightningModule):
     def rollout(self, batch: PromptBatch, group_size: int, greedy: bool = False,
                 temperature: float | None = None) -> Rollout:
         enc = encode_prompts(self.processor, batch.messages, [s.images for s in batch.samples])
+        cfg = self.sampling if temperature is None else dataclasses.replace(self.sampling, temperature=temperature)
+        if self.shared_family is not None:  # each prompt prefilled once for its group
+            enc = {k: v.to(self.device) if isinstance(v, Tensor) else v for k, v in enc.items()}
+            return sample_rollout(self.policy, self.processor, enc, group_size, cfg, self.stop_ids, self.suppress_ids,
+                                  self.shared_family, greedy, self.perf.cache_image_features)
         prompt = {k: v.to(self.device) if isinstance(v, Tensor) else v
                   for k, v in repeat_rows(enc, group_size, self.layout).items()}
-        cfg = self.sampling if temperature is None else dataclasses.replace(self.sampling, temperature=temperature)
         return sample_completions(self.policy, self.processor, prompt, cfg, self.stop_ids,
                                   self.suppress_ids.tolist(), greedy=greedy, layout=self.layout)
 
@@ -129,16 +141,20 @@ class GRPOModule(L.LightningModule):
     def score(self, batch: PromptBatch, rollout: Rollout, group_size: int, train: bool = True) -> ScoringPass:
         """The no-grad scoring pass: one forward of the policy per micro-batch gives the sampling policy's
         log-probs (``num_iterations > 1``) and, with the attention capture on, the ASM from the same forward
-        (SDPA kept); then the reference pass (``beta > 0``). ``train=False`` (evaluation) skips log-probs."""
+        (SDPA kept; a full-sequence forward, never the shared prefix); then the reference pass (``beta > 0``).
+        ``train=False`` (evaluation) skips log-probs."""
         out, temp = ScoringPass(), self.sampling.temperature
         want_old = train and self.cfg.num_iterations > 1
         if want_old or self.attention_scorer is not None:
             images = [s.images for s in batch.samples for _ in range(group_size)]
             old, attention = [], []
             for s in self.micro_batches(rollout.num_completions):
-                rows = rollout.rows(s)
                 scorer = self.attention_scorer
-                with scorer.capture(self.policy, rows) if scorer else contextlib.nullcontext() as cap:
+                if scorer is None:
+                    old.append(rollout_logps(self.policy, rollout, s, temp, self.suppress_ids)[0])
+                    continue
+                rows = rollout.rows(s)
+                with scorer.capture(self.policy, rows) as cap:
                     old.append(completion_logps(self.policy, rows, temp, self.suppress_ids)[0])
                 if cap is not None:
                     attention.append(scorer.score(cap, rows, images[s]))
@@ -146,7 +162,7 @@ class GRPOModule(L.LightningModule):
             out.attention = AttentionScores.cat(attention) if attention else None
         if train and self.reference is not None:
             with self.reference.model_context(self.policy) as ref_model:
-                out.ref_logps = torch.cat([completion_logps(ref_model, rollout.rows(s), temp, self.suppress_ids)[0]
+                out.ref_logps = torch.cat([rollout_logps(ref_model, rollout, s, temp, self.suppress_ids)[0]
                                            for s in self.micro_batches(rollout.num_completions)])
         return out
 
@@ -256,8 +272,8 @@ class GRPOModule(L.LightningModule):
         stats = dict.fromkeys(("loss", "kl", "clip_ratio_low", "clip_ratio_high", "clip_ratio", "entropy"), 0.0)
         for k, s in enumerate(chunks):
             with self._backward_sync(last=k == len(chunks) - 1):
-                logps, entropy = completion_logps(self.policy, rollout.rows(s), self.sampling.temperature,
-                                                  self.suppress_ids, with_entropy=True)
+                logps, entropy = rollout_logps(self.policy, rollout, s, self.sampling.temperature,
+                                               self.suppress_ids, with_entropy=True)
                 loss, st = grpo_loss(
                     logps, old_logps[s] if old_logps is not None else logps.detach(), advantages[s], mask[s],
                     ref_logps=ref_logps[s] if ref_logps is not None else None, beta=self.cfg.beta,

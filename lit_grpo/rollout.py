@@ -47,6 +47,9 @@ class Rollout:
     completions: list[str]
     layout: "RowLayout" = dataclasses.field(default_factory=lambda: RowLayout())
     """How ``prompt``'s tensors are indexed by row and extended over the completion (model family)."""
+    shared: Any = None
+    """The unique prompts of the rows and their reusable inputs (``lit_grpo.prefix.PromptCache``) when the
+    prompt prefix is shared; row subsets (:meth:`rows`) drop it."""
 
     @property
     def num_completions(self) -> int:
@@ -135,14 +138,19 @@ def sample_completions(model: nn.Module, processor, prompt: dict[str, Tensor], c
         out = model.generate(**prompt, **gen_kwargs)
     finally:
         model.train(was_training)
-    ids = out[:, prompt["input_ids"].shape[1]:]
+    return build_rollout(prompt, out[:, prompt["input_ids"].shape[1]:], tok, stop_ids, layout)
+
+
+def build_rollout(prompt: dict[str, Tensor], ids: Tensor, tok, stop_ids: list[int], layout: RowLayout | None = None,
+                  shared: Any = None) -> Rollout:
+    """The :class:`Rollout` of sampled completion ids ``[N, T]``: stop-token mask, padding after it, texts."""
     if ids.shape[1] == 0:  # nothing generated: keep one pad column so shapes stay valid
         ids = torch.full((ids.shape[0], 1), tok.pad_token_id, dtype=torch.long, device=ids.device)
     mask, truncated = completion_mask(ids, stop_ids)
     ids = torch.where(mask, ids, torch.full_like(ids, tok.pad_token_id))
     texts = tok.batch_decode(ids.masked_fill(~mask, tok.pad_token_id), skip_special_tokens=True)
     return Rollout(prompt=prompt, completion_ids=ids, completion_mask=mask, truncated=truncated, completions=texts,
-                   layout=layout or RowLayout())
+                   layout=layout or RowLayout(), shared=shared)
 
 
 def model_inputs(rollout: Rollout) -> dict[str, Tensor]:

@@ -14,9 +14,10 @@ from lit_grpo.attention import AttentionConfig
 from lit_grpo.callbacks import AttentionOverlays
 from lit_grpo.data.datamodule import PromptBatch
 from lit_grpo.data.templates import render_messages
+from lit_grpo.config import PerfConfig
 from lit_grpo.policy import PolicyConfig
 from lit_grpo.rewards import RewardSpec, attention_reward, required_columns
-from lit_grpo.rollout import SamplingConfig
+from lit_grpo.rollout import SamplingConfig, encode_prompts
 
 REWARDS = [RewardSpec("format", kwargs={"tags": ["think"]}), RewardSpec("binary"), RewardSpec("attention", 0.5)]
 
@@ -29,37 +30,46 @@ def test_attention_reward_reads_the_asm_column():
     assert required_columns(REWARDS) == {"asm"} and required_columns(REWARDS[:2]) == set()
 
 
-def _module(tiny_model_dir, rewards=REWARDS, **grpo):
+def _module(tiny_model_dir, rewards=REWARDS, share_prefix=True, **grpo):
     return GRPOModule(policy=PolicyConfig(name_or_path=tiny_model_dir), rewards=rewards, grpo=GRPOConfig(**grpo),
-                      sampling=SamplingConfig(num_generations=4, max_completion_length=10))
+                      sampling=SamplingConfig(num_generations=4, max_completion_length=10),
+                      perf=PerfConfig(share_prefix=share_prefix))
 
 
 def _batch(samples):
     return PromptBatch(samples, [render_messages(s, "visualsphinx_seed") for s in samples])
 
 
-def _count_scoring_forwards(module):
-    """Policy forwards outside ``generate`` (they pass ``use_cache=False``)."""
+def _count_scoring_forwards(module, prompt_length):
+    """Policy forwards over prompt + completion outside ``generate`` (they pass ``use_cache=False``); the shared
+    prefix's capture of the prompts' language-model inputs (prompt only) and its language-model calls are not."""
     calls = []
     module.policy.register_forward_pre_hook(
-        lambda mod, args, kwargs: calls.append(1) if kwargs.get("use_cache") is False else None, with_kwargs=True)
+        lambda mod, args, kwargs: calls.append(1) if kwargs.get("use_cache") is False
+        and kwargs["input_ids"].shape[1] > prompt_length else None, with_kwargs=True)
     return calls
 
 
+@pytest.mark.parametrize("share_prefix", [True, False], ids=["shared", "plain"])
 @pytest.mark.parametrize("with_attention", [True, False])
-def test_training_step_scores_asm_in_the_one_scoring_forward(with_attention, tiny_model_dir, puzzle_samples):
-    module = _module(tiny_model_dir, REWARDS if with_attention else REWARDS[:2])
+def test_training_step_scores_asm_in_the_one_scoring_forward(with_attention, share_prefix, tiny_model_dir,
+                                                             puzzle_samples):
+    module = _module(tiny_model_dir, REWARDS if with_attention else REWARDS[:2], share_prefix)
     module.configure_optimizers = lambda: torch.optim.SGD(module.trainable_parameters(), lr=0.0)
     opt = module.configure_optimizers()
     module.optimizers = lambda: opt
     module.lr_schedulers = lambda: None
     module.log_dict = module.log = lambda *a, **k: None
-    calls = _count_scoring_forwards(module)
+    batch = _batch(puzzle_samples[:2])
+    prompt_length = encode_prompts(module.processor, batch.messages, [s.images for s in batch.samples])[
+        "input_ids"].shape[1]
+    calls = _count_scoring_forwards(module, prompt_length)
     torch.manual_seed(0)
-    out = module.training_step(_batch(puzzle_samples[:2]), 0)
-    # num_iterations=1, beta=0: without the attention reward there is no scoring pass at all (1 = the update);
-    # with it, exactly one more forward, whose hooks give the ASM
-    assert len(calls) == (2 if with_attention else 1)
+    out = module.training_step(batch, 0)
+    # num_iterations=1, beta=0: without the attention reward there is no scoring pass at all (plain path: 1 = the
+    # update; shared prefix: the update runs the language model on the prompts, then on the completions); with
+    # it, exactly one more full-sequence forward, whose hooks give the ASM
+    assert len(calls) == (1 if with_attention else 0) + (0 if share_prefix else 1)
     assert module.policy.config._attn_implementation == "sdpa"
     if not with_attention:
         assert out["attention"] is None and module.attention_scorer is None

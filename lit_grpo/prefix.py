@@ -1,0 +1,240 @@
+"""Each prompt computed once per group: image features once per rollout, the prompt prefix once per pass.
+
+GRPO repeats every prompt (mostly image tokens on a VLM) G times and runs several passes over prompt +
+completion (sampling, scoring, reference, update). Two optimisations, each exact up to float rounding:
+
+- **Image features once per rollout** (``perf.cache_image_features``): what the model hands its language
+  model for a prompt (``inputs_embeds`` with the image features scattered at the image tokens, and the position
+  ids the model computes itself, e.g. Qwen's M-RoPE) is captured once per prompt by a pre-hook on the
+  language model, and reused in every pass, when nothing outside the language model and its head trains
+  (vision tower, projector, LLaVA-NeXT's ``image_newline``: the LoRA default). Text positions are embedded
+  afresh in every pass (their embedding may train); otherwise the features are recomputed (with grad).
+- **Shared prefix** (``perf.share_prefix``): the language model runs once on each prompt (its ``B`` unique
+  rows, left padding kept) with a KV cache; the cache's keys and values are indexed out to the ``N``
+  completion rows (tensor indexing: differentiable, so the update's gradients flow through the shared keys and values
+  into e.g. LoRA on the prompt tokens); the completion tokens then run on ``N`` rows with the attention mask
+  over prompt + completion and positions continuing the prompt's (Qwen: the last prompt position + 1 on all
+  three M-RoPE axes, as the model's own rope index gives text tokens). The completion's first token is
+  predicted by the prompt's last hidden state. Sampling: prefill once per prompt, expand the cache G times,
+  decode (suppressed tokens, temperature, top-k, top-p as ``generate`` applies them).
+
+The attention reward's capture needs one full-sequence forward (its hooks read the final layer's queries
+and keys over prompt + completion), so the scoring pass that carries the capture takes the plain path
+(images of every row encoded); the reference and update passes still share the prefix.
+
+Shapes: ``B`` prompts (unique rows), ``N`` completion rows, ``P`` prompt tokens, ``T`` completion tokens,
+``H`` hidden size, ``V`` vocabulary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from transformers import DynamicCache
+
+from lit_grpo.families import Family, unwrap
+from lit_grpo.grpo import selective_log_softmax
+from lit_grpo.rollout import Rollout, build_rollout, completion_logps
+
+
+@dataclasses.dataclass
+class PromptInputs:
+    """What a model hands its language model for prompt rows: ``embeds`` ``[B, P, H]``, ``position_ids``
+    (None: the language model counts positions itself; Qwen: ``[3, B, P]``), ``attention_mask`` ``[B, P]``."""
+
+    embeds: Tensor
+    position_ids: Tensor | None
+    attention_mask: Tensor
+
+    def rows(self, idx: Tensor) -> "PromptInputs":
+        pos = None if self.position_ids is None else self.position_ids[..., idx, :]
+        return PromptInputs(self.embeds[idx], pos, self.attention_mask[idx])
+
+
+class _Captured(Exception):
+    """Stops the outer forward once the language model's inputs are known."""
+
+
+def capture_lm_inputs(model: nn.Module, family: Family, prompt: dict[str, Any]) -> PromptInputs:
+    """Run ``model`` on ``prompt`` up to its language model and return what it hands it (no LM compute)."""
+    lm = family.language_model(model)
+    seen: dict[str, Any] = {}
+
+    def hook(module, args, kwargs):
+        seen.update(kwargs)
+        raise _Captured
+
+    handle = lm.register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        model(**prompt, use_cache=False)
+    except _Captured:
+        pass
+    finally:
+        handle.remove()
+    if "inputs_embeds" not in seen:
+        raise RuntimeError(f"{type(unwrap(model)).__name__} did not call its language model with inputs_embeds")
+    return PromptInputs(seen["inputs_embeds"], seen.get("position_ids"), prompt["attention_mask"])
+
+
+def frozen_outside_lm(model: nn.Module, family: Family) -> bool:
+    """True when no parameter outside the language model and the LM head trains (vision tower, projector...)."""
+    inside = {id(p) for p in family.language_model(model).parameters()}
+    inside |= {id(p) for p in unwrap(model).get_output_embeddings().parameters()}
+    return not any(p.requires_grad for p in model.parameters() if id(p) not in inside)
+
+
+class PromptCache:
+    """One rollout's unique prompts (``prompt`` holds ``B`` rows) and, per model, their captured language-model
+    inputs when they can be reused (image features frozen); ``index`` ``[N]`` maps completion rows to prompts."""
+
+    def __init__(self, prompt: dict[str, Any], index: Tensor, family: Family, cache_features: bool = True):
+        self.prompt, self.index, self.family = prompt, index, family
+        self.cache_features = cache_features
+        self.num_prompts = int(prompt["input_ids"].shape[0])
+        self._inputs: dict[int, tuple[PromptInputs, Tensor]] = {}
+
+    def lm_inputs(self, model: nn.Module, prompts: Tensor) -> PromptInputs:
+        """Language-model inputs of ``prompts`` (indices into the ``B`` prompts) under ``model``."""
+        family = self.family
+        reuse = self.cache_features and frozen_outside_lm(model, family)
+        if not reuse:
+            rows = family.select(self.prompt, prompts, self.num_prompts)
+            return capture_lm_inputs(model, family, rows)
+        key, embed = id(unwrap(model)), family.language_model(model).get_input_embeddings()
+        if key not in self._inputs:
+            with torch.no_grad():
+                inputs = capture_lm_inputs(model, family, self.prompt)
+                # image positions: where the model put something other than the token's embedding; found once,
+                # here, since the text embedding may train before the next pass (num_iterations > 1)
+                self._inputs[key] = (inputs, (inputs.embeds != embed(self.prompt["input_ids"])).any(-1, keepdim=True))
+        cached, is_feature = self._inputs[key]
+        cached, is_feature = cached.rows(prompts), is_feature[prompts]
+        text = embed(self.prompt["input_ids"][prompts])  # (B, P, H), with grad when it trains
+        return dataclasses.replace(cached, embeds=torch.where(is_feature, cached.embeds, text))
+
+
+def _next_positions(position_ids: Tensor | None, steps: int, start: int = 1) -> Tensor | None:
+    """Positions of ``steps`` text tokens after the prompt: ``last + start + arange`` on every axis (None: the
+    language model counts them itself from its cache)."""
+    if position_ids is None:
+        return None
+    return position_ids[..., -1:] + start + torch.arange(steps, device=position_ids.device)
+
+
+def prefill(model: nn.Module, prompts: PromptCache, rows: Tensor) -> tuple[Tensor, Any, Tensor, Tensor | None]:
+    """Run the language model once on the prompts of completion rows ``rows`` and index its cache out to them.
+
+    Returns the last prompt hidden state per row ``[n, H]``, the row-indexed cache, the rows' prompt
+    attention mask ``[n, P]`` and their prompt positions (or None).
+    """
+    index = prompts.index.to(rows.device)[rows]
+    unique, inverse = torch.unique(index, return_inverse=True)
+    inputs = prompts.lm_inputs(model, unique)
+    lm = prompts.family.language_model(model)
+    cache = DynamicCache(config=lm.config)
+    out = lm(inputs_embeds=inputs.embeds, attention_mask=inputs.attention_mask, position_ids=inputs.position_ids,
+             cache=cache, use_cache=True)
+    cache.batch_select_indices(inverse)  # (B -> n rows) differentiable indexing of every layer's keys/values
+    pos = None if inputs.position_ids is None else inputs.position_ids[..., inverse, :]
+    return out.last_hidden_state[inverse, -1], cache, inputs.attention_mask[inverse], pos
+
+
+def shared_prefix_logps(model: nn.Module, prompts: PromptCache, rows: Tensor,
+                        completion_ids: Tensor, completion_mask: Tensor, temperature: float,
+                        suppress_ids: Tensor | None = None, with_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
+    """Per-token log-probs of completion rows ``rows`` (indices into the rollout) with the prompt run once.
+
+    Equal to :func:`lit_grpo.rollout.completion_logps` on the same rows. Shape: completion_ids/mask ``[n, T]``
+    -> ``[n, T]`` float32 (and the entropy with ``with_entropy``).
+    """
+    last, cache, prompt_mask, pos = prefill(model, prompts, rows)
+    lm, t = prompts.family.language_model(model), completion_ids.shape[1]
+    mask = torch.cat([prompt_mask, completion_mask.to(prompt_mask.dtype)], 1)
+    out = lm(inputs_embeds=lm.get_input_embeddings()(completion_ids), attention_mask=mask,
+             position_ids=_next_positions(pos, t), cache=cache, use_cache=True)
+    hidden = torch.cat([last[:, None], out.last_hidden_state[:, :-1]], 1)  # (n, T, H): state before each token
+    logits = unwrap(model).get_output_embeddings()(hidden)
+    return selective_log_softmax(logits, completion_ids, temperature, suppress_ids, with_entropy=with_entropy)
+
+
+def warp(logits: Tensor, temperature: float, top_k: int, top_p: float, suppress_ids: Tensor | None) -> Tensor:
+    """Next-token scores as ``generate`` processes them: suppressed ids to -inf, / temperature, top-k, top-p.
+
+    Shape: ``[n, V]`` float32 -> ``[n, V]``.
+    """
+    scores = logits.float()
+    if suppress_ids is not None and suppress_ids.numel():
+        scores = scores.index_fill(1, suppress_ids.to(scores.device), float("-inf"))
+    scores = scores / temperature
+    if top_k and top_k > 0:
+        kth = torch.topk(scores, min(top_k, scores.shape[-1])).values[..., -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_scores, order = torch.sort(scores, descending=False)
+        cumulative = sorted_scores.softmax(-1).cumsum(-1)
+        remove = cumulative <= (1 - top_p)
+        remove[..., -1:] = False  # keep at least one token
+        scores = scores.masked_fill(remove.scatter(1, order, remove), float("-inf"))
+    return scores
+
+
+@torch.no_grad()
+def sample_shared(model: nn.Module, prompts: PromptCache, cfg, stop_ids: list[int], pad_id: int,
+                  suppress_ids: Tensor | None, greedy: bool = False) -> Tensor:
+    """Sample ``cfg.max_completion_length`` tokens for every completion row with each prompt prefilled once.
+
+    Rows stop at their first stop token and are padded with ``pad_id`` after it; decoding ends when every
+    row has stopped. Shape: -> ``[N, T']`` long, ``T' <= max_completion_length``.
+    """
+    rows = torch.arange(prompts.index.shape[0], device=prompts.index.device)
+    last, cache, mask, pos = prefill(model, prompts, rows)
+    lm, head = prompts.family.language_model(model), unwrap(model).get_output_embeddings()
+    stop = torch.tensor(stop_ids, device=last.device)
+    done = torch.zeros(last.shape[0], dtype=torch.bool, device=last.device)
+    tokens = []
+    for step in range(cfg.max_completion_length):
+        scores = warp(head(last), 1.0 if greedy else cfg.temperature, 0 if greedy else cfg.top_k,
+                      1.0 if greedy else cfg.top_p, suppress_ids)
+        token = scores.argmax(-1) if greedy else torch.multinomial(scores.softmax(-1), 1)[:, 0]
+        token = torch.where(done, torch.full_like(token, pad_id), token)
+        tokens.append(token)
+        done |= torch.isin(token, stop)
+        if bool(done.all()) or step == cfg.max_completion_length - 1:
+            break
+        mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], 1)
+        out = lm(inputs_embeds=lm.get_input_embeddings()(token[:, None]), attention_mask=mask,
+                 position_ids=_next_positions(pos, 1, start=step + 1), cache=cache, use_cache=True)
+        last = out.last_hidden_state[:, -1]
+    return torch.stack(tokens, 1)
+
+
+def sample_rollout(model: nn.Module, processor, prompt: dict[str, Tensor], group_size: int, cfg, stop_ids: list[int],
+                   suppress_ids: Tensor | None, family: Family, greedy: bool = False,
+                   cache_features: bool = True) -> Rollout:
+    """:func:`lit_grpo.rollout.sample_completions` with each of the ``B`` rows of ``prompt`` prefilled once for its
+    ``group_size`` completions; the rollout carries its :class:`PromptCache` for the later passes."""
+    b = prompt["input_ids"].shape[0]
+    index = torch.arange(b, device=prompt["input_ids"].device).repeat_interleave(group_size)
+    shared = PromptCache(prompt, index, family, cache_features)
+    tok = getattr(processor, "tokenizer", processor)
+    was_training = model.training
+    model.eval()
+    try:
+        ids = sample_shared(model, shared, cfg, stop_ids, tok.pad_token_id, suppress_ids, greedy)
+    finally:
+        model.train(was_training)
+    return build_rollout(family.select(prompt, index, b), ids, tok, stop_ids, family, shared)
+
+
+def rollout_logps(model: nn.Module, rollout: Rollout, rows: slice, temperature: float,
+                  suppress_ids: Tensor | None = None, with_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
+    """Log-probs ``[n, T]`` of the completions ``rows`` of ``rollout``: the prompt run once per prompt when the
+    rollout carries its shared prompts, else the plain forward over every row's prompt + completion."""
+    if rollout.shared is None:
+        return completion_logps(model, rollout.rows(rows), temperature, suppress_ids, with_entropy)
+    idx = torch.arange(rollout.num_completions, device=rollout.completion_ids.device)[rows]
+    return shared_prefix_logps(model, rollout.shared, idx, rollout.completion_ids[idx], rollout.completion_mask[idx],
+                               temperature, suppress_ids, with_entropy)
