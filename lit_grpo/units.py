@@ -2,7 +2,7 @@
 
 Answer strings come in many spellings (``7.55N``, ``46.3 kN``, ``1.54 \\text{ m/s}^2``,
 ``\\( 22.3^{\\circ} \\)``, ``3.2 \\times 10^{-19} J``, ``100 Ω``, ``5 μF``, ``J/kg K``). pint needs help
-with several of them (``../shared/docs/pitfalls.md``): the Unicode OHM SIGN is rejected, ``3 °C`` in
+with several of them: the Unicode OHM SIGN is rejected, ``3 °C`` in
 one string raises (offset units), ``J/kg K`` parses as J·K/kg, ``kn`` means knots. Everything here
 normalises first, then asks pint; a string pint cannot read gives ``None``, never an exception.
 """

@@ -1,6 +1,6 @@
 """PhyX reader: the three published layouts become :class:`Sample` records, in MCQ or open-ended form.
 
-Layouts (``../shared/docs/datasets.md``), detected from the columns (or forced with ``layout``):
+Layouts (the published PhyX files), detected from the columns (or forced with ``layout``):
 
 - ``default``: parquet with ``id``, ``question``, ``question_description``,
   ``question_description_simplified``, ``options`` (list of ``"A: ..."``), ``answer`` (letter), ``image``

@@ -1,6 +1,6 @@
 """VisualSphinx reader: RL-20K (``train``), Benchmark (``test``, ``testmini``), 4- and 10-option puzzles.
 
-Columns (``../shared/docs/datasets.md``): ``id``, ``images`` (list; older cards ``image``), ``problem``
+Columns (the published dataset cards): ``id``, ``images`` (list; older cards ``image``), ``problem``
 (with an ``<image>`` placeholder), ``choice`` (JSON label -> label), ``answer``, ``explanation``,
 ``difficulty`` (Benchmark only), quality fields kept in ``meta``.
 """

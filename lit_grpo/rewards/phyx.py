@@ -1,4 +1,4 @@
-"""The official PhyX rule-mode scorer, reproduced exactly (``../shared/docs/datasets.md``).
+"""The official PhyX rule-mode scorer, reproduced exactly.
 
 Source: PhyX's evaluation in VLMEvalKit (``vlmeval/dataset/utils/phyx.py``, ``PhyX_process_line`` for
 open-ended answers and ``PhyX_process_line_MC`` for multiple choice, ``valid_type: STR``). Both rules

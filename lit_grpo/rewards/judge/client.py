@@ -1,6 +1,6 @@
 """OpenAI-compatible chat-completions judge client (vLLM ``serve``, SGLang, hosted APIs) over ``httpx``.
 
-What it guarantees (see ``pitfalls.md``, judge servers):
+What it guarantees (the known failure modes of judge servers):
 - bounded concurrency (``concurrency`` requests in flight), on a private event loop in a daemon
   thread, so it works from plain training code and from notebooks alike;
 - retries with exponential backoff and jitter on timeouts, dropped connections, HTTP 429 and 5xx,
