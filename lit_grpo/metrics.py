@@ -1,4 +1,4 @@
-"""torchmetrics bookkeeping for evaluation: per-prompt values per logged key, reported as mean +- SE.
+"""Training-step statistics, and torchmetrics bookkeeping for evaluation: per-prompt values per logged key, reported as mean +- SE.
 
 Completions of one prompt are not independent samples, so every key stores one value per prompt (the
 mean over that prompt's completions) and the standard error is taken over prompts:
@@ -12,6 +12,35 @@ import math
 import torch
 from torch import Tensor, nn
 from torchmetrics.aggregation import CatMetric
+
+
+def train_metrics(per_reward: dict[str, Tensor], total: Tensor, advantages: Tensor, group_size: int,
+                  completion_mask: Tensor, truncated: Tensor) -> dict[str, float]:
+    """The ``train/`` statistics of one rollout: reward (mean, mean within-group std, fraction of groups with zero
+    std, fraction unscorable), each reward's mean and std, advantage mean/std, completion length (mean, max,
+    fraction truncated). Shapes: ``total``/``advantages``/each reward ``[N]`` (NaN = unscorable, groups of
+    ``group_size`` contiguous), ``completion_mask`` ``[N, T]``, ``truncated`` ``[N]``."""
+    groups = total.reshape(-1, group_size)
+    valid_counts = (~torch.isnan(groups)).sum(1)
+    group_std = torch.stack([row[~torch.isnan(row)].std() if c > 1 else torch.tensor(0.0)
+                             for row, c in zip(groups, valid_counts)])
+    lengths = completion_mask.sum(1).float()
+    log = {
+        "train/reward": torch.nanmean(total).item(),
+        "train/reward_std": group_std.mean().item(),
+        "train/frac_reward_zero_std": (group_std == 0).float().mean().item(),
+        "train/frac_unscorable": torch.isnan(total).float().mean().item(),
+        "train/advantage/mean": advantages.mean().item(),
+        "train/advantage/std": advantages.std().item() if advantages.numel() > 1 else 0.0,
+        "train/completion_length/mean": lengths.mean().item(),
+        "train/completion_length/max": lengths.max().item(),
+        "train/completion_length/frac_truncated": truncated.float().mean().item(),
+    }
+    for label, values in per_reward.items():
+        ok = values[~torch.isnan(values)]
+        log[f"train/reward/{label}"] = ok.mean().item() if ok.numel() else math.nan
+        log[f"train/reward/{label}_std"] = ok.std().item() if ok.numel() > 1 else 0.0
+    return log
 
 
 def prompt_means(values: Tensor, per_prompt: int) -> Tensor:

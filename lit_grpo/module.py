@@ -32,7 +32,7 @@ from lit_grpo.evaluation import build_records, build_scorer, correctness
 from lit_grpo.families import Family, row_layout
 from lit_grpo.grpo import group_advantages, grpo_loss
 from lit_grpo.hparams import flatten_hparams, log_flat_hparams
-from lit_grpo.metrics import PromptStats
+from lit_grpo.metrics import PromptStats, train_metrics
 from lit_grpo.policy import PolicyConfig, ReferencePolicy, image_token_ids, load_policy, stop_token_ids
 from lit_grpo.prefix import rollout_logps, sample_rollout
 from lit_grpo.rewards import RewardSpec, build_rewards, required_columns, score_completions
@@ -300,30 +300,11 @@ class GRPOModule(L.LightningModule):
     def log_train(self, per_reward: dict[str, Tensor], total: Tensor, advantages: Tensor, rollout: Rollout,
                   stats: dict[str, float], completions_per_s: float,
                   reward_metrics: dict[str, float] | None = None) -> None:
-        g = self.sampling.num_generations
-        groups = total.reshape(-1, g)
-        valid_counts = (~torch.isnan(groups)).sum(1)
-        group_std = torch.stack([row[~torch.isnan(row)].std() if c > 1 else torch.tensor(0.0)
-                                 for row, c in zip(groups, valid_counts)])
-        lengths = rollout.completion_mask.sum(1).float()
-        log = {
-            "train/reward": torch.nanmean(total).item(),
-            "train/reward_std": group_std.mean().item(),
-            "train/frac_reward_zero_std": (group_std == 0).float().mean().item(),
-            "train/frac_unscorable": torch.isnan(total).float().mean().item(),
-            "train/advantage/mean": advantages.mean().item(),
-            "train/advantage/std": advantages.std().item() if advantages.numel() > 1 else 0.0,
-            "train/completion_length/mean": lengths.mean().item(),
-            "train/completion_length/max": lengths.max().item(),
-            "train/completion_length/frac_truncated": rollout.truncated.float().mean().item(),
-            "train/lr": self.optimizers().param_groups[0]["lr"],
-            "train/completions_per_second": completions_per_s,
-        }
+        log = train_metrics(per_reward, total, advantages, self.sampling.num_generations, rollout.completion_mask,
+                            rollout.truncated)
+        log["train/lr"] = self.optimizers().param_groups[0]["lr"]
+        log["train/completions_per_second"] = completions_per_s
         log.update({f"train/{k}": v for k, v in stats.items()})
-        for label, values in per_reward.items():
-            log[f"train/reward/{label}"] = torch.nanmean(values).item() if (~torch.isnan(values)).any() else math.nan
-            ok = values[~torch.isnan(values)]
-            log[f"train/reward/{label}_std"] = ok.std().item() if ok.numel() > 1 else 0.0
         log.update({f"train/reward/{k}": v for k, v in (reward_metrics or {}).items()})
         self.log_dict({k: v for k, v in log.items() if k != "train/reward"}, on_step=True, batch_size=len(total))
         self.log("train/reward", log["train/reward"], on_step=True, prog_bar=True, batch_size=len(total))
