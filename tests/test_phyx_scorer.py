@@ -104,10 +104,10 @@ def test_unknown_answer_format_raises():
         phyx_official_score("A", "A", "multiple")
 
 
-def test_reward_uses_the_stored_gold_and_gives_nan_without_one():
+def test_reward_uses_the_stored_gold_and_does_not_apply_without_one():
     reward = REWARDS.get("phyx_official")
     out = reward(["It is 7.55N", "It is 7.55N", "Answer: A", "x"], answer=["7.55N", "7.55N", "A", None],
                  answer_format=["open", "open", "mcq", "open"],
                  meta=[{"answer_raw": "7.55N "}, {}, {}, {}])
     # stored gold "7.55N " is not in the stripped prediction; without answer_raw the stripped gold is
-    assert out[:3] == [0.0, 1.0, 1.0] and math.isnan(out[3])
+    assert out == [0.0, 1.0, 1.0, None]
