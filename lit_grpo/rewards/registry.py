@@ -24,6 +24,7 @@ import math
 from typing import Any, Callable
 
 import torch
+from lightning.pytorch.utilities import rank_zero_only
 
 from lit_grpo.registry import Registry
 
@@ -105,14 +106,26 @@ def build_reward(spec: RewardSpec) -> RewardFn:
     return functools.partial(entry, **spec.kwargs)
 
 
-def build_rewards(specs: list[RewardSpec]) -> dict[str, RewardFn]:
-    """Label -> callable for every spec; duplicate labels raise (use ``alias``)."""
+def build_rewards(specs: list[RewardSpec], training: bool = False) -> dict[str, RewardFn]:
+    """Label -> callable for every spec; duplicate labels raise (use ``alias``).
+
+    ``training``: the specs are the training rewards; one that a policy can game (a registered reward with a
+    ``gameable`` note, e.g. ``phyx_official``) and that has a non-zero weight is named in one warning line.
+    """
     out: dict[str, RewardFn] = {}
     for spec in specs:
         if spec.label in out:
             raise ValueError(f"reward {spec.label!r} appears twice; give one an alias")
         out[spec.label] = build_reward(spec)
+        note = getattr(REWARDS.get(spec.name), "gameable", None)
+        if training and note and spec.weight != 0:
+            _warn_gameable(spec.label, note)
     return out
+
+
+@rank_zero_only
+def _warn_gameable(label: str, note: str) -> None:
+    log.warning("training reward %r can be gamed: %s", label, note)
 
 
 def required_columns(specs: list[RewardSpec]) -> set[str]:
