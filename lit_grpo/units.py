@@ -15,7 +15,7 @@ The registry is pint's default definitions with two changes and a few additions,
   with one that has it (``s^-1`` is ``Hz`` against ``Hz`` and ``rad/s`` against ``rad/s``, as
   physicists write both); a bare number against an angle stays ambiguous (degrees or radians?).
 - **added**: ``diopter`` (``dpt``, ``dioptre``), ``rev``, and the written-together products ``Js``,
-  ``Nm``, ``Ns``, ``Ws``.
+  ``Nm`` (a newton metre, no longer the textile yarn count), ``Ns``, ``Ws``.
 - **refused**: a unit that pint can only read through a physical constant (``k`` is Boltzmann's
   constant, ``c`` the speed of light: ``\\hat{k}`` or a symbolic answer is not a unit), and text that is
   symbolic (Greek letters, functions, subscripts, numbers that are not exponents).
@@ -30,7 +30,8 @@ from pathlib import Path
 
 import pint
 
-_PATCHES = {"radian = [] = rad": "radian = [angle] = rad", "hertz = 1 / second = Hz": "hertz = turn / second = Hz"}
+_PATCHES = {"radian = [] = rad": "radian = [angle] = rad", "hertz = 1 / second = Hz": "hertz = turn / second = Hz",
+            "number_meter = kilometer / kilogram = Nm": "number_meter = kilometer / kilogram"}  # Nm: newton metre
 _DEFINITIONS = ("diopter = 1 / meter = dpt = dioptre", "rev = turn", "joule_second = joule * second = Js",
                 "newton_meter = newton * meter = Nm", "newton_second = newton * second = Ns",
                 "watt_second = watt * second = Ws")

@@ -319,8 +319,11 @@ def read_phyx(path: str, split: str = "test", rows: str | None = None, answer_fo
         rid = row.get("id", row.get("index", i))
         return phyx_fields(row, i, where=f"{source} row {i} (id {rid})", **kw)
 
+    def images(row: dict, i: int) -> list:
+        return [_image_source(row, kw["layout"], f"{source} row {i}", folders)]
+
     return load_rows(table, to_sample, name=source, on_bad_row=on_bad_row,
-                     check_text=check_text, text_rows=_without(table, "image"))
+                     check_text=check_text, text_rows=_without(table, "image"), image_sources=images)
 
 
 def _without(table: Any, column: str) -> Any:

@@ -89,5 +89,6 @@ def read_visualsphinx(path: str, split: str = "train", rows: str | None = None,
         return {**visualsphinx_fields(row, _where(source, row, i)), "id": str(row.get("id", i))}
 
     return load_rows(table, lambda row, i: visualsphinx_sample(row, i, source=source, max_pixels=max_pixels),
-                     name=source, on_bad_row=on_bad_row, check_text=check_text, text_rows=text_rows)
+                     name=source, on_bad_row=on_bad_row, check_text=check_text, text_rows=text_rows,
+                     image_sources=lambda row, i: row.get("images") or [row.get("image")])
 
