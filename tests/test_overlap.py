@@ -161,6 +161,16 @@ def test_same_text_with_another_image_is_another_problem(tmp_path):
         == {}
 
 
+def test_allow_keeps_a_deliberate_overlap_and_drop_never_empties_training(physics, caplog):
+    with caplog.at_level(logging.WARNING):
+        dm = _dm(_spec(physics, ":8"), _spec(physics, ":8"), on_overlap="allow")
+        dm.setup("fit")
+    assert len(dm.datasets["train"]) == 8 and dm.overlap_dropped == 0
+    assert "8 of 8 training rows" in caplog.text and "kept for training (on_overlap: allow)" in caplog.text
+    with pytest.raises(ValueError, match="nothing is left to train on"):
+        _dm(_spec(physics, ":8"), _spec(physics, ":8"), on_overlap="drop").setup("fit")
+
+
 def test_unknown_policy_is_refused():
     with pytest.raises(ValueError, match="on_overlap"):
         VLMDataModule(on_overlap="ignore")

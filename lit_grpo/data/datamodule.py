@@ -114,7 +114,8 @@ class VLMDataModule(L.LightningDataModule):
                 file, row id and field; ``skip``: bad rows are dropped up front and counted in the log.
             on_overlap: training rows that are the same problem as a validation or test row (same normalised
                 question text and same image, :mod:`lit_grpo.data.overlap`), checked at ``fit``: ``refuse``
-                stops with an error naming the first pairs; ``drop`` removes them from training and logs the count.
+                stops with an error naming the first pairs; ``drop`` removes them from training and logs the count;
+                ``allow`` keeps them and logs the count (deliberate: a check that a policy fits its own eval set).
         """
         super().__init__()
         TEMPLATES.get(template)  # fail at construction on a typo
@@ -157,6 +158,11 @@ class VLMDataModule(L.LightningDataModule):
                 f"image) as a {'/'.join(evals)} row: {overlap.describe(train, found)}")
         if self.on_overlap == "refuse":
             raise ValueError(f"{what}. Choose disjoint rows, or set data.on_overlap: drop to train without them")
+        if self.on_overlap == "allow":
+            log.warning("%s; kept for training (on_overlap: allow)", what)
+            return train
+        if len(found) == len(train):
+            raise ValueError(f"{what}: nothing is left to train on (on_overlap: drop); choose other training rows")
         log.warning("%s; dropped from training (on_overlap: drop)", what)
         self.overlap_dropped = len(found)
         return overlap.without(train, found)

@@ -20,7 +20,7 @@ from typing import Sequence
 
 from torch.utils.data import Dataset, Subset
 
-OVERLAP_POLICIES = ("refuse", "drop")
+OVERLAP_POLICIES = ("refuse", "drop", "allow")
 
 
 def normalise_question(text: str) -> str:
