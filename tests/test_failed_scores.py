@@ -124,7 +124,7 @@ def test_an_infinite_reward_never_reaches_the_weights_or_a_checkpoint(tmp_path, 
     puzzles = {"path": str(tmp_path / "puzzles.parquet"), "generate": {"kind": "puzzles", "num": 8, "seed": 0}}
     cfg = {
         "trainer": {"accelerator": "cpu", "max_steps": 2, "limit_val_batches": 0, "max_time": None,
-                    "logger": False, "callbacks": [{
+                    "default_root_dir": str(tmp_path), "logger": False, "callbacks": [{
                         "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
                         "init_args": {"dirpath": str(tmp_path / "ckpt"), "save_last": True,
                                       "every_n_train_steps": 1}}]},
