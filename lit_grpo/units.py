@@ -216,13 +216,15 @@ def split_quantity(text: str) -> tuple[float | None, str]:
 
 
 def clean_unit_text(text: str) -> str:
-    """A readable unit string without LaTeX markup: ``"\\text{ m/s}^2\\"`` -> ``"m/s^2"``, ``"^{\\circ}"`` -> ``"°"``."""
+    """A readable unit string without LaTeX markup: ``"\\text{ m/s}^2\\"`` -> ``"m/s^2"``,
+    ``"^{\\circ}"`` -> ``"°"``."""
     s = _unwrap(text)
     s = re.sub(r"\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|\\circ|\\degree", "°", s)
     s = re.sub(r"\^\s*\{\s*([-+]?\d+)\s*\}", r"^\1", s)
     s = re.sub(r"\\(?:hat|vec)\s*\{[^{}]*\}", " ", s)
     s = re.sub(r"\\[,;:! ]|~|\\left|\\right|\\\(|\\\)|\$|\\+\s*$", " ", s)
-    s = re.sub(r"\\mu\s*", "μ", s.replace("\\Omega", "\u03a9").replace("\u2126", "\u03a9")).replace("\\cdot", "·").replace("\\%", "%")
+    s = re.sub(r"\\mu\s*", "μ", s.replace("\\Omega", "\u03a9").replace("\u2126", "\u03a9"))
+    s = s.replace("\\cdot", "·").replace("\\%", "%")
     return re.sub(r"\s+", " ", s).strip().replace(" /", "/").replace("/ ", "/")
 
 

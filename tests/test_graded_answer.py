@@ -31,7 +31,8 @@ def test_the_graded_block_is_the_final_pair_outside_think(text, graded):
 
 
 def test_extracting_think_gives_the_think_block():
-    assert extract_tag("<think> step <answer>A</answer> </think><answer>B</answer>", "think") == "step <answer>A</answer>"
+    text = "<think> step <answer>A</answer> </think><answer>B</answer>"
+    assert extract_tag(text, "think") == "step <answer>A</answer>"
     assert extract_tag("<think>first</think> x <think>second</think>", "think") == "first"
     assert extract_tag("<think>unclosed", "think") is None
 

@@ -3,9 +3,9 @@
 **The same problem** = the same normalised question text (Unicode NFKC, case-folded, whitespace collapsed,
 ``<image>`` placeholders dropped; options and the answer form are left out, so an MCQ training row and an
 open-ended test row of one item match) AND the same image (the sha1 of the image bytes as stored, so the
-parquet copy, the raw layout's file and the base64 copy of one published image match; when a question text is
-specific to a few rows, their decoded pixels are compared too, so a re-encoded copy of a picture matches). Text alone is not enough
-(VisualSphinx puzzles share one question text; PhyX problems may share a generic question over different
+parquet copy, the raw layout's file and the base64 copy of one published image match; when a question text
+is specific to a few rows, their decoded pixels are compared too, so a re-encoded copy of a picture
+matches). Text alone is not enough (VisualSphinx puzzles share one question text; PhyX problems may share a generic question over different
 diagrams), and an image alone is not either (one diagram may serve several questions).
 
 Images are hashed only for training rows whose text matches an evaluation row, and decoded only under

@@ -158,8 +158,8 @@ def load_rows(rows: Sequence[Any], to_sample: Callable[[Any, int], Sample], *, n
     cheap to read) so a bad text field fails at setup; images are decoded lazily and a bad one raises
     :class:`BadRowError` naming the row when it is first read. ``skip``: every row is turned into a
     sample up front (images decoded), rows raising :class:`BadRowError` are dropped, and the count
-    with the first few reasons is logged. ``image_sources`` is passed to the dataset. Under both, a row the table opener could not read
-    (``BAD_BYTES_COLUMN``) and a row repeating an earlier row's ``id`` are bad rows.
+    with the first few reasons is logged. ``image_sources`` is passed to the dataset. Under both, a row the
+    table opener could not read (``BAD_BYTES_COLUMN``) and a row repeating an earlier row's ``id`` are bad rows.
     Raises:
         ValueError: unknown ``on_bad_row``.
         BadRowError: the first bad text field (``raise``).

@@ -122,4 +122,4 @@ phyx_official_reward.gameable = (
     "PhyX's official rule scores 1 whenever the gold text is a substring of the completion (open-ended) or "
     "'<gold>:' occurs in it (multiple choice), so reciting every option scores 1 for any gold; keep it as the "
     "evaluation scorer (evaluation.scorer: phyx_official) and train on accuracy / open_accuracy / rubric")
-"""Why a policy trained on this reward learns to recite the options (named in a warning when it is a training reward)."""
+"""Why a policy trained on this reward learns to recite the options (a warning names it as a training reward)."""
