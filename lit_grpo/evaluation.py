@@ -63,8 +63,8 @@ def build_scorer(scorer: str | None, kwargs: dict[str, Any], configured: list[Re
 
 
 def correctness(scores: list[float | None], pass_threshold: float | None = None) -> list[float]:
-    """A scorer's values as the correctness of each completion: ``None`` and NaN stay NaN ("cannot score",
-    never wrong); with ``pass_threshold`` a score counts as correct (1.0) when it is at least the threshold,
+    """A scorer's values as the correctness of each completion: ``None``, NaN and +-inf become NaN ("cannot
+    score", never wrong); with ``pass_threshold`` a score counts as correct (1.0) when it is at least the threshold,
     else 0.0 (a graded scorer such as the jury's ``open_accuracy`` made 0/1); without, the score as is.
 
     >>> correctness([1.0, 5 / 6, 0.5, None], pass_threshold=1.0)
@@ -72,7 +72,7 @@ def correctness(scores: list[float | None], pass_threshold: float | None = None)
     """
     out = []
     for v in scores:
-        v = math.nan if v is None else float(v)
+        v = math.nan if v is None or not math.isfinite(float(v)) else float(v)
         out.append(v if math.isnan(v) or pass_threshold is None else float(v >= pass_threshold))
     return out
 

@@ -92,7 +92,7 @@ class GRPOModule(L.LightningModule):
         self.cfg, self.sampling, self.evaluation = grpo, sampling, evaluation
         self.optimizer_factory, self.scheduler_factory = optimizer, lr_scheduler
         self.reward_specs = list(rewards)
-        self.reward_fns = build_rewards(self.reward_specs)
+        self.reward_fns = build_rewards(self.reward_specs, training=True)
         self.reward_weights = {s.label: s.weight for s in self.reward_specs}
         self.eval_fns = {**self.reward_fns, **build_rewards(list(evaluation.metrics))}
         self.scorer_fn = build_scorer(evaluation.scorer, evaluation.scorer_kwargs,

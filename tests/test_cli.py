@@ -192,7 +192,8 @@ def test_granite_config_runs_on_a_local_checkpoint_by_path(tmp_path, tiny_model_
                     "callbacks": []},
         "model": {"init_args": {"policy": {"name_or_path": tiny_model_dir, "local_files_only": True},
                                 "sampling": {"max_completion_length": 8}}},
-        "data": {"train": {"path": puzzles_path}, "val": {"path": puzzles_path, "rows": ":2"}, "batch_size": 1},
+        "data": {"train": {"path": puzzles_path, "rows": "2:"}, "val": {"path": puzzles_path, "rows": ":2"},
+                 "batch_size": 1},
     }))
     cli = main(["fit", "--config", "configs/granite_vision_visualsphinx.yaml", "--config", str(extra)])
     assert cli.trainer.global_step == 1
@@ -247,7 +248,7 @@ def test_fmt_acc_asm_demo_trains_with_the_attention_reward(tmp_path):
     spec = {"path": str(tmp_path / "physics" / "phyx.parquet"), "reader": "phyx", "split": "test",
             "generate": {"kind": "physics", "num": 12, "seed": 0}, "reader_args": {"answer_format": "mcq"}}
     over = _overrides(tmp_path, **{"trainer.limit_val_batches": 1, "data.train": {**spec, "rows": "4:"},
-                                   "data.val": {**spec, "rows": ":4"}})
+                                   "data.val": {**spec, "rows": ":4"}, "data.test": {**spec, "rows": ":4"}})
     cfg = yaml.safe_load(over.read_text())
     del cfg["model"]["init_args"]["rewards"]  # keep the condition's Fmt + Acc + ASM list
     over.write_text(yaml.safe_dump(cfg))

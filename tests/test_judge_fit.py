@@ -39,7 +39,7 @@ def _config(tmp_path: Path, judge_url: str, rewards: list[dict], **trainer) -> P
             "policy": {"name_or_path": str(tmp_path / "model"), "embedded": {"seed": 0}},
             "rewards": rewards,
             "sampling": {"num_generations": 4, "max_completion_length": 12}}},
-        "data": {"train": {**physics, "rows": "2:"}, "val": {**physics, "rows": ":2"},
+        "data": {"train": {**physics, "rows": "2:"}, "val": {**physics, "rows": ":2"}, "test": {**physics, "rows": ":2"},
                  "batch_size": 2, "eval_batch_size": 2},
     }
     path = tmp_path / "judge.yaml"
@@ -128,7 +128,7 @@ def test_paper_oe_rubric_condition_reaches_the_judge_named_by_the_environment(tm
                                    "init_args": {"save_dir": str(tmp_path / "logs")}}, "callbacks": []},
             "model": {"init_args": {"policy": {"name_or_path": tiny_model_dir, "local_files_only": True},
                                     "sampling": {"max_completion_length": 8}}},
-            "data": {"train": data, "val": data, "test": data, "batch_size": 1}}))
+            "data": {"train": data, "val": data, "test": data, "batch_size": 1, "on_overlap": "allow"}}))
         cli = main(["fit", "--config", "configs/granite_vision_phyx_oe.yaml",
                     "--config", "configs/granite_vision_phyx_oe_rubric.yaml", "--config", str(extra)])
         requests = list(server.requests)

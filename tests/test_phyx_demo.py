@@ -89,7 +89,7 @@ def _overrides(tmp_path: Path, model_dir: str, fmt: str, rows: dict[str, str], b
                                   {"class_path": "lit_grpo.callbacks.PredictionsJSONL"}], **trainer},
         "model": {"init_args": {"policy": {"name_or_path": model_dir},
                                 "sampling": {"num_generations": 4, "max_completion_length": 8}}},
-        "data": {**{split: {**spec, "rows": r} for split, r in rows.items()},
+        "data": {**{split: {**spec, "rows": r} for split, r in rows.items()}, "on_overlap": "allow",
                  "batch_size": batch_size, "eval_batch_size": eval_batch_size},
     }
     path = tmp_path / "over.yaml"

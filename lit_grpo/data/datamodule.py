@@ -10,6 +10,7 @@ from typing import Any, Callable
 import lightning as L
 from torch.utils.data import DataLoader, Dataset, Subset
 
+from lit_grpo.data import overlap
 from lit_grpo.data.physics import write_physics
 from lit_grpo.data.phyx import read_phyx
 from lit_grpo.data.puzzles import PuzzleConfig, write_puzzles
@@ -97,6 +98,7 @@ class VLMDataModule(L.LightningDataModule):
         max_prompt_length: int | None = None,
         num_workers: int = 0,
         on_bad_row: str = "raise",
+        on_overlap: str = "refuse",
     ):
         """
         Args:
@@ -110,6 +112,10 @@ class VLMDataModule(L.LightningDataModule):
             on_bad_row: ``raise``: a bad row (missing/undecodable/over-large image, missing answer, answer
                 not among the options, unknown domain, malformed options) stops with an error naming the
                 file, row id and field; ``skip``: bad rows are dropped up front and counted in the log.
+            on_overlap: training rows that are the same problem as a validation or test row (same normalised
+                question text and same image, :mod:`lit_grpo.data.overlap`), checked at ``fit``: ``refuse``
+                stops with an error naming the first pairs; ``drop`` removes them from training and logs the count;
+                ``allow`` keeps them and logs the count (deliberate: a check that a policy fits its own eval set).
         """
         super().__init__()
         TEMPLATES.get(template)  # fail at construction on a typo
@@ -120,14 +126,46 @@ class VLMDataModule(L.LightningDataModule):
         if on_bad_row not in ("raise", "skip"):
             raise ValueError(f"on_bad_row must be 'raise' or 'skip', got {on_bad_row!r}")
         self.on_bad_row = on_bad_row
+        if on_overlap not in overlap.OVERLAP_POLICIES:
+            raise ValueError(f"on_overlap must be one of {overlap.OVERLAP_POLICIES}, got {on_overlap!r}")
+        self.on_overlap, self.overlap_dropped = on_overlap, 0
         self.datasets: dict[str, Dataset] = {}
 
     def setup(self, stage: str | None = None) -> None:
         wanted = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("predict",)}
-        for split in wanted.get(stage, ("train", "val", "test", "predict")):
+        loaded = {split: self.specs[split].load(self.on_bad_row) for split in wanted.get(stage, self.specs)
+                  if self.specs[split] is not None and split not in self.datasets}
+        if "train" in loaded:
+            loaded["train"] = self._without_overlap(loaded["train"], loaded)
+        for split, ds in loaded.items():
+            self.datasets[split] = self._filter(split, ds)
+
+    def _without_overlap(self, train: Dataset, loaded: dict[str, Dataset]) -> Dataset:
+        """``train`` checked against the validation and test rows under ``on_overlap`` (the test split is
+        loaded here too when it is not the validation split)."""
+        evals = {}
+        for split in ("val", "test"):
             spec = self.specs[split]
-            if spec is not None and split not in self.datasets:
-                self.datasets[split] = self._filter(split, spec.load(self.on_bad_row))
+            if spec is None or (split == "test" and spec is self.specs["val"]):
+                continue
+            if split not in loaded and split not in self.datasets:
+                loaded[split] = spec.load(self.on_bad_row)
+            evals[split] = loaded[split] if split in loaded else self.datasets[split]
+        found = overlap.find_overlap(train, evals) if evals else {}
+        if not found:
+            return train
+        what = (f"{len(found)} of {len(train)} training rows are the same problem (normalised question text and "
+                f"image) as a {'/'.join(evals)} row: {overlap.describe(train, found)}")
+        if self.on_overlap == "refuse":
+            raise ValueError(f"{what}. Choose disjoint rows, or set data.on_overlap: drop to train without them")
+        if self.on_overlap == "allow":
+            log.warning("%s; kept for training (on_overlap: allow)", what)
+            return train
+        if len(found) == len(train):
+            raise ValueError(f"{what}: nothing is left to train on (on_overlap: drop); choose other training rows")
+        log.warning("%s; dropped from training (on_overlap: drop)", what)
+        self.overlap_dropped = len(found)
+        return overlap.without(train, found)
 
     def render(self, sample: Sample) -> list[dict]:
         return render_messages(sample, self.template, self.system_prompt)
