@@ -262,6 +262,6 @@ def test_fmt_acc_asm_demo_trains_with_the_attention_reward(tmp_path):
     assert 0.0 <= float(logged["val/greedy/reward/attention"]) <= 1.0
     events = EventAccumulator(str(tmp_path / "logs" / "t" / "version_0"), size_guidance={"images": 0})
     events.Reload()
-    assert {"train/attention/overlay/0", "train/attention/overlay/1"} <= set(events.Tags()["images"])
-    assert "train/attention/asm" in events.Tags()["histograms"]
-    assert [e.step for e in events.Images("train/attention/overlay/0")] == [1, 2]  # global step after each update
+    assert {"train/rollout/attention/overlay/0", "train/rollout/attention/overlay/1"} <= set(events.Tags()["images"])
+    assert "train/rollout/attention/asm" in events.Tags()["histograms"]
+    assert [e.step for e in events.Images("train/rollout/attention/overlay/0")] == [1, 2]  # global step after each update
