@@ -22,7 +22,8 @@ from lit_grpo.attention import AttentionConfig, AttentionScorer, foreground_mask
 from lit_grpo.data.sample import Sample
 from lit_grpo.data.templates import render_messages
 from lit_grpo.families import ImageGrid, row_layout
-from lit_grpo.heatmap import HeatScale, colorize, overlay, panel, to_float, uniform_multiples  # noqa: F401 (re-exported)
+from lit_grpo.heatmap import (HeatScale, colorize, overlay, panel, to_float,  # noqa: F401 (re-exported)
+                              uniform_multiples)
 from lit_grpo.policy import image_token_ids, stop_token_ids
 from lit_grpo.rollout import (Rollout, SamplingConfig, completion_mask, encode_prompts, model_inputs, repeat_rows,
                               sample_completions)

@@ -315,9 +315,9 @@ class GRPOModule(L.LightningModule):
         self._no_signal = getattr(self, "_no_signal", 0) + 1 if frac_zero_std == 1.0 else 0
         if self._no_signal == patience:
             rank_zero_warn(f"for {patience} steps in a row every group's completions got equal rewards "
-                           "(train/rollout/frac_reward_zero_std = 1): every advantage and the loss are 0 and the policy does "
-                           "not change. Does the policy ever earn the reward (e.g. follow its answer format; warm-start "
-                           "it), and can the reward tell completions apart?")
+                           "(train/rollout/frac_reward_zero_std = 1): every advantage and the loss are 0 and the policy "
+                           "does not change. Does the policy ever earn the reward (e.g. follow its answer format; "
+                           "warm-start it), and can the reward tell completions apart?")
 
     # ----------------------------------------------------------------- evaluation
     def eval_modes(self) -> list[tuple[str, int, bool, float | None]]:

@@ -74,7 +74,7 @@ class _PlainLines:
 
     def _setup_lines(self, every_n_steps: int | None, every_n_seconds: float, interactive: bool | None) -> None:
         if every_n_steps is not None and every_n_steps < 1:
-            raise ValueError(f"every_n_steps must be at least 1 (or None for about 20 lines a run), got {every_n_steps}")
+            raise ValueError(f"every_n_steps must be at least 1 (or None: about 20 lines a run), got {every_n_steps}")
         self.every_n_steps, self.every_n_seconds, self.interactive = every_n_steps, every_n_seconds, interactive
         self.plain = False
         self._t0 = self._last_time = self._val_t0 = 0.0

@@ -138,8 +138,9 @@ def test_demo_config_trains_and_every_trainable_parameter_changes(tmp_path):
     assert cli.trainer.global_step == 2
     assert type(cli.trainer.progress_bar_callback) is ProgressBar  # the CLI's default: total max_steps, batch-log lines
     logged = cli.trainer.logged_metrics
-    assert {"train/reward", "train/reward/test_length", "train/update/kl", "train/update/loss", "train/update/entropy",
-            "train/update/clip_ratio", "train/rollout/completions_per_second", "val/greedy/reward/test_length"} <= set(logged)
+    assert {"train/reward", "train/reward/test_length", "train/update/kl", "train/update/loss",
+            "train/update/entropy", "train/update/clip_ratio", "train/rollout/completions_per_second",
+            "val/greedy/reward/test_length"} <= set(logged)
     run = tmp_path / "logs" / "t" / "version_0"
     assert (run / "config.yaml").is_file()
     hparams = yaml.safe_load((run / "hparams.yaml").read_text())
@@ -266,4 +267,5 @@ def test_fmt_acc_asm_demo_trains_with_the_attention_reward(tmp_path):
     events.Reload()
     assert {"train/rollout/attention/overlay/0", "train/rollout/attention/overlay/1"} <= set(events.Tags()["images"])
     assert "train/rollout/attention/asm" in events.Tags()["histograms"]
-    assert [e.step for e in events.Images("train/rollout/attention/overlay/0")] == [1, 2]  # global step after each update
+    # the global step after each update
+    assert [e.step for e in events.Images("train/rollout/attention/overlay/0")] == [1, 2]

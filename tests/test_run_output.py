@@ -99,7 +99,8 @@ def test_layout_puts_accuracy_and_rewards_first_and_leaves_out_judge_statistics(
     tags = ["train/reward", "train/reward/binary", "train/reward/binary_std", "train/reward_std",
             "train/reward/rubric/format", "train/rollout/frac_reward_zero_std", "train/update/kl"]
     picked = [[t for t in tags if re.match(c["multiline"]["tag"][0], t)] for c in train["chart"]]
-    assert picked == [["train/reward"], ["train/reward/binary"], ["train/reward_std", "train/rollout/frac_reward_zero_std"]]
+    assert picked == [["train/reward"], ["train/reward/binary"],
+                      ["train/reward_std", "train/rollout/frac_reward_zero_std"]]
 
 
 def test_progress_lines_hand_values():
