@@ -121,6 +121,9 @@ def colour_bar(height: int, limits: tuple[float, float], kind: str = "fixed", ba
     height = max(height, 80)
     top, bottom = ROW + 2, height - 6
     labels = [(v, tick_label(v)) for v in tick_values(limits, kind)]
+    every = math.ceil((_FONT_PX + 1) / ((bottom - top) / max(len(labels) - 1, 1)))  # no overlapping tick labels
+    anchor = next((i for i, (v, _) in enumerate(labels) if v == 1), len(labels) - 1)  # uniform (1) stays labelled
+    labels = [lab for i, lab in enumerate(labels) if (i - anchor) % every == 0]
     width = bar + 10 + max(int(font().getlength(t)) for _, t in labels) + 4
     width = max(width, int(font().getlength("x uniform")) + 4)
     img = Image.new("RGB", (width, height), "white")
