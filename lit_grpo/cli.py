@@ -16,6 +16,7 @@ from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 
 from lit_grpo.data.datamodule import VLMDataModule
+from lit_grpo.progress import with_progress_bar
 
 
 class GRPOCLI(LightningCLI):
@@ -29,6 +30,12 @@ class GRPOCLI(LightningCLI):
 
     def _parse_ckpt_path(self) -> None:
         """Keep the parsed configuration; do not merge the checkpoint's saved hyper-parameters over it."""
+
+    def instantiate_trainer(self, **kwargs):
+        """The trainer, with lit_grpo's progress bar unless one is configured (or the bar is off)."""
+        trainer = self._get(self.config_init, "trainer", default={})
+        kwargs.setdefault("callbacks", with_progress_bar(trainer.get("callbacks"), trainer.get("enable_progress_bar")))
+        return super().instantiate_trainer(**kwargs)
 
     def before_fit(self) -> None:
         evaluation = getattr(self.model, "evaluation", None)

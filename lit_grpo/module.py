@@ -302,22 +302,22 @@ class GRPOModule(L.LightningModule):
                   reward_metrics: dict[str, float] | None = None) -> None:
         log = train_metrics(per_reward, total, advantages, self.sampling.num_generations, rollout.completion_mask,
                             rollout.truncated)
-        log["train/lr"] = self.optimizers().param_groups[0]["lr"]
-        log["train/completions_per_second"] = completions_per_s
-        log.update({f"train/{k}": v for k, v in stats.items()})
+        log["train/update/lr"] = self.optimizers().param_groups[0]["lr"]
+        log["train/rollout/completions_per_second"] = completions_per_s
+        log.update({f"train/update/{k}": v for k, v in stats.items()})
         log.update({f"train/reward/{k}": v for k, v in (reward_metrics or {}).items()})
         self.log_dict({k: v for k, v in log.items() if k != "train/reward"}, on_step=True, batch_size=len(total))
         self.log("train/reward", log["train/reward"], on_step=True, prog_bar=True, batch_size=len(total))
-        self._warn_if_no_signal(log["train/frac_reward_zero_std"])
+        self._warn_if_no_signal(log["train/rollout/frac_reward_zero_std"])
 
     def _warn_if_no_signal(self, frac_zero_std: float, patience: int = 10) -> None:
         """Warn once when every group had equal rewards for ``patience`` steps in a row (zero advantages)."""
         self._no_signal = getattr(self, "_no_signal", 0) + 1 if frac_zero_std == 1.0 else 0
         if self._no_signal == patience:
             rank_zero_warn(f"for {patience} steps in a row every group's completions got equal rewards "
-                           "(train/frac_reward_zero_std = 1): every advantage and the loss are 0 and the policy does "
-                           "not change. Does the policy ever earn the reward (e.g. follow its answer format; warm-start "
-                           "it), and can the reward tell completions apart?")
+                           "(train/rollout/frac_reward_zero_std = 1): every advantage and the loss are 0 and the policy "
+                           "does not change. Does the policy ever earn the reward (e.g. follow its answer format; "
+                           "warm-start it), and can the reward tell completions apart?")
 
     # ----------------------------------------------------------------- evaluation
     def eval_modes(self) -> list[tuple[str, int, bool, float | None]]:

@@ -49,7 +49,7 @@ class FixedRollouts(GRPOModule):
         rank, _ = world()
         ids = [s.id for s in batch.samples for _ in range(self.sampling.num_generations)]
         record = {"ids": ids, "advantages": out["advantages"], "total": out["total"],
-                  "loss": float(self.trainer.callback_metrics["train/loss"])}
+                  "loss": float(self.trainer.callback_metrics["train/update/loss"])}
         Path(OUT, f"rank{rank}.json").write_text(json.dumps(record))
         return out
 

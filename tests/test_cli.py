@@ -10,6 +10,7 @@ import yaml
 
 from lit_grpo.cli import main
 from lit_grpo.embedded.model import build_embedded_vlm
+from lit_grpo.progress import ProgressBar
 from lit_grpo.rewards.registry import REWARDS
 
 CONFIGS = sorted(Path(__file__).parents[1].joinpath("configs").glob("*.yaml"))
@@ -99,7 +100,7 @@ def test_omegaconf_interpolation_sees_command_line_override(tmp_path, capsys):
 def _overrides(tmp_path, **extra) -> Path:
     cfg = {
         "trainer": {"max_steps": 2, "val_check_interval": 2, "logger": {
-            "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+            "class_path": "lit_grpo.loggers.TensorBoardLogger",
             "init_args": {"save_dir": str(tmp_path / "logs"), "name": "t", "default_hp_metric": False}},
             "callbacks": [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
                            "init_args": {"dirpath": str(tmp_path / "ckpt"), "save_last": True,
@@ -135,9 +136,11 @@ def test_demo_config_trains_and_every_trainable_parameter_changes(tmp_path):
     frozen = [n for n, p in cli.model.policy.named_parameters() if not p.requires_grad]
     assert frozen and all(torch.equal(cli.model.policy.get_parameter(n), start[n]) for n in frozen)
     assert cli.trainer.global_step == 2
+    assert type(cli.trainer.progress_bar_callback) is ProgressBar  # the CLI's default: total max_steps, batch-log lines
     logged = cli.trainer.logged_metrics
-    assert {"train/reward", "train/reward/test_length", "train/kl", "train/loss", "train/entropy",
-            "train/clip_ratio", "train/completions_per_second", "val/greedy/reward/test_length"} <= set(logged)
+    assert {"train/reward", "train/reward/test_length", "train/update/kl", "train/update/loss",
+            "train/update/entropy", "train/update/clip_ratio", "train/rollout/completions_per_second",
+            "val/greedy/reward/test_length"} <= set(logged)
     run = tmp_path / "logs" / "t" / "version_0"
     assert (run / "config.yaml").is_file()
     hparams = yaml.safe_load((run / "hparams.yaml").read_text())
@@ -187,7 +190,7 @@ def test_granite_config_runs_on_a_local_checkpoint_by_path(tmp_path, tiny_model_
     extra = tmp_path / "local.yaml"
     extra.write_text(yaml.safe_dump({
         "trainer": {"accelerator": "cpu", "max_steps": 1, "limit_val_batches": 1, "val_check_interval": 1,
-                    "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                    "logger": {"class_path": "lit_grpo.loggers.TensorBoardLogger",
                                "init_args": {"save_dir": str(tmp_path / "logs")}},
                     "callbacks": []},
         "model": {"init_args": {"policy": {"name_or_path": tiny_model_dir, "local_files_only": True},
@@ -263,6 +266,7 @@ def test_fmt_acc_asm_demo_trains_with_the_attention_reward(tmp_path):
     assert 0.0 <= float(logged["val/greedy/reward/attention"]) <= 1.0
     events = EventAccumulator(str(tmp_path / "logs" / "t" / "version_0"), size_guidance={"images": 0})
     events.Reload()
-    assert {"train/attention/overlay/0", "train/attention/overlay/1"} <= set(events.Tags()["images"])
-    assert "train/attention/asm" in events.Tags()["histograms"]
-    assert [e.step for e in events.Images("train/attention/overlay/0")] == [1, 2]  # global step after each update
+    assert {"train/rollout/attention/overlay/0", "train/rollout/attention/overlay/1"} <= set(events.Tags()["images"])
+    assert "train/rollout/attention/asm" in events.Tags()["histograms"]
+    # the global step after each update
+    assert [e.step for e in events.Images("train/rollout/attention/overlay/0")] == [1, 2]
