@@ -133,6 +133,12 @@ class GRPOModule(L.LightningModule):
         return sample_completions(self.policy, self.processor, prompt, cfg, self.stop_ids,
                                   self.suppress_ids.tolist(), greedy=greedy, layout=self.layout)
 
+    def sampled_distribution(self) -> dict[str, Any]:
+        """The sampler's settings that the log-probs model (:func:`lit_grpo.grpo.warp`): temperature, suppressed
+        image tokens, top-k, top-p."""
+        s = self.sampling
+        return dict(temperature=s.temperature, suppress_ids=self.suppress_ids, top_k=s.top_k, top_p=s.top_p)
+
     def micro_batches(self, n: int) -> list[slice]:
         size = self.cfg.micro_batch_size or n
         return [slice(i, min(i + size, n)) for i in range(0, n, size)]
@@ -143,7 +149,7 @@ class GRPOModule(L.LightningModule):
         log-probs (``num_iterations > 1``) and, with the attention capture on, the ASM from the same forward
         (SDPA kept; a full-sequence forward, never the shared prefix); then the reference pass (``beta > 0``).
         ``train=False`` (evaluation) skips log-probs."""
-        out, temp = ScoringPass(), self.sampling.temperature
+        out, warped = ScoringPass(), self.sampled_distribution()
         want_old = train and self.cfg.num_iterations > 1
         if want_old or self.attention_scorer is not None:
             images = [s.images for s in batch.samples for _ in range(group_size)]
@@ -151,18 +157,18 @@ class GRPOModule(L.LightningModule):
             for s in self.micro_batches(rollout.num_completions):
                 scorer = self.attention_scorer
                 if scorer is None:
-                    old.append(rollout_logps(self.policy, rollout, s, temp, self.suppress_ids)[0])
+                    old.append(rollout_logps(self.policy, rollout, s, **warped)[0])
                     continue
                 rows = rollout.rows(s)
                 with scorer.capture(self.policy, rows) as cap:
-                    old.append(completion_logps(self.policy, rows, temp, self.suppress_ids)[0])
+                    old.append(completion_logps(self.policy, rows, **warped)[0])
                 if cap is not None:
                     attention.append(scorer.score(cap, rows, images[s]))
             out.old_logps = torch.cat(old) if want_old else None
             out.attention = AttentionScores.cat(attention) if attention else None
         if train and self.reference is not None:
             with self.reference.model_context(self.policy) as ref_model:
-                out.ref_logps = torch.cat([rollout_logps(ref_model, rollout, s, temp, self.suppress_ids)[0]
+                out.ref_logps = torch.cat([rollout_logps(ref_model, rollout, s, **warped)[0]
                                            for s in self.micro_batches(rollout.num_completions)])
         return out
 
@@ -272,8 +278,8 @@ class GRPOModule(L.LightningModule):
         stats = dict.fromkeys(("loss", "kl", "clip_ratio_low", "clip_ratio_high", "clip_ratio", "entropy"), 0.0)
         for k, s in enumerate(chunks):
             with self._backward_sync(last=k == len(chunks) - 1):
-                logps, entropy = rollout_logps(self.policy, rollout, s, self.sampling.temperature,
-                                               self.suppress_ids, with_entropy=True)
+                logps, entropy = rollout_logps(self.policy, rollout, s, with_entropy=True,
+                                               **self.sampled_distribution())
                 loss, st = grpo_loss(
                     logps, old_logps[s] if old_logps is not None else logps.detach(), advantages[s], mask[s],
                     ref_logps=ref_logps[s] if ref_logps is not None else None, beta=self.cfg.beta,
