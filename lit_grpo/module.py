@@ -16,7 +16,7 @@ import contextlib
 import dataclasses
 import math
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import lightning as L
 import torch
@@ -33,7 +33,8 @@ from lit_grpo.families import Family, row_layout
 from lit_grpo.grpo import group_advantages, grpo_loss
 from lit_grpo.hparams import flatten_hparams, log_flat_hparams
 from lit_grpo.metrics import PromptStats, train_metrics
-from lit_grpo.policy import PolicyConfig, ReferencePolicy, image_token_ids, load_policy, stop_token_ids
+from lit_grpo.policy import (PolicyConfig, ReferencePolicy, disable_dropout, image_token_ids, load_policy,
+                             stop_token_ids)
 from lit_grpo.prefix import rollout_logps, sample_rollout
 from lit_grpo.rewards import RewardSpec, build_rewards, required_columns, score_completions
 from lit_grpo.rng import collect_rng_states, set_rng_states
@@ -57,6 +58,10 @@ class ScoringPass:
 
 class GRPOModule(L.LightningModule):
     """GRPO on an image-text-to-text policy; see the module docstring for what a step is."""
+
+    dropout_free: ClassVar[bool] = True
+    """Every dropout of the policy is turned off (:func:`lit_grpo.policy.disable_dropout`), so the first iteration's
+    importance ratio is exactly 1."""
 
     def __init__(
         self,
@@ -98,6 +103,11 @@ class GRPOModule(L.LightningModule):
         self.scorer_fn = build_scorer(evaluation.scorer, evaluation.scorer_kwargs,
                                       [*self.reward_specs, *evaluation.metrics])
         self.policy, self.processor = load_policy(policy)
+        if self.dropout_free:
+            disable_dropout(self.policy)
+            if policy.lora is not None and policy.lora.dropout > 0:
+                rank_zero_warn(f"policy.lora.dropout {policy.lora.dropout} is not applied: GRPO runs the policy without "
+                               "dropout (the scoring pass and the update must see the same policy)")
         self.layout = row_layout(self.policy, self.processor)
         self.perf = perf
         self.shared_family = self.layout if perf.share_prefix and isinstance(self.layout, Family) \

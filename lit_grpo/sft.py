@@ -47,6 +47,9 @@ def physics_tags(sample: Sample) -> str:
 class SFTModule(GRPOModule):
     """Supervised fine-tuning with the GRPO module's policy, evaluation and checkpoints (automatic optimisation)."""
 
+    dropout_free = False
+    """SFT keeps the policy's dropout (LoRA's ``policy.lora.dropout`` included)."""
+
     def __init__(
         self,
         policy: PolicyConfig,

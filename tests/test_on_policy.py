@@ -165,3 +165,90 @@ def test_an_unmodelled_sampling_option_is_refused_in_one_line(args, capsys):
     err = capsys.readouterr().err.strip()
     assert err == ("error: sampling.temprature is not an option; sampling options: num_generations, temperature, "
                    "top_p, top_k, max_completion_length")
+
+
+def _with_dropout(src, dst, p=0.3):
+    """A copy of the checkpoint at ``src`` whose every config field named ``*dropout*`` is ``p``."""
+    import json
+    import shutil
+
+    shutil.copytree(src, dst)
+
+    def set_dropout(node):
+        for key, value in node.items():
+            if isinstance(value, dict):
+                set_dropout(value)
+            elif "dropout" in key and isinstance(value, float):
+                node[key] = p
+
+    config = json.loads((dst / "config.json").read_text())
+    set_dropout(config)
+    (dst / "config.json").write_text(json.dumps(config))
+    return str(dst)
+
+
+def _grpo(path, lora_dropout=0.1, module_class=None, **grpo):
+    from lit_grpo import GRPOConfig, GRPOModule
+    from lit_grpo.policy import LoRAConfig
+    from lit_grpo.rewards import RewardSpec
+
+    return (module_class or GRPOModule)(
+        policy=PolicyConfig(name_or_path=path, lora=LoRAConfig(r=4, alpha=8, dropout=lora_dropout)),
+        rewards=[RewardSpec("binary")], **({} if module_class else {"grpo": GRPOConfig(**grpo)}),
+        sampling=SamplingConfig(num_generations=4, max_completion_length=12))
+
+
+def _train_adapter(policy):
+    """Non-zero LoRA ``B`` weights (a fresh adapter's are 0, so its dropout would change nothing), as after training."""
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
+
+
+def test_first_iteration_ratio_is_one_with_lora_dropout(tiny_model_dir, puzzle_samples):
+    """policy.lora.dropout 0.1 and num_iterations 2: the scoring pass's log-probs and the first update's are equal
+    to float precision, so no token is clipped on the first iteration (the dropout is off, with a one-line
+    warning)."""
+    from lit_grpo.data.datamodule import PromptBatch
+    from lit_grpo.data.templates import render_messages
+
+    with pytest.warns(UserWarning, match=r"policy.lora.dropout 0.1 is not applied: GRPO runs the policy without"):
+        module = _grpo(tiny_model_dir, num_iterations=2, micro_batch_size=4)
+    _train_adapter(module.policy)
+    samples = puzzle_samples[:2]
+    batch = PromptBatch(samples, [render_messages(s, "visualsphinx_seed") for s in samples])
+    torch.manual_seed(0)
+    ro = module.rollout(batch, 4)
+    assert module.policy.training
+    old = module.score(batch, ro, 4).old_logps
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 0.3, -0.3])
+    stats = module.accumulate_gradients(ro, adv, old, None)
+    assert stats["clip_ratio"] == 0.0
+    new, _ = rollout_logps(module.policy, ro, slice(0, 8), **module.sampled_distribution())
+    assert (new - old)[ro.completion_mask].abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_grpo_policy_runs_without_any_dropout(family, zoo_dir, tmp_path):
+    """A checkpoint whose config asks for dropout everywhere (attention, hidden, vision) and LoRA dropout: in
+    training mode two forwards of the GRPO policy are identical and equal the eval-mode forward; the SFT module
+    keeps its dropout."""
+    from lit_grpo.sft import SFTModule
+
+    path = _with_dropout(zoo_dir(family), tmp_path / family)
+    with pytest.warns(UserWarning, match="dropout"):
+        module = _grpo(path)
+    policy, enc = module.policy.train(), _prompts(module.processor)
+    _train_adapter(policy)
+    with torch.no_grad():
+        first, second = policy(**enc).logits, policy(**enc).logits
+        evaluated = policy.eval()(**enc).logits
+    assert torch.equal(first, second)
+    torch.testing.assert_close(first, evaluated, atol=1e-5, rtol=1e-5)
+    sft = _grpo(path, module_class=SFTModule).policy.train()
+    _train_adapter(sft)
+    assert any(m.p > 0 for m in sft.modules() if isinstance(m, torch.nn.Dropout))
+    with torch.no_grad():
+        assert not torch.equal(sft(**enc).logits, sft(**enc).logits)
