@@ -132,6 +132,7 @@ class GRPOModule(L.LightningModule):
 
     def rollout(self, batch: PromptBatch, group_size: int, greedy: bool = False,
                 temperature: float | None = None) -> Rollout:
+        self.layout.check_images({s.id: len(s.images) for s in batch.samples})
         enc = encode_prompts(self.processor, batch.messages, [s.images for s in batch.samples])
         cfg = self.sampling if temperature is None else dataclasses.replace(self.sampling, temperature=temperature)
         if self.shared_family is not None:  # each prompt prefilled once for its group

@@ -97,9 +97,28 @@ class RowLayout:
     :meth:`select` and :meth:`extend` (see :mod:`lit_grpo.families`).
     """
 
+    def __init__(self, model_type: str | None = None):
+        self.model_type = model_type
+
     def select(self, inputs: dict[str, Any], idx: Tensor, num_rows: int) -> dict[str, Any]:
         """Rows ``idx`` of ``inputs`` (``num_rows`` rows)."""
         return select_rows(inputs, idx, num_rows)
+
+    def check_images(self, images_per_prompt: dict[str, int]) -> None:
+        """Refuse prompts whose images this layout cannot give to the right rows: per-row indexing gives every row
+        its own images only when every prompt has exactly one (or none has any). ``images_per_prompt``: sample
+        id -> number of images. Families that split per-image tensors by row take any number.
+
+        Raises:
+            ValueError: naming the sample, its image count and the model type.
+        """
+        counts = set(images_per_prompt.values())
+        if counts <= {1} or counts <= {0}:
+            return
+        sample, n = next((k, v) for k, v in images_per_prompt.items() if v != 1)
+        raise ValueError(f"sample {sample!r} has {n} image(s) in a batch of prompts with one: model type "
+                         f"{self.model_type!r} is outside the supported families, whose images can be split by row "
+                         "only with exactly one image per prompt; use one image per prompt or a supported family")
 
     def extend(self, inputs: dict[str, Any], completion_mask: Tensor) -> dict[str, Any]:
         """Forward inputs other than ids/mask, extended over a completion with mask ``[N, T]``."""
