@@ -37,7 +37,7 @@ from lit_grpo.policy import (PolicyConfig, ReferencePolicy, disable_dropout, ima
                              stop_token_ids)
 from lit_grpo.prefix import rollout_logps, sample_rollout
 from lit_grpo.rewards import RewardSpec, build_rewards, required_columns, score_completions
-from lit_grpo.rng import collect_rng_states, set_rng_states
+from lit_grpo.rng import gather_rank_rng_states, restore_rank_rng_states, seed_rank_stream
 from lit_grpo.rollout import (Rollout, SamplingConfig, completion_logps, encode_prompts, repeat_rows,
                               sample_completions)
 
@@ -303,7 +303,9 @@ class GRPOModule(L.LightningModule):
             stats["entropy"] += (entropy * mask[s]).sum().item() / tokens
             for key in ("kl", "clip_ratio_low", "clip_ratio_high", "clip_ratio"):
                 stats[key] += st[key].item() * share
-        return stats
+        # over all ranks: each rank's loss is its share of the step's loss times W, the rest are token means
+        loss = D.weighted_mean({"loss": stats.pop("loss")}, 1.0)
+        return {**loss, **D.weighted_mean(stats, float(mask.sum()))}
 
     def _backward(self, loss: Tensor) -> None:
         if self._trainer is None:  # used outside a Trainer (tests, notebooks)
@@ -317,8 +319,15 @@ class GRPOModule(L.LightningModule):
     def log_train(self, per_reward: dict[str, Tensor], total: Tensor, advantages: Tensor, rollout: Rollout,
                   stats: dict[str, float], completions_per_s: float,
                   reward_metrics: dict[str, float] | None = None) -> None:
-        log = train_metrics(per_reward, total, advantages, self.sampling.num_generations, rollout.completion_mask,
-                            rollout.truncated)
+        """Log the step's ``train/`` figures, each over every rank's completions (``total`` and ``advantages`` are
+        gathered already, ``stats`` reduced over ranks; judge call statistics in ``reward_metrics`` are this rank's)."""
+
+        def gather(x: Tensor) -> Tensor:  # every rank's rows, in rank order: figures over the whole step
+            return D.all_gather_cat(x.to(self.device)).cpu()
+
+        log = train_metrics({k: gather(v) for k, v in per_reward.items()}, total, advantages,
+                            self.sampling.num_generations, gather(rollout.completion_mask.sum(1)),
+                            gather(rollout.truncated.float()))
         log["train/lr"] = self.optimizers().param_groups[0]["lr"]
         log["train/completions_per_second"] = completions_per_s
         log.update({f"train/{k}": v for k, v in stats.items()})
@@ -399,6 +408,10 @@ class GRPOModule(L.LightningModule):
             return opt
         return {"optimizer": opt, "lr_scheduler": {"scheduler": self.scheduler_factory(opt), "interval": "step"}}
 
+    def setup(self, stage: str) -> None:
+        if stage == "fit":  # after the model is built: each rank samples from its own stream (seed + rank)
+            seed_rank_stream()
+
     def on_fit_start(self) -> None:
         if self.logger is not None:
             log_flat_hparams(self.logger, flatten_hparams(self.hparams),
@@ -409,11 +422,11 @@ class GRPOModule(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Keep only trainable policy weights (just the adapter with LoRA; frozen weights are rebuilt from
-        ``name_or_path``) and save the RNG states for resuming."""
+        ``name_or_path``) and save every rank's RNG states for resuming."""
         keep = self._trainable_names()
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items()
                                     if not k.startswith("policy.") or k in keep}
-        checkpoint["rng_states"] = collect_rng_states()
+        checkpoint["rng_states"] = gather_rank_rng_states()  # every rank's own stream
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         missing = sorted(self._trainable_names() - set(checkpoint["state_dict"]))
@@ -421,4 +434,4 @@ class GRPOModule(L.LightningModule):
             raise KeyError(f"checkpoint lacks {len(missing)} trainable weights, e.g. {missing[:3]}; "
                            "was it written for another model or LoRA setting?")
         if "rng_states" in checkpoint:
-            set_rng_states(checkpoint["rng_states"])
+            restore_rank_rng_states(checkpoint["rng_states"])
