@@ -30,7 +30,7 @@ from transformers import Qwen2VLProcessor, SmolVLMProcessor
 from transformers.processing_utils import ProcessorMixin
 
 from lit_grpo.registry import Registry
-from lit_grpo.rollout import RowLayout, select_rows
+from lit_grpo.rollout import RowLayout, images_by_tokens, select_rows
 
 GRIDS = ("base", "tiles", "all")
 Box = tuple[float, float, float, float]
@@ -152,7 +152,8 @@ class Family(RowLayout):
             return out
         first = [0, *itertools.accumulate(self.images_per_row(inputs))]
         images = torch.tensor([i for n in idx.tolist() for i in range(first[n], first[n + 1])], dtype=torch.long)
-        out.update(self.select_images({k: inputs[k] for k in per_image}, images))
+        if len(images):  # rows without images: a text-only forward
+            out.update(self.select_images({k: inputs[k] for k in per_image}, images))
         return out
 
     def select_images(self, per_image: dict[str, Tensor], images: Tensor) -> dict[str, Tensor]:
@@ -190,25 +191,6 @@ class Family(RowLayout):
         return found
 
 
-def images_by_tokens(tokens_per_row: list[int], tokens_per_image: list[int]) -> list[int]:
-    """Images per row, when the images (in row order) fill the rows' image tokens one after another.
-
-    Raises:
-        ValueError: the counts do not line up (names the row).
-    """
-    out, k = [], 0
-    for row, want in enumerate(tokens_per_row):
-        start, got = k, 0
-        while got < want and k < len(tokens_per_image):
-            got, k = got + tokens_per_image[k], k + 1
-        if got != want:
-            raise ValueError(f"row {row}: {want} image tokens, but its images (from image {start} on) make {got}")
-        out.append(k - start)
-    if k != len(tokens_per_image):
-        raise ValueError(f"{len(tokens_per_image)} images for {k} images' worth of image tokens")
-    return out
-
-
 FAMILIES: Registry[type[Family]] = Registry("model family")
 
 
@@ -227,12 +209,14 @@ class LlavaNextFamily(Family):
     per_image_keys = ("pixel_values", "image_sizes")
 
     def images_per_row(self, inputs):
-        side = self.config.vision_config.image_size // self.config.vision_config.patch_size
-        counts = []
-        for h, w in inputs["image_sizes"].tolist():
-            th, tw = self.tile_shape(h, w)
-            counts.append(side * side + th * (tw + 1))
+        counts = [self.image_tokens(h, w) for h, w in inputs["image_sizes"].tolist()]
         return images_by_tokens((inputs["input_ids"] == self.config.image_token_index).sum(1).tolist(), counts)
+
+    def image_tokens(self, height: int, width: int) -> int:
+        """Image tokens of one image: the base grid, then the tiles with a newline ending each row."""
+        side = self.config.vision_config.image_size // self.config.vision_config.patch_size
+        th, tw = self.tile_shape(height, width)
+        return side * side + th * (tw + 1)
 
     def row_grids(self, ids, row, inputs, sizes):
         cfg = self.config
@@ -240,7 +224,7 @@ class LlavaNextFamily(Family):
         grids = []
         for k, ((start, length), (w, h)) in enumerate(zip(self.image_runs(ids, row, sizes), sizes)):
             th, tw = self.tile_shape(h, w)
-            if length != side * side + th * (tw + 1):
+            if length != self.image_tokens(h, w):
                 raise ValueError(f"row {row}, image {k}: {length} image tokens, expected {side}x{side} base + "
                                  f"{th}x({tw}+1) tiles for a {w}x{h} image")
             if self.grid in ("base", "all"):
@@ -287,14 +271,10 @@ class QwenVLFamily(Family):
         return grids
 
     def select_images(self, per_image, images):
-        if "image_grid_thw" not in per_image:
-            return per_image
-        thw = per_image["image_grid_thw"]
+        thw, pixels = per_image["image_grid_thw"], per_image["pixel_values"]  # pixels: patches of every image
         offsets = [0] + thw.prod(-1).cumsum(0).tolist()
-        pixels = per_image["pixel_values"]
         return {"image_grid_thw": thw[images.to(thw.device)],
-                "pixel_values": torch.cat([pixels[offsets[i]:offsets[i + 1]] for i in images.tolist()])
-                if len(images) else pixels[:0]}
+                "pixel_values": torch.cat([pixels[offsets[i]:offsets[i + 1]] for i in images.tolist()])}
 
     def extend(self, inputs: dict[str, Any], completion_mask: Tensor) -> dict[str, Any]:
         if "mm_token_type_ids" in inputs:
@@ -405,7 +385,9 @@ def row_layout(model: nn.Module, processor: Any = None) -> RowLayout:
     """How ``model``'s processor tensors are indexed by row: its family's layout, or the per-row default
     for a model outside the supported families (rollouts work for any model; only the ASM needs a family)."""
     model_type = getattr(unwrap(model).config, "model_type", None)
-    return FAMILIES.get(model_type)(unwrap(model).config, processor) if model_type in FAMILIES else RowLayout(model_type)
+    if model_type not in FAMILIES:
+        return RowLayout(model_type)
+    return FAMILIES.get(model_type)(unwrap(model).config, processor)
 
 
 def load_processor(path: str, **kwargs: Any):

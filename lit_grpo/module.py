@@ -60,8 +60,7 @@ class GRPOModule(L.LightningModule):
     """GRPO on an image-text-to-text policy; see the module docstring for what a step is."""
 
     dropout_free: ClassVar[bool] = True
-    """Every dropout of the policy is turned off (:func:`lit_grpo.policy.disable_dropout`), so the first iteration's
-    importance ratio is exactly 1."""
+    """The policy runs without dropout (:func:`lit_grpo.policy.disable_dropout`): first importance ratio exactly 1."""
 
     def __init__(
         self,
@@ -104,10 +103,7 @@ class GRPOModule(L.LightningModule):
                                       [*self.reward_specs, *evaluation.metrics])
         self.policy, self.processor = load_policy(policy)
         if self.dropout_free:
-            disable_dropout(self.policy)
-            if policy.lora is not None and policy.lora.dropout > 0:
-                rank_zero_warn(f"policy.lora.dropout {policy.lora.dropout} is not applied: GRPO runs the policy without "
-                               "dropout (the scoring pass and the update must see the same policy)")
+            disable_dropout(self.policy, policy)
         self.layout = row_layout(self.policy, self.processor)
         self.perf = perf
         self.shared_family = self.layout if perf.share_prefix and isinstance(self.layout, Family) \
@@ -319,10 +315,10 @@ class GRPOModule(L.LightningModule):
     def log_train(self, per_reward: dict[str, Tensor], total: Tensor, advantages: Tensor, rollout: Rollout,
                   stats: dict[str, float], completions_per_s: float,
                   reward_metrics: dict[str, float] | None = None) -> None:
-        """Log the step's ``train/`` figures, each over every rank's completions (``total`` and ``advantages`` are
-        gathered already, ``stats`` reduced over ranks; judge call statistics in ``reward_metrics`` are this rank's)."""
+        """Log the ``train/`` figures over every rank's completions (``total``, ``advantages`` gathered, ``stats``
+        reduced over ranks already; judge call statistics in ``reward_metrics`` are this rank's)."""
 
-        def gather(x: Tensor) -> Tensor:  # every rank's rows, in rank order: figures over the whole step
+        def gather(x: Tensor) -> Tensor:  # every rank's rows, in rank order
             return D.all_gather_cat(x.to(self.device)).cpu()
 
         log = train_metrics({k: gather(v) for k, v in per_reward.items()}, total, advantages,

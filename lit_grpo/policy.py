@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Iterator
 
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 from transformers import AutoModelForImageTextToText, PretrainedConfig
 
@@ -119,14 +120,17 @@ def load_policy(cfg: PolicyConfig) -> tuple[nn.Module, object]:
     return model.train(), processor
 
 
-def disable_dropout(model: nn.Module) -> None:
+def disable_dropout(model: nn.Module, cfg: PolicyConfig | None = None) -> None:
     """Turn every dropout of ``model`` off: ``nn.Dropout`` modules (LoRA's included) get ``p = 0``, and float
     attributes named ``*dropout*`` of its modules (attention dropout read at forward time) and of its configs
-    (sub-configs included) become 0.
+    (sub-configs included) become 0; a LoRA dropout configured in ``cfg`` gets a one-line warning.
 
     GRPO needs it (as TRL does): the scoring pass and the first update must run the same policy, so that the
     first iteration's importance ratio is exactly 1; with dropout they are two different random sub-networks.
     """
+    if cfg is not None and cfg.lora is not None and cfg.lora.dropout > 0:
+        rank_zero_warn(f"policy.lora.dropout {cfg.lora.dropout} is not applied: GRPO runs the policy without dropout "
+                       "(the scoring pass and the update must see the same policy)")
     for module in model.modules():
         if isinstance(module, nn.modules.dropout._DropoutNd):
             module.p = 0.0

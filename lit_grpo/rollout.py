@@ -140,6 +140,25 @@ def select_rows(inputs: dict[str, Any], idx: Tensor, num_rows: int) -> dict[str,
             for k, v in inputs.items()}
 
 
+def images_by_tokens(tokens_per_row: list[int], tokens_per_image: list[int]) -> list[int]:
+    """Images per row, when the images (in row order) fill the rows' image tokens one after another.
+
+    Raises:
+        ValueError: the counts do not line up (names the row).
+    """
+    out, k = [], 0
+    for row, want in enumerate(tokens_per_row):
+        start, got = k, 0
+        while got < want and k < len(tokens_per_image):
+            got, k = got + tokens_per_image[k], k + 1
+        if got != want:
+            raise ValueError(f"row {row}: {want} image tokens, but its images (from image {start} on) make {got}")
+        out.append(k - start)
+    if k != len(tokens_per_image):
+        raise ValueError(f"{len(tokens_per_image)} images for {k} images' worth of image tokens")
+    return out
+
+
 def repeat_rows(inputs: dict[str, Any], repeats: int, layout: RowLayout | None = None) -> dict[str, Any]:
     """Each prompt's row repeated ``repeats`` times, copies contiguous (``repeat_interleave``)."""
     b = inputs["input_ids"].shape[0]

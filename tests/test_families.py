@@ -36,6 +36,18 @@ def test_runs_hand_table():
     assert runs(ids, 7) == []
 
 
+def test_images_by_tokens_hand_table():
+    """Images fill the rows' image tokens in order: 5 | (none) | 4 + 8; counts that do not line up name the row."""
+    from lit_grpo.rollout import images_by_tokens
+
+    assert images_by_tokens([5, 0, 12], [5, 4, 8]) == [1, 0, 2]
+    assert images_by_tokens([16, 16, 48], [16] * 5) == [1, 1, 3]
+    with pytest.raises(ValueError, match="row 1: 6 image tokens"):
+        images_by_tokens([5, 6], [5, 4, 8])
+    with pytest.raises(ValueError, match="3 images"):
+        images_by_tokens([5], [5, 4, 8])
+
+
 def test_unsupported_family_names_the_supported_ones():
     class Config:
         model_type = "gemma3"
