@@ -10,13 +10,37 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import sys
 import warnings
 
-from lightning.pytorch.cli import LightningCLI
+from jsonargparse import ArgumentError
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 
 from lit_grpo.data.datamodule import VLMDataModule
 from lit_grpo.progress import with_progress_bar
+from lit_grpo.rollout import refuse_sampling_option
+
+UNKNOWN_SAMPLING_OPTION = re.compile(r"--sampling\.(\w+)|Group 'sampling' does not accept option '(\w+)'")
+"""How jsonargparse reports a ``sampling`` key the config class lacks (command line, config file)."""
+REFUSED_SAMPLING_OPTION = re.compile(r"sampling\.\w+ is (?:refused|not an option)[^\n]*")
+"""A refusal already written by the model's own (nested) parser."""
+
+
+class GRPOArgumentParser(LightningArgumentParser):
+    """Reports a ``sampling`` option that does not exist in one line: a generation option the loss cannot model
+    (``repetition_penalty``, ``min_p``, ...) is refused by name, with the reason, instead of a parse dump."""
+
+    def error(self, message: str, ex: Exception | None = None):
+        refused, unknown = REFUSED_SAMPLING_OPTION.search(message), UNKNOWN_SAMPLING_OPTION.search(message)
+        if refused is None and unknown is None:
+            return super().error(message, ex)
+        refusal = refused.group(0) if refused else refuse_sampling_option(unknown.group(1) or unknown.group(2))
+        if not self.exit_on_error:
+            raise ArgumentError(None, refusal) from ex
+        sys.stderr.write(f"error: {refusal}\n")
+        self.exit(2)
 
 
 class GRPOCLI(LightningCLI):
@@ -66,8 +90,6 @@ def _comment_print_config(args: list[str]) -> list[str]:
 
 
 def main(args: list[str] | None = None) -> GRPOCLI:
-    import sys
-
     from jsonargparse import set_parsing_settings
 
     set_parsing_settings(docstring_parse_attribute_docstrings=True)
@@ -98,6 +120,7 @@ def main(args: list[str] | None = None) -> GRPOCLI:
         datamodule_class=VLMDataModule,
         subclass_mode_model=True,
         parser_kwargs={"parser_mode": "omegaconf+"},
+        parser_class=GRPOArgumentParser,
         save_config_kwargs={"overwrite": True},
         args=args,
     )

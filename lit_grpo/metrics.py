@@ -15,18 +15,19 @@ from torchmetrics.aggregation import CatMetric
 
 
 def train_metrics(per_reward: dict[str, Tensor], total: Tensor, advantages: Tensor, group_size: int,
-                  completion_mask: Tensor, truncated: Tensor) -> dict[str, float]:
+                  lengths: Tensor, truncated: Tensor) -> dict[str, float]:
     """The ``train/`` statistics of one rollout: the learning curves ``train/reward`` (mean), each reward's mean
     and std and ``train/reward_std`` (mean within-group std), then the diagnostics under ``train/rollout/``
     (fraction of groups with zero std, fraction unscorable, advantage mean/std, completion length: mean, max,
     fraction truncated). Names sort the curves before the diagnostics in TensorBoard. Shapes:
     ``total``/``advantages``/each reward ``[N]`` (NaN = unscorable, groups of ``group_size`` contiguous),
-    ``completion_mask`` ``[N, T]``, ``truncated`` ``[N]``."""
+    ``lengths`` ``[N]`` (tokens per completion), ``truncated`` ``[N]``. Pass every rank's completions (gathered
+    in rank order) for figures over the whole step."""
     groups = total.reshape(-1, group_size)
     valid_counts = (~torch.isnan(groups)).sum(1)
     group_std = torch.stack([row[~torch.isnan(row)].std() if c > 1 else torch.tensor(0.0)
                              for row, c in zip(groups, valid_counts)])
-    lengths = completion_mask.sum(1).float()
+    lengths = lengths.float()
     log = {
         "train/reward": torch.nanmean(total).item(),
         "train/reward_std": group_std.mean().item(),

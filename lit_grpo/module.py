@@ -16,7 +16,7 @@ import contextlib
 import dataclasses
 import math
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import lightning as L
 import torch
@@ -33,10 +33,11 @@ from lit_grpo.families import Family, row_layout
 from lit_grpo.grpo import group_advantages, grpo_loss
 from lit_grpo.hparams import flatten_hparams, log_flat_hparams
 from lit_grpo.metrics import PromptStats, train_metrics
-from lit_grpo.policy import PolicyConfig, ReferencePolicy, image_token_ids, load_policy, stop_token_ids
+from lit_grpo.policy import (PolicyConfig, ReferencePolicy, disable_dropout, image_token_ids, load_policy,
+                             stop_token_ids)
 from lit_grpo.prefix import rollout_logps, sample_rollout
 from lit_grpo.rewards import RewardSpec, build_rewards, required_columns, score_completions
-from lit_grpo.rng import collect_rng_states, set_rng_states
+from lit_grpo.rng import gather_rank_rng_states, restore_rank_rng_states, seed_rank_stream
 from lit_grpo.rollout import (Rollout, SamplingConfig, completion_logps, encode_prompts, repeat_rows,
                               sample_completions)
 
@@ -57,6 +58,9 @@ class ScoringPass:
 
 class GRPOModule(L.LightningModule):
     """GRPO on an image-text-to-text policy; see the module docstring for what a step is."""
+
+    dropout_free: ClassVar[bool] = True
+    """The policy runs without dropout (:func:`lit_grpo.policy.disable_dropout`): first importance ratio exactly 1."""
 
     def __init__(
         self,
@@ -98,6 +102,8 @@ class GRPOModule(L.LightningModule):
         self.scorer_fn = build_scorer(evaluation.scorer, evaluation.scorer_kwargs,
                                       [*self.reward_specs, *evaluation.metrics])
         self.policy, self.processor = load_policy(policy)
+        if self.dropout_free:
+            disable_dropout(self.policy, policy)
         self.layout = row_layout(self.policy, self.processor)
         self.perf = perf
         self.shared_family = self.layout if perf.share_prefix and isinstance(self.layout, Family) \
@@ -122,6 +128,7 @@ class GRPOModule(L.LightningModule):
 
     def rollout(self, batch: PromptBatch, group_size: int, greedy: bool = False,
                 temperature: float | None = None) -> Rollout:
+        self.layout.check_images({s.id: len(s.images) for s in batch.samples})
         enc = encode_prompts(self.processor, batch.messages, [s.images for s in batch.samples])
         cfg = self.sampling if temperature is None else dataclasses.replace(self.sampling, temperature=temperature)
         if self.shared_family is not None:  # each prompt prefilled once for its group
@@ -133,6 +140,12 @@ class GRPOModule(L.LightningModule):
         return sample_completions(self.policy, self.processor, prompt, cfg, self.stop_ids,
                                   self.suppress_ids.tolist(), greedy=greedy, layout=self.layout)
 
+    def sampled_distribution(self) -> dict[str, Any]:
+        """The sampler's settings that the log-probs model (:func:`lit_grpo.grpo.warp`): temperature, suppressed
+        image tokens, top-k, top-p."""
+        s = self.sampling
+        return dict(temperature=s.temperature, suppress_ids=self.suppress_ids, top_k=s.top_k, top_p=s.top_p)
+
     def micro_batches(self, n: int) -> list[slice]:
         size = self.cfg.micro_batch_size or n
         return [slice(i, min(i + size, n)) for i in range(0, n, size)]
@@ -143,7 +156,7 @@ class GRPOModule(L.LightningModule):
         log-probs (``num_iterations > 1``) and, with the attention capture on, the ASM from the same forward
         (SDPA kept; a full-sequence forward, never the shared prefix); then the reference pass (``beta > 0``).
         ``train=False`` (evaluation) skips log-probs."""
-        out, temp = ScoringPass(), self.sampling.temperature
+        out, warped = ScoringPass(), self.sampled_distribution()
         want_old = train and self.cfg.num_iterations > 1
         if want_old or self.attention_scorer is not None:
             images = [s.images for s in batch.samples for _ in range(group_size)]
@@ -151,18 +164,18 @@ class GRPOModule(L.LightningModule):
             for s in self.micro_batches(rollout.num_completions):
                 scorer = self.attention_scorer
                 if scorer is None:
-                    old.append(rollout_logps(self.policy, rollout, s, temp, self.suppress_ids)[0])
+                    old.append(rollout_logps(self.policy, rollout, s, **warped)[0])
                     continue
                 rows = rollout.rows(s)
                 with scorer.capture(self.policy, rows) as cap:
-                    old.append(completion_logps(self.policy, rows, temp, self.suppress_ids)[0])
+                    old.append(completion_logps(self.policy, rows, **warped)[0])
                 if cap is not None:
                     attention.append(scorer.score(cap, rows, images[s]))
             out.old_logps = torch.cat(old) if want_old else None
             out.attention = AttentionScores.cat(attention) if attention else None
         if train and self.reference is not None:
             with self.reference.model_context(self.policy) as ref_model:
-                out.ref_logps = torch.cat([rollout_logps(ref_model, rollout, s, temp, self.suppress_ids)[0]
+                out.ref_logps = torch.cat([rollout_logps(ref_model, rollout, s, **warped)[0]
                                            for s in self.micro_batches(rollout.num_completions)])
         return out
 
@@ -272,8 +285,8 @@ class GRPOModule(L.LightningModule):
         stats = dict.fromkeys(("loss", "kl", "clip_ratio_low", "clip_ratio_high", "clip_ratio", "entropy"), 0.0)
         for k, s in enumerate(chunks):
             with self._backward_sync(last=k == len(chunks) - 1):
-                logps, entropy = rollout_logps(self.policy, rollout, s, self.sampling.temperature,
-                                               self.suppress_ids, with_entropy=True)
+                logps, entropy = rollout_logps(self.policy, rollout, s, with_entropy=True,
+                                               **self.sampled_distribution())
                 loss, st = grpo_loss(
                     logps, old_logps[s] if old_logps is not None else logps.detach(), advantages[s], mask[s],
                     ref_logps=ref_logps[s] if ref_logps is not None else None, beta=self.cfg.beta,
@@ -286,7 +299,9 @@ class GRPOModule(L.LightningModule):
             stats["entropy"] += (entropy * mask[s]).sum().item() / tokens
             for key in ("kl", "clip_ratio_low", "clip_ratio_high", "clip_ratio"):
                 stats[key] += st[key].item() * share
-        return stats
+        # over all ranks: each rank's loss is its share of the step's loss times W, the rest are token means
+        loss = D.weighted_mean({"loss": stats.pop("loss")}, 1.0)
+        return {**loss, **D.weighted_mean(stats, float(mask.sum()))}
 
     def _backward(self, loss: Tensor) -> None:
         if self._trainer is None:  # used outside a Trainer (tests, notebooks)
@@ -300,8 +315,15 @@ class GRPOModule(L.LightningModule):
     def log_train(self, per_reward: dict[str, Tensor], total: Tensor, advantages: Tensor, rollout: Rollout,
                   stats: dict[str, float], completions_per_s: float,
                   reward_metrics: dict[str, float] | None = None) -> None:
-        log = train_metrics(per_reward, total, advantages, self.sampling.num_generations, rollout.completion_mask,
-                            rollout.truncated)
+        """Log the ``train/`` figures over every rank's completions (``total``, ``advantages`` gathered, ``stats``
+        reduced over ranks already; judge call statistics in ``reward_metrics`` are this rank's)."""
+
+        def gather(x: Tensor) -> Tensor:  # every rank's rows, in rank order
+            return D.all_gather_cat(x.to(self.device)).cpu()
+
+        log = train_metrics({k: gather(v) for k, v in per_reward.items()}, total, advantages,
+                            self.sampling.num_generations, gather(rollout.completion_mask.sum(1)),
+                            gather(rollout.truncated.float()))
         log["train/update/lr"] = self.optimizers().param_groups[0]["lr"]
         log["train/rollout/completions_per_second"] = completions_per_s
         log.update({f"train/update/{k}": v for k, v in stats.items()})
@@ -382,6 +404,10 @@ class GRPOModule(L.LightningModule):
             return opt
         return {"optimizer": opt, "lr_scheduler": {"scheduler": self.scheduler_factory(opt), "interval": "step"}}
 
+    def setup(self, stage: str) -> None:
+        if stage == "fit":  # after the model is built: each rank samples from its own stream (seed + rank)
+            seed_rank_stream()
+
     def on_fit_start(self) -> None:
         if self.logger is not None:
             log_flat_hparams(self.logger, flatten_hparams(self.hparams),
@@ -392,11 +418,11 @@ class GRPOModule(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Keep only trainable policy weights (just the adapter with LoRA; frozen weights are rebuilt from
-        ``name_or_path``) and save the RNG states for resuming."""
+        ``name_or_path``) and save every rank's RNG states for resuming."""
         keep = self._trainable_names()
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items()
                                     if not k.startswith("policy.") or k in keep}
-        checkpoint["rng_states"] = collect_rng_states()
+        checkpoint["rng_states"] = gather_rank_rng_states()  # every rank's own stream
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         missing = sorted(self._trainable_names() - set(checkpoint["state_dict"]))
@@ -404,4 +430,4 @@ class GRPOModule(L.LightningModule):
             raise KeyError(f"checkpoint lacks {len(missing)} trainable weights, e.g. {missing[:3]}; "
                            "was it written for another model or LoRA setting?")
         if "rng_states" in checkpoint:
-            set_rng_states(checkpoint["rng_states"])
+            restore_rank_rng_states(checkpoint["rng_states"])

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Iterator
 
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
-from transformers import AutoModelForImageTextToText
+from transformers import AutoModelForImageTextToText, PretrainedConfig
 
 from lit_grpo.embedded.model import EmbeddedModelConfig, save_embedded_vlm
 from lit_grpo.families import load_processor
@@ -37,7 +38,7 @@ class LoRAConfig:
     alpha: int = 32
     """Scaling numerator (``lora_alpha``)."""
     dropout: float = 0.0
-    """Dropout on the adapter input."""
+    """Dropout on the adapter input (SFT only: GRPO runs the policy without dropout, see ``disable_dropout``)."""
     target_modules: str | list[str] = LANGUAGE_MODEL_ATTENTION
     """Regex (full match on module names) or list of names; the default keeps the vision tower out."""
     adapter_path: str | None = None
@@ -117,6 +118,34 @@ def load_policy(cfg: PolicyConfig) -> tuple[nn.Module, object]:
             model.enable_input_require_grads()
     model.config.use_cache = False
     return model.train(), processor
+
+
+def disable_dropout(model: nn.Module, cfg: PolicyConfig | None = None) -> None:
+    """Turn every dropout of ``model`` off: ``nn.Dropout`` modules (LoRA's included) get ``p = 0``, and float
+    attributes named ``*dropout*`` of its modules (attention dropout read at forward time) and of its configs
+    (sub-configs included) become 0; a LoRA dropout configured in ``cfg`` gets a one-line warning.
+
+    GRPO needs it (as TRL does): the scoring pass and the first update must run the same policy, so that the
+    first iteration's importance ratio is exactly 1; with dropout they are two different random sub-networks.
+    """
+    if cfg is not None and cfg.lora is not None and cfg.lora.dropout > 0:
+        rank_zero_warn(f"policy.lora.dropout {cfg.lora.dropout} is not applied: GRPO runs the policy without dropout "
+                       "(the scoring pass and the update must see the same policy)")
+    for module in model.modules():
+        if isinstance(module, nn.modules.dropout._DropoutNd):
+            module.p = 0.0
+        for name, value in list(vars(module).items()):
+            if "dropout" in name and isinstance(value, float):
+                setattr(module, name, 0.0)
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    configs = [inner.config]
+    while configs:
+        config = configs.pop()
+        for name, value in list(vars(config).items()):
+            if isinstance(value, PretrainedConfig):
+                configs.append(value)
+            elif "dropout" in name and isinstance(value, float):
+                setattr(config, name, 0.0)
 
 
 def is_vision_parameter(name: str) -> bool:
