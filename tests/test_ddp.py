@@ -44,9 +44,10 @@ def test_two_rank_ddp_equals_one_process(runs):
         torch.testing.assert_close(params2[name], p, atol=1e-5, rtol=1e-4)
     # every train/ figure is over all ranks' completions: each rank logs the one-process value
     logged = records1[0]["logged"]
-    for key in ("train/reward/ddp_test_length", "train/rollout/completion_length/mean", "train/rollout/completion_length/max",
-                "train/rollout/completion_length/frac_truncated", "train/update/entropy", "train/update/kl", "train/update/clip_ratio",
-                "train/update/loss", "train/reward_std", "train/rollout/advantage/std"):
+    for key in ("train/reward/ddp_test_length", "train/rollout/completion_length/mean",
+                "train/rollout/completion_length/max", "train/rollout/completion_length/frac_truncated",
+                "train/update/entropy", "train/update/kl", "train/update/clip_ratio", "train/update/loss",
+                "train/reward_std", "train/rollout/advantage/std"):
         assert key in logged
     assert 0 < logged["train/rollout/completion_length/frac_truncated"] < 1 and logged["train/update/kl"] > 0
     assert logged["train/update/clip_ratio"] > 0
