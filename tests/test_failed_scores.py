@@ -97,9 +97,9 @@ def test_oe_config_a_failed_judge_call_is_not_a_judged_zero(config):
     s = math.sqrt(1 / 3)
     torch.testing.assert_close(adv_failed, torch.tensor([-2 / 3, 0.0, 1 / 3, 1 / 3]) / (s + 1e-4))
     assert adv_zero[1] < 0 and adv_failed[1] == 0.0
-    mask, truncated = torch.ones(4, 3, dtype=torch.bool), torch.zeros(4, dtype=torch.bool)
-    log = train_metrics(per, failed, adv_failed, 4, mask, truncated)
-    assert log["train/frac_unscorable"] == 0.25
+    lengths, truncated = torch.full((4,), 3), torch.zeros(4, dtype=torch.bool)
+    log = train_metrics(per, failed, adv_failed, 4, lengths, truncated)
+    assert log["train/rollout/frac_unscorable"] == 0.25
     assert log["train/reward/open_accuracy"] == pytest.approx(2 / 3)  # mean over the 3 judged completions
     assert log["train/reward/format"] == 1.0
 

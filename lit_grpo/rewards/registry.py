@@ -6,7 +6,7 @@ is a list aligned with ``completions`` (``answer``, ``answer_format``, ``options
 not numbers, as in TRL: ``None`` means "does not apply" (``accuracy`` on an open-ended row, a missing
 gold): the term is left out of that completion's total. NaN means "failed" (a judge call that failed, a
 jury without quorum): that completion's total cannot be scored, it gets advantage 0 and is counted in
-``train/frac_unscorable``, never read as 0. Any other non-finite value (``inf``) is a bug in the reward:
+``train/rollout/frac_unscorable``, never read as 0. Any other non-finite value (``inf``) is a bug in the reward:
 a failure too, with a warning naming the reward.
 
 A composite reward may return a :class:`RewardOutput` (a list of its per-completion totals) that also
