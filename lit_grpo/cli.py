@@ -14,8 +14,10 @@ import warnings
 
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lit_grpo.data.datamodule import VLMDataModule
+from lit_grpo.runs import StopAndResume, check_checkpoint_file, check_checkpoint_folders, written_checkpoints
 
 
 class GRPOCLI(LightningCLI):
@@ -30,17 +32,26 @@ class GRPOCLI(LightningCLI):
     def _parse_ckpt_path(self) -> None:
         """Keep the parsed configuration; do not merge the checkpoint's saved hyper-parameters over it."""
 
+    def _ckpt_path(self) -> str | None:
+        return self.config_init[self.subcommand].get("ckpt_path")
+
     def before_fit(self) -> None:
+        check_checkpoint_file(self._ckpt_path())
+        check_checkpoint_folders(self.trainer)
         evaluation = getattr(self.model, "evaluation", None)
-        if getattr(evaluation, "before_fit", False):
+        if getattr(evaluation, "before_fit", False) and self._ckpt_path() is None:  # a resumed run has its step 0
             self.trainer.validate(self.model, datamodule=self.datamodule, verbose=False)
+
+    def before_validate(self) -> None:
+        check_checkpoint_file(self._ckpt_path())
+
+    before_test = before_predict = before_validate
 
     def after_fit(self) -> None:
         trainer = self.trainer
         logdir = trainer.logger.log_dir if trainer.logger is not None else None
-        callback = trainer.checkpoint_callback
-        ckpt = (getattr(callback, "last_model_path", "") or getattr(callback, "best_model_path", "")
-                or getattr(callback, "dirpath", None))
+        written = written_checkpoints(trainer)
+        ckpt = ", ".join(written) or "none written"
         short = ""
         if 0 < trainer.max_steps and trainer.global_step < trainer.max_steps:
             short = (f"\nStopped early at step {trainer.global_step} of max_steps {trainer.max_steps} "
@@ -87,10 +98,18 @@ def main(args: list[str] | None = None) -> GRPOCLI:
         transformers.utils.logging.disable_progress_bar()
     except ImportError:  # pragma: no cover
         pass
-    return GRPOCLI(
-        datamodule_class=VLMDataModule,
-        subclass_mode_model=True,
-        parser_kwargs={"parser_mode": "omegaconf+"},
-        save_config_kwargs={"overwrite": True},
-        args=args,
-    )
+    stop = StopAndResume(command=["python", "-m", "lit_grpo", *(sys.argv[1:] if args is None else args)])
+    stop.install()
+    try:
+        return GRPOCLI(
+            datamodule_class=VLMDataModule,
+            subclass_mode_model=True,
+            parser_kwargs={"parser_mode": "omegaconf+"},
+            save_config_kwargs={"overwrite": True},
+            trainer_defaults={"callbacks": [stop]},
+            args=args,
+        )
+    except SIGTERMException:  # Lightning exits 0 after a SIGTERM; a stopped run is not a finished one
+        sys.exit(stop.exit_code)
+    finally:
+        stop.uninstall()
