@@ -45,6 +45,7 @@ from lit_grpo.rewards import RewardSpec, build_rewards, required_columns, score_
 from lit_grpo.rng import collect_rng_states, set_rng_states
 from lit_grpo.rollout import (Rollout, SamplingConfig, completion_logps, encode_prompts, repeat_rows,
                               sample_completions)
+from lit_grpo.runs import check_trainable_weights
 
 
 @dataclasses.dataclass
@@ -423,9 +424,8 @@ class GRPOModule(L.LightningModule):
         checkpoint["rng_states"] = collect_rng_states()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        missing = sorted(self._trainable_names() - set(checkpoint["state_dict"]))
-        if missing:
-            raise KeyError(f"checkpoint lacks {len(missing)} trainable weights, e.g. {missing[:3]}; "
-                           "was it written for another model or LoRA setting?")
+        """Refuse policy weights that are not exactly this run's trainable ones (loading is not strict); restore
+        the RNG states."""
+        check_trainable_weights(checkpoint["state_dict"], self._trainable_names(), prefix="policy.")
         if "rng_states" in checkpoint:
             set_rng_states(checkpoint["rng_states"])

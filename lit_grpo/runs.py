@@ -107,6 +107,26 @@ def check_checkpoint_file(path: str | os.PathLike | None) -> None:
                          "save that was interrupted?); use an earlier checkpoint or copy it again")
 
 
+def check_trainable_weights(state_dict: dict[str, Any], trainable: set[str], prefix: str = "") -> None:
+    """The checkpoint's weights under ``prefix`` must be exactly the run's ``trainable`` names: checkpoints hold
+    only trainable weights and load non-strictly, so a mismatch would silently leave weights untrained (missing)
+    or keep weights the run neither trains nor saves again (unexpected, e.g. LoRA on q,k,v,o loaded into q,v).
+
+    Raises:
+        ValueError: the counts and a few names of the missing and of the unexpected weights.
+    """
+    saved = {k for k in state_dict if k.startswith(prefix)}
+    missing, unexpected = sorted(trainable - saved), sorted(saved - trainable)
+    if not missing and not unexpected:
+        return
+    parts = [f"lacks {len(missing)} weights this run trains, e.g. {missing[:3]}"] if missing else []
+    if unexpected:
+        parts.append(f"holds {len(unexpected)} weights this run does not train, e.g. {unexpected[:3]}")
+    raise ValueError(f"checkpoint {'; '.join(parts)}: it was written with another model or another trainable set "
+                     "(model.policy: lora and its target_modules, freeze_vision_tower); configure this run as the "
+                     "one that wrote it")
+
+
 def written_checkpoints(trainer: L.Trainer) -> list[str]:
     """The last and best checkpoint files of the trainer's ``ModelCheckpoint`` callbacks that exist on disk."""
     paths = []

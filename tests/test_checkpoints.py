@@ -1,6 +1,6 @@
 """Checkpoints are never lost or half-loaded without a word: a checkpoint folder that cannot be written is
 refused before the first step, the closing message names only files that exist, a damaged --ckpt_path file
-is named with what is wrong."""
+is named with what is wrong, and weights that do not match the run's trainable set are refused."""
 
 import contextlib
 import logging
@@ -12,6 +12,7 @@ from pathlib import Path
 
 import lightning as L
 import pytest
+import torch
 import yaml
 
 from lit_grpo.cli import main
@@ -156,3 +157,50 @@ def test_an_empty_or_truncated_checkpoint_is_named_with_what_is_wrong(trained, t
     what = "is empty (0 bytes)" if kind == "empty" else f"({bad.stat().st_size} bytes) is truncated or not a checkpoint"
     with pytest.raises(ValueError, match=re.escape(f"checkpoint {bad} {what}")):
         _run(subcommand, folder, "--ckpt_path", str(bad))
+
+
+# ---------------------------------------------------------------------------------------------- weights
+LORA = {"r": 4, "alpha": 8}
+QKVO = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj)"
+
+
+@pytest.fixture(scope="module")
+def lora_qkvo(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("lora")
+    _run("fit", folder, ckpt={"dirpath": str(folder / "ckpt"), "save_last": True},
+         lora={**LORA, "target_modules": QKVO})
+    return folder, folder / "ckpt" / "last.ckpt"
+
+
+@pytest.mark.parametrize("subcommand,targets,dropped", [
+    ("validate", r".*language_model.*\.(q_proj|v_proj)", ("k_proj", "o_proj")),
+    ("fit", r".*language_model.*\.(q_proj)", ("k_proj", "v_proj", "o_proj")),
+])
+def test_lora_weights_the_run_does_not_train_are_refused(lora_qkvo, subcommand, targets, dropped):
+    folder, ckpt = lora_qkvo
+    saved = torch.load(ckpt, weights_only=False)["state_dict"]
+    extra = sorted(k for k in saved if any(f".{d}." in k for d in dropped))
+    assert extra
+    with pytest.raises(ValueError) as err:
+        _run(subcommand, folder, "--ckpt_path", str(ckpt), lora={**LORA, "target_modules": targets})
+    message = str(err.value)
+    assert f"holds {len(extra)} weights this run does not train, e.g. {extra[:3]}" in message
+    assert "lacks" not in message and "target_modules" in message
+
+
+def test_a_trained_vision_tower_loaded_into_a_run_that_freezes_it_is_refused(tmp_path):
+    _run("fit", tmp_path, ckpt={"dirpath": str(tmp_path / "ckpt"), "save_last": True}, freeze_vision_tower=False)
+    saved = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)["state_dict"]
+    tower = sorted(k for k in saved if "vision_tower" in k)
+    assert tower
+    with pytest.raises(ValueError, match=re.escape(f"holds {len(tower)} weights this run does not train")):
+        _run("validate", tmp_path, "--ckpt_path", str(tmp_path / "ckpt" / "last.ckpt"))
+
+
+def test_a_matching_checkpoint_still_loads(lora_qkvo):
+    folder, ckpt = lora_qkvo
+    cli = _run("validate", folder, "--ckpt_path", str(ckpt), lora={**LORA, "target_modules": QKVO})
+    saved = torch.load(ckpt, weights_only=False)["state_dict"]
+    for name, value in cli.model.state_dict().items():
+        if name in saved:
+            assert torch.equal(value, saved[name]), name
