@@ -8,8 +8,8 @@ signal, and resumes that continue the same run.
   refused with its path and what is wrong (torch alone says ``EOFError`` and names no file).
 - :class:`StopAndResume` (added to every run by the CLI): SIGTERM or SIGINT finishes the current
   training step, writes a checkpoint, prints the command that resumes the run and exits with
-  128 + the signal number; a checkpoint that ``max_steps`` (or ``max_time``, or a stop) ended
-  mid-epoch resumes inside that epoch.
+  128 + the signal number; a checkpoint resumes where its run stopped, inside an epoch (also when
+  ``max_steps`` or ``max_time`` ended it there) or at an epoch's end.
 - :func:`written_checkpoints`: the checkpoint files a run really wrote, for its closing message.
 """
 
@@ -137,28 +137,40 @@ def written_checkpoints(trainer: L.Trainer) -> list[str]:
     return paths
 
 
-def reopen_stopped_epoch(checkpoint: dict[str, Any]) -> bool:
-    """Mark an epoch that training left early as unfinished again; returns whether it did.
+def resume_where_stopped(checkpoint: dict[str, Any]) -> None:
+    """Make Lightning resume a checkpoint's training loop where the run stopped, in place.
 
-    When ``max_steps``, ``max_time`` or a stop request ends training mid-epoch, Lightning still closes the
-    epoch, and a checkpoint written at the end of training (``ModelCheckpoint(save_last=True)`` does) records
-    it as finished: resumed with a higher ``max_steps`` the run would skip the rest of the epoch, or train 0
-    steps when ``max_epochs`` is reached. Such a checkpoint is recognised by a closed epoch whose last batch
-    was never reached; reopened, Lightning restores it as a mid-epoch checkpoint and the data loader's saved
-    position continues the epoch.
+    - An epoch that training left early (``max_steps``, ``max_time`` or a stop request) is marked unfinished
+      again. Lightning ends such an epoch anyway, and a checkpoint written at the end of training
+      (``ModelCheckpoint(save_last=True)`` does) or of the epoch records it as ended: resumed with a higher
+      ``max_steps`` the run would skip the rest of the epoch, or train 0 steps once ``max_epochs`` is
+      reached. Recognised by an ended epoch whose last batch was never reached; reopened, it is restored as
+      a mid-epoch checkpoint and the data loader's saved position continues it.
+    - An epoch whose last batch was reached: the train loader's saved iterator is marked finished, so the
+      next epoch starts a new one (with the shuffle generator where the uninterrupted run's would be).
+      Lightning does not restart the iterator of the first epoch after a resume, and the iterator's state
+      does not say it is finished (Lightning stops at the loader's length, before its ``StopIteration``):
+      the next epoch would have no batch at all. Written after the epoch's end (at the end of training or
+      of the epoch), the batch count of the epoch is cleared too: Lightning would count the next epoch's
+      batches on from it and end that epoch early.
     """
     loop = checkpoint.get("loops", {}).get("fit_loop", {})
     batches, epochs = loop.get("epoch_loop.batch_progress"), loop.get("epoch_progress")
-    if not batches or not epochs or batches.get("is_last_batch", True) or not batches["current"]["completed"]:
-        return False
+    if not batches or not epochs or not batches["current"]["completed"]:
+        return
     current = epochs["current"]
-    if not (current["ready"] == current["started"] == current["processed"] == current["completed"] > 0):
-        return False
-    for progress in (epochs["current"], epochs["total"]):
-        progress["processed"] -= 1
-        progress["completed"] -= 1
-    checkpoint["epoch"] = max(0, checkpoint.get("epoch", 1) - 1)
-    return True
+    ended = current["ready"] == current["started"] == current["processed"] > 0  # written after the epoch's end
+    if batches.get("is_last_batch", False):
+        for state in loop.get("state_dict", {}).get("combined_loader", []):
+            if "_iterator_finished" in state:  # torchdata StatefulDataLoader
+                state["_iterator_finished"] = True
+        if ended:  # the next epoch starts at its first batch
+            batches["current"] = dict.fromkeys(batches["current"], 0)
+            batches["is_last_batch"] = False
+    elif ended:
+        for progress in (epochs["current"], epochs["total"]):
+            progress["processed"] = progress["completed"] = progress["started"] - 1
+        checkpoint["epoch"] = current["started"] - 1
 
 
 def resume_command(command: list[str], ckpt_path: str) -> str:
@@ -183,7 +195,7 @@ class StopAndResume(L.Callback):
       and the CLI exits with 128 + the signal number (143, 130). A second SIGINT abandons the step at once
       and writes nothing more. During evaluation the run stops at the next batch; outside a trainer run (model
       loading) SIGTERM stops at once; either way with the same exit status, and nothing trained is lost.
-    - A checkpoint that training left mid-epoch resumes inside that epoch (:func:`reopen_stopped_epoch`).
+    - A checkpoint resumes where the run stopped, inside an epoch or at its end (:func:`resume_where_stopped`).
 
     The handlers are installed by :meth:`install` (the CLI calls it first thing) or at the first ``setup``.
     Lightning forgets a SIGTERM that arrives between two trainer runs (e.g. during the last batch of the
@@ -292,7 +304,7 @@ class StopAndResume(L.Callback):
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         if trainer.state.fn == TrainerFn.FITTING:
-            reopen_stopped_epoch(checkpoint)
+            resume_where_stopped(checkpoint)
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         self._in_run = False

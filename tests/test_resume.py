@@ -121,16 +121,29 @@ def test_stop_and_resume_elsewhere_is_the_same_run(tmp_path, reference, stop):
     _assert_same_run(first + second, _weights(cli), reference)
 
 
-@pytest.mark.parametrize("max_epochs", [1, 2])
-def test_a_higher_max_steps_continues_where_max_steps_stopped_mid_epoch(tmp_path, reference, max_epochs):
-    """No checkpoint at a step: last.ckpt is the one written when training ends (its epoch marked finished)."""
+EPOCH_END_SAVE = {"every_n_train_steps": 0, "every_n_epochs": 1, "save_on_train_epoch_end": True}
+
+
+@pytest.mark.parametrize("stop,max_epochs,until,saves", [
+    (3, 1, 4, {"every_n_train_steps": 100}), (3, 2, 4, {"every_n_train_steps": 100}),
+    pytest.param(4, 2, 6, {"every_n_train_steps": 100}, marks=pytest.mark.slow),
+    pytest.param(5, 2, 6, EPOCH_END_SAVE, marks=pytest.mark.slow),
+], ids=["mid_epoch_max_epochs_1", "mid_epoch", "at_epoch_end", "mid_epoch_saved_at_epoch_end"])
+def test_a_higher_max_steps_continues_where_max_steps_stopped(tmp_path, reference, stop, max_epochs, until, saves):
+    """No checkpoint at the step: last.ckpt is the one written when training (or the epoch) ends, its epoch
+    recorded as ended."""
     ref_steps, _ = reference
-    _, first = _fit(tmp_path, "--trainer.max_steps", "3", "--trainer.max_epochs", str(max_epochs), every_n=100)
-    assert torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)["global_step"] == 3
-    cli, second = _fit(tmp_path, "--trainer.max_steps", "4", "--trainer.max_epochs", str(max_epochs),
-                       "--ckpt_path", str(tmp_path / "ckpt" / "last.ckpt"), every_n=100)
-    assert cli.trainer.global_step == 4
-    assert [s[1] for s in first + second] == [s[1] for s in ref_steps[:4]]
+    callbacks = [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                  "init_args": {"dirpath": str(tmp_path / "ckpt"), "save_last": True, **saves}},
+                 {"class_path": "test_resume.Record"}]
+    epochs = ("--trainer.max_epochs", str(max_epochs))
+    _, first = _fit(tmp_path, "--trainer.max_steps", str(stop), *epochs, **{"trainer.callbacks": callbacks})
+    assert torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)["global_step"] == stop
+    cli, second = _fit(tmp_path, "--trainer.max_steps", str(until), *epochs, "--ckpt_path",
+                       str(tmp_path / "ckpt" / "last.ckpt"), **{"trainer.callbacks": callbacks})
+    assert cli.trainer.global_step == until
+    assert [s[1] for s in first + second] == [s[1] for s in ref_steps[:until]]
+    assert cli.trainer.fit_loop.epoch_loop._batches_that_stepped == until  # the x-axis goes on from the stop
 
 
 def test_a_run_that_max_time_stopped_mid_epoch_resumes_inside_that_epoch(tmp_path, reference):
