@@ -24,7 +24,7 @@ def _code(text: str) -> str:
 
 
 class CompletionSamples(L.Callback):
-    """Every ``every_n_steps`` optimizer steps, log a few prompts with their completions and rewards as text."""
+    """At every ``every_n_steps``-th training step, log a few prompts with their completions and rewards as text."""
 
     def __init__(self, every_n_steps: int = 10, num_prompts: int = 1, num_completions: int = 4):
         self.every_n_steps, self.num_prompts, self.num_completions = every_n_steps, num_prompts, num_completions
@@ -32,7 +32,7 @@ class CompletionSamples(L.Callback):
     @rank_zero_only
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        if not isinstance(outputs, dict) or "completions" not in outputs or batch_idx % self.every_n_steps:
+        if not isinstance(outputs, dict) or "completions" not in outputs or trainer.global_step % self.every_n_steps:
             return
         writer = getattr(trainer.logger, "experiment", None)
         if writer is None or not hasattr(writer, "add_text"):
@@ -49,7 +49,7 @@ class CompletionSamples(L.Callback):
 
 
 class AttentionOverlays(L.Callback):
-    """Every ``every_n_steps`` training steps, log attention overlays of a few completions and the ASM histogram.
+    """At every ``every_n_steps``-th training step, log attention overlays of a few completions and the ASM histogram.
 
     Each overlay is one labelled image per completion (and per image of its prompt): the prompt image, the
     final layer's attention on it (the completion's mean over its tokens, resized to the image), the
@@ -74,7 +74,8 @@ class AttentionOverlays(L.Callback):
     @rank_zero_only
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        if not isinstance(outputs, dict) or outputs.get("attention") is None or batch_idx % self.every_n_steps:
+        if not isinstance(outputs, dict) or outputs.get("attention") is None \
+                or trainer.global_step % self.every_n_steps:
             return
         writer = getattr(trainer.logger, "experiment", None)
         if writer is None or not hasattr(writer, "add_image"):

@@ -17,10 +17,12 @@ import warnings
 from jsonargparse import ArgumentError
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lit_grpo.data.datamodule import VLMDataModule
 from lit_grpo.progress import with_progress_bar
 from lit_grpo.rollout import refuse_sampling_option
+from lit_grpo.runs import StopAndResume, check_checkpoint_file, check_checkpoint_folders, written_checkpoints
 
 UNKNOWN_SAMPLING_OPTION = re.compile(r"--sampling\.(\w+)|Group 'sampling' does not accept option '(\w+)'")
 """How jsonargparse reports a ``sampling`` key the config class lacks (command line, config file)."""
@@ -61,17 +63,26 @@ class GRPOCLI(LightningCLI):
         kwargs.setdefault("callbacks", with_progress_bar(trainer.get("callbacks"), trainer.get("enable_progress_bar")))
         return super().instantiate_trainer(**kwargs)
 
+    def _ckpt_path(self) -> str | None:
+        return self.config_init[self.subcommand].get("ckpt_path")
+
     def before_fit(self) -> None:
+        check_checkpoint_file(self._ckpt_path())
+        check_checkpoint_folders(self.trainer)
         evaluation = getattr(self.model, "evaluation", None)
-        if getattr(evaluation, "before_fit", False):
+        if getattr(evaluation, "before_fit", False) and self._ckpt_path() is None:  # a resumed run has its step 0
             self.trainer.validate(self.model, datamodule=self.datamodule, verbose=False)
+
+    def before_validate(self) -> None:
+        check_checkpoint_file(self._ckpt_path())
+
+    before_test = before_predict = before_validate
 
     def after_fit(self) -> None:
         trainer = self.trainer
         logdir = trainer.logger.log_dir if trainer.logger is not None else None
-        callback = trainer.checkpoint_callback
-        ckpt = (getattr(callback, "last_model_path", "") or getattr(callback, "best_model_path", "")
-                or getattr(callback, "dirpath", None))
+        written = written_checkpoints(trainer)
+        ckpt = ", ".join(written) or "none written"
         short = ""
         if 0 < trainer.max_steps and trainer.global_step < trainer.max_steps:
             short = (f"\nStopped early at step {trainer.global_step} of max_steps {trainer.max_steps} "
@@ -116,11 +127,19 @@ def main(args: list[str] | None = None) -> GRPOCLI:
         transformers.utils.logging.disable_progress_bar()
     except ImportError:  # pragma: no cover
         pass
-    return GRPOCLI(
-        datamodule_class=VLMDataModule,
-        subclass_mode_model=True,
-        parser_kwargs={"parser_mode": "omegaconf+"},
-        parser_class=GRPOArgumentParser,
-        save_config_kwargs={"overwrite": True},
-        args=args,
-    )
+    stop = StopAndResume(command=["python", "-m", "lit_grpo", *(sys.argv[1:] if args is None else args)])
+    stop.install()
+    try:
+        return GRPOCLI(
+            datamodule_class=VLMDataModule,
+            subclass_mode_model=True,
+            parser_kwargs={"parser_mode": "omegaconf+"},
+            parser_class=GRPOArgumentParser,
+            save_config_kwargs={"overwrite": True},
+            trainer_defaults={"callbacks": [stop]},
+            args=args,
+        )
+    except SIGTERMException:  # Lightning exits 0 after a SIGTERM; a stopped run is not a finished one
+        sys.exit(stop.exit_code)
+    finally:
+        stop.uninstall()

@@ -5,9 +5,14 @@ reward is configured it runs even with ``num_iterations == 1`` and ``beta == 0``
 decoder layer turn that same forward into the ASM column of the rewards (no second forward).
 
 Manual optimisation: every training step samples G completions for each of its B prompts and then makes
-``num_iterations`` optimizer steps on them, so ``trainer.global_step`` (and ``max_steps``, schedulers,
-``log_every_n_steps``) count optimizer steps = batches x ``num_iterations``. Rollout data lives in local
-variables of the step; callbacks see a small summary through the step's return value.
+``num_iterations`` optimizer updates on them (inner iterations, like PPO epochs). One counter, the training
+step = one rollout, drives everything: ``trainer.global_step``, ``max_steps``, the TensorBoard x-axis,
+``log_every_n_steps``, ``val_check_interval``, ``ModelCheckpoint(every_n_train_steps)``, checkpoint names
+and the lr scheduler (stepped once per rollout). Lightning counts every ``LightningOptimizer.step()``, so
+only a step's last update goes through it; the inner ones go through ``trainer.strategy.optimizer_step``
+on the raw optimizer (same precision plugin and hooks, no count). Every figure of step s is logged at
+x = s (``train/lr``: the lr its updates used), validation after step s at s, before training at 0. Rollout
+data lives in local variables of the step; callbacks see a small summary through the step's return value.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any, ClassVar
 import lightning as L
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
+from lightning.pytorch.core.optimizer import LightningOptimizer, do_nothing_closure
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
@@ -40,6 +46,7 @@ from lit_grpo.rewards import RewardSpec, build_rewards, required_columns, score_
 from lit_grpo.rng import gather_rank_rng_states, restore_rank_rng_states, seed_rank_stream
 from lit_grpo.rollout import (Rollout, SamplingConfig, completion_logps, encode_prompts, repeat_rows,
                               sample_completions)
+from lit_grpo.runs import check_trainable_weights
 
 
 @dataclasses.dataclass
@@ -87,7 +94,7 @@ class GRPOModule(L.LightningModule):
                 rollout); the plain path when off, for a model outside the supported families, or with
                 gradient checkpointing.
             optimizer: optimizer class and arguments (``class_path``/``init_args``).
-            lr_scheduler: optional scheduler, stepped once per optimizer step.
+            lr_scheduler: optional scheduler, stepped once per training step (rollout).
         """
         super().__init__()
         self.save_hyperparameters(logger=False)
@@ -236,9 +243,11 @@ class GRPOModule(L.LightningModule):
         all_total = D.all_gather_cat(total.to(self.device)).cpu()  # (W * N,)
         advantages = group_advantages(all_total, g, self.cfg.scale_rewards, self.cfg.advantage_eps)
         local_adv = advantages.reshape(world, -1)[rank].to(self.device)  # (N,)
+        lr = self._lr()  # the lr this step's updates use (the scheduler steps after them)
         stats = self.update(rollout, local_adv, scored.old_logps, scored.ref_logps)
         elapsed = time.perf_counter() - start
-        self.log_train(per_reward, all_total, advantages, rollout, stats, len(all_total) / elapsed, reward_metrics)
+        self.log_train(per_reward, all_total, advantages, rollout, stats, len(all_total) / elapsed, reward_metrics,
+                       lr)
         return {"prompts": [m for m in batch.messages], "completions": rollout.completions,
                 "rewards": {k: v.tolist() for k, v in per_reward.items()}, "total": total.tolist(),
                 "advantages": local_adv.tolist(), "answers": [s.answer for s in batch.samples], "group_size": g,
@@ -252,20 +261,29 @@ class GRPOModule(L.LightningModule):
 
     def update(self, rollout: Rollout, advantages: Tensor, old_logps: Tensor | None,
                ref_logps: Tensor | None) -> dict[str, float]:
-        """``num_iterations`` optimizer steps over one rollout."""
+        """``num_iterations`` optimizer updates over one rollout (one training step), then one scheduler step."""
         opt, sched = self.optimizers(), self.lr_schedulers()
         totals: dict[str, float] = {}
-        for _ in range(self.cfg.num_iterations):
+        for i in range(self.cfg.num_iterations):
             opt.zero_grad()
             stats = self.accumulate_gradients(rollout, advantages, old_logps, ref_logps)
             clip = self.cfg.max_grad_norm if self.cfg.max_grad_norm is not None else math.inf
             stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.trainable_parameters(), clip))
-            opt.step()
-            if sched is not None:
-                sched.step()
+            self._optimizer_step(opt, last=i == self.cfg.num_iterations - 1)
             for k, v in stats.items():
                 totals[k] = totals.get(k, 0.0) + v / self.cfg.num_iterations
+        if sched is not None:
+            sched.step()
         return totals
+
+    def _optimizer_step(self, opt, last: bool) -> None:
+        """One update. Only a step's last update goes through the ``LightningOptimizer``, whose calls Lightning
+        counts as ``global_step``; an inner one steps the raw optimizer through the strategy (precision plugin
+        and ``on_before_optimizer_step`` hooks as usual)."""
+        if last or not isinstance(opt, LightningOptimizer):
+            opt.step()
+        else:
+            self.trainer.strategy.optimizer_step(opt.optimizer, do_nothing_closure, model=self)
 
     def accumulate_gradients(self, rollout: Rollout, advantages: Tensor, old_logps: Tensor | None,
                              ref_logps: Tensor | None) -> dict[str, float]:
@@ -314,9 +332,10 @@ class GRPOModule(L.LightningModule):
 
     def log_train(self, per_reward: dict[str, Tensor], total: Tensor, advantages: Tensor, rollout: Rollout,
                   stats: dict[str, float], completions_per_s: float,
-                  reward_metrics: dict[str, float] | None = None) -> None:
+                  reward_metrics: dict[str, float] | None = None, lr: float | None = None) -> None:
         """Log the ``train/`` figures over every rank's completions (``total``, ``advantages`` gathered, ``stats``
-        reduced over ranks already; judge call statistics in ``reward_metrics`` are this rank's)."""
+        reduced over ranks already; judge call statistics in ``reward_metrics`` are this rank's) at x = this step's
+        number; ``lr`` is the learning rate the step's updates used."""
 
         def gather(x: Tensor) -> Tensor:  # every rank's rows, in rank order
             return D.all_gather_cat(x.to(self.device)).cpu()
@@ -324,13 +343,18 @@ class GRPOModule(L.LightningModule):
         log = train_metrics({k: gather(v) for k, v in per_reward.items()}, total, advantages,
                             self.sampling.num_generations, gather(rollout.completion_mask.sum(1)),
                             gather(rollout.truncated.float()))
-        log["train/update/lr"] = self.optimizers().param_groups[0]["lr"]
+        log["train/update/lr"] = self._lr() if lr is None else lr
         log["train/rollout/completions_per_second"] = completions_per_s
         log.update({f"train/update/{k}": v for k, v in stats.items()})
         log.update({f"train/reward/{k}": v for k, v in (reward_metrics or {}).items()})
         self.log_dict({k: v for k, v in log.items() if k != "train/reward"}, on_step=True, batch_size=len(total))
         self.log("train/reward", log["train/reward"], on_step=True, prog_bar=True, batch_size=len(total))
+        if self._trainer is not None:  # the x-axis: this step's number (Lightning's default: the one before)
+            self.log("step", float(self.trainer.global_step), on_step=True, batch_size=len(total))
         self._warn_if_no_signal(log["train/rollout/frac_reward_zero_std"])
+
+    def _lr(self) -> float:
+        return self.optimizers().param_groups[0]["lr"]
 
     def _warn_if_no_signal(self, frac_zero_std: float, patience: int = 10) -> None:
         """Warn once when every group had equal rewards for ``patience`` steps in a row (zero advantages)."""
@@ -381,6 +405,8 @@ class GRPOModule(L.LightningModule):
         for key, (mean, se, _) in self.eval_stats.compute(f"{stage}/").items():
             self.log(key, mean)
             self.log(f"{key}_se", se)
+        if stage == "val":  # plotted at the step it evaluates (Lightning's default: the one before)
+            self.log("step", float(self.trainer.global_step))
 
     def validation_step(self, batch: PromptBatch, batch_idx: int) -> None:
         self._eval_step(batch, "val", batch_idx)
@@ -425,9 +451,8 @@ class GRPOModule(L.LightningModule):
         checkpoint["rng_states"] = gather_rank_rng_states()  # every rank's own stream
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        missing = sorted(self._trainable_names() - set(checkpoint["state_dict"]))
-        if missing:
-            raise KeyError(f"checkpoint lacks {len(missing)} trainable weights, e.g. {missing[:3]}; "
-                           "was it written for another model or LoRA setting?")
+        """Refuse policy weights that are not exactly this run's trainable ones (loading is not strict); restore
+        the RNG states."""
+        check_trainable_weights(checkpoint["state_dict"], self._trainable_names(), prefix="policy.")
         if "rng_states" in checkpoint:
             restore_rank_rng_states(checkpoint["rng_states"])

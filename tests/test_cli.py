@@ -148,11 +148,12 @@ def test_demo_config_trains_and_every_trainable_parameter_changes(tmp_path):
     assert hparams["rewards.0.name"] == "test_length" and hparams["sampling.num_generations"] == 4
 
 
-def test_global_step_counts_optimizer_steps(tmp_path):
+def test_global_step_counts_rollouts(tmp_path):
+    """Two optimizer updates per rollout (tests/test_steps.py checks every axis and trigger)."""
     cli = main(["fit", "--config", "configs/demo.yaml", "--config",
                 str(_overrides(tmp_path, **{"model.init_args.grpo": {"num_iterations": 2},
                                             "trainer.max_steps": 4}))])
-    assert cli.trainer.global_step == 4 and cli.trainer.fit_loop.total_batch_idx + 1 == 2
+    assert cli.trainer.global_step == 4 and cli.trainer.fit_loop.total_batch_idx + 1 == 4
 
 
 def test_a_run_cut_short_says_at_which_step_and_names_last_ckpt(tmp_path, caplog):
@@ -268,5 +269,4 @@ def test_fmt_acc_asm_demo_trains_with_the_attention_reward(tmp_path):
     events.Reload()
     assert {"train/rollout/attention/overlay/0", "train/rollout/attention/overlay/1"} <= set(events.Tags()["images"])
     assert "train/rollout/attention/asm" in events.Tags()["histograms"]
-    # the global step after each update
-    assert [e.step for e in events.Images("train/rollout/attention/overlay/0")] == [1, 2]
+    assert [e.step for e in events.Images("train/rollout/attention/overlay/0")] == [1, 2]  # the step's number, as its scalars

@@ -107,7 +107,7 @@ def test_failing_judge_stops_the_run_naming_the_endpoint_and_keeps_what_was_writ
     ckpt = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)
     assert ckpt["global_step"] == 1
     logdir = tmp_path / "logs" / "judge" / "version_0"
-    assert _scalars(logdir, "train/reward/open_accuracy") == [(0, 1.0)]
+    assert _scalars(logdir, "train/reward/open_accuracy") == [(1, 1.0)]  # step 1, at x = 1
     assert os.path.isfile(logdir / "hparams.yaml")
 
 

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
 import lightning as L
-from torch.utils.data import DataLoader, Dataset, Subset
+import torch
+from torch.utils.data import Dataset, Subset
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from lit_grpo.data import overlap
 from lit_grpo.data.physics import write_physics
@@ -20,6 +23,8 @@ from lit_grpo.data.visualsphinx import read_visualsphinx
 from lit_grpo.registry import Registry
 
 log = logging.getLogger(__name__)
+# torchdata's StatefulDataLoader calls a torch function deprecated in torch 2.13, on every loader Lightning makes
+warnings.filterwarnings("ignore", message=".*'set_vital' is deprecated.*", category=UserWarning)
 
 READERS: Registry[Callable[..., Dataset]] = Registry("dataset reader")
 READERS.register("visualsphinx")(read_visualsphinx)
@@ -187,22 +192,36 @@ class VLMDataModule(L.LightningDataModule):
     def collate(self, samples: list[Sample]) -> PromptBatch:
         return PromptBatch(samples=samples, messages=[self.render(s) for s in samples])
 
-    def _loader(self, split: str, batch_size: int, shuffle: bool) -> DataLoader:
+    def _loader(self, split: str, batch_size: int, shuffle: bool) -> StatefulDataLoader:
+        """A ``StatefulDataLoader``: Lightning saves its position and shuffle state in every checkpoint, so
+        a resumed run sees the prompts an uninterrupted run would have seen, this epoch and the next.
+
+        Making an iterator never draws from the global RNG that sampling uses: the loader's worker seeds
+        and the shuffle each have a generator of their own, seeded from ``torch.initial_seed()`` (the
+        ``seed_everything`` seed). They must be two generators: the loader restores the shuffle generator
+        as it was before the epoch's permutation, which would miss the worker-seed draw made after it
+        from a shared generator (the next epoch's order would differ from the uninterrupted run's).
+        """
         if split not in self.datasets:
             raise RuntimeError(f"no {split} dataset configured: set data.{split} in the config")
-        return DataLoader(self.datasets[split], batch_size=batch_size, shuffle=shuffle,
-                          collate_fn=self.collate, num_workers=self.num_workers)
+        seed = torch.initial_seed()
+        loader = StatefulDataLoader(self.datasets[split], batch_size=batch_size, shuffle=shuffle,
+                                    collate_fn=self.collate, num_workers=self.num_workers,
+                                    generator=torch.Generator().manual_seed(seed))
+        if shuffle:
+            loader.sampler.generator = torch.Generator().manual_seed(seed)
+        return loader
 
-    def train_dataloader(self) -> DataLoader:
+    def train_dataloader(self) -> StatefulDataLoader:
         return self._loader("train", self.batch_size, shuffle=True)
 
-    def val_dataloader(self) -> DataLoader | list:
+    def val_dataloader(self) -> StatefulDataLoader | list:
         if "val" not in self.datasets and self.specs["val"] is None:
             return []  # no validation configured: Lightning skips it
         return self._loader("val", self.eval_batch_size, shuffle=False)
 
-    def test_dataloader(self) -> DataLoader:
+    def test_dataloader(self) -> StatefulDataLoader:
         return self._loader("test", self.eval_batch_size, shuffle=False)
 
-    def predict_dataloader(self) -> DataLoader:
+    def predict_dataloader(self) -> StatefulDataLoader:
         return self._loader("predict", self.eval_batch_size, shuffle=False)
