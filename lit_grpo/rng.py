@@ -44,13 +44,18 @@ def set_rng_states(states: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
+def run_seed() -> int:
+    """The run's seed, the same on every rank: Lightning's global seed (``PL_GLOBAL_SEED``), else torch's initial seed."""
+    return int(os.environ.get("PL_GLOBAL_SEED", torch.initial_seed()))
+
+
 def seed_rank_stream(seed: int | None = None) -> int:
     """Seed Python, NumPy and torch (every device) with ``seed + rank`` in a multi-process run; a single process
     keeps its stream. ``seed`` None: Lightning's global seed (``PL_GLOBAL_SEED``), else torch's initial seed.
     Returns the seed this rank now draws from."""
     rank, world = D.world()
     if seed is None:
-        seed = int(os.environ.get("PL_GLOBAL_SEED", torch.initial_seed()))
+        seed = run_seed()
     if world == 1:
         return seed
     value = (seed + rank) % 2 ** 32

@@ -72,7 +72,7 @@ if __name__ == "__main__":
                         num_iterations=2),
         optimizer=lambda params: torch.optim.SGD(params, lr=1.0))
     data = VLMDataModule(train=DatasetSpec(path=DATA, rows=":4"), batch_size=4 // WORLD)
-    trainer = L.Trainer(accelerator="cpu", devices=WORLD, strategy="ddp" if WORLD > 1 else "auto", max_steps=2,
+    trainer = L.Trainer(accelerator="cpu", devices=WORLD, strategy="ddp" if WORLD > 1 else "auto", max_steps=1,
                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False)
     trainer.fit(module, data)

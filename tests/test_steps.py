@@ -64,7 +64,7 @@ def test_every_axis_and_trigger_counts_rollouts(tmp_path, num_iterations, log_ev
     run = tmp_path / "logs" / "t" / "version_0"
     events = _events(run)
     logged = [s for s in (1, 2, 3) if s % log_every == 0]  # log_every_n_steps counts steps too
-    lrs = events.Scalars("train/lr")
+    lrs = events.Scalars("train/update/lr")
     assert [e.step for e in lrs] == logged
     # the lr each step's updates used: 3e-4, 2e-4, 1e-4 for steps 1, 2, 3
     assert [e.value for e in lrs] == pytest.approx([LR * (1 - (s - 1) / 3) for s in logged], rel=1e-6)

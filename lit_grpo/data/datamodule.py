@@ -21,6 +21,7 @@ from lit_grpo.data.sample import Sample
 from lit_grpo.data.templates import TEMPLATES, render_messages
 from lit_grpo.data.visualsphinx import read_visualsphinx
 from lit_grpo.registry import Registry
+from lit_grpo.rng import run_seed
 
 log = logging.getLogger(__name__)
 # torchdata's StatefulDataLoader calls a torch function deprecated in torch 2.13, on every loader Lightning makes
@@ -197,14 +198,15 @@ class VLMDataModule(L.LightningDataModule):
         a resumed run sees the prompts an uninterrupted run would have seen, this epoch and the next.
 
         Making an iterator never draws from the global RNG that sampling uses: the loader's worker seeds
-        and the shuffle each have a generator of their own, seeded from ``torch.initial_seed()`` (the
-        ``seed_everything`` seed). They must be two generators: the loader restores the shuffle generator
-        as it was before the epoch's permutation, which would miss the worker-seed draw made after it
+        and the shuffle each have a generator of their own, seeded from the run's seed
+        (:func:`lit_grpo.rng.run_seed`: the same on every rank, unlike the per-rank sampling stream, so the
+        ranks' shares of the data stay disjoint). They must be two generators: the loader restores the shuffle
+        generator as it was before the epoch's permutation, which would miss the worker-seed draw made after it
         from a shared generator (the next epoch's order would differ from the uninterrupted run's).
         """
         if split not in self.datasets:
             raise RuntimeError(f"no {split} dataset configured: set data.{split} in the config")
-        seed = torch.initial_seed()
+        seed = run_seed()
         loader = StatefulDataLoader(self.datasets[split], batch_size=batch_size, shuffle=shuffle,
                                     collate_fn=self.collate, num_workers=self.num_workers,
                                     generator=torch.Generator().manual_seed(seed))
