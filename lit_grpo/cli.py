@@ -4,18 +4,55 @@
 override is applied, so an override reaches the keys that interpolate it. Configs compose: later
 ``--config`` files override earlier ones. ``--ckpt_path`` loads weights only; the configuration keeps
 every setting (see :class:`GRPOCLI`).
+
+A mistake in the command line or a config is one ``error:`` line naming the key (exit status 2), found
+before any model work and before any log folder: keys are checked against the option types
+(:mod:`lit_grpo.cli_args`), inputs and API keys by :mod:`lit_grpo.preflight`. The optimizer is set only as
+``model.init_args.optimizer`` (Lightning's top-level ``--optimizer`` is refused, so what
+``hparams.yaml`` records is what runs).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 import warnings
 
-from lightning.pytorch.cli import LightningCLI
+import yaml
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 
+from lit_grpo.cli_args import ConfigError, prepare_args, short_error
 from lit_grpo.data.datamodule import VLMDataModule
+from lit_grpo.secrets import find_credentials, redact
+
+PROG = "python -m lit_grpo"
+
+
+def fail(message: str) -> None:
+    """Print ``error: <message>`` (API keys masked) as one line on stderr and exit with status 2."""
+    line = " ".join(redact(message).split())
+    sys.stderr.write(f"error: {line}\n")
+    sys.exit(2)
+
+
+class GRPOArgumentParser(LightningArgumentParser):
+    """jsonargparse's parser, with errors as one line (no usage screen, no dump of the parsed config) and a
+    config that holds an API key refused before it is printed (``--print_config``) or saved."""
+
+    def error(self, message: str, ex: Exception | None = None):
+        if not self.exit_on_error or os.environ.get("JSONARGPARSE_DEBUG"):
+            return super().error(message, ex)
+        fail(short_error(message))
+
+    def dump(self, cfg, *args, **kwargs) -> str:
+        text = super().dump(cfg, *args, **kwargs)
+        held = find_credentials(yaml.safe_load(text))
+        if held:
+            fail(f"{held[0]}: an API key never goes into a config (value not shown); export it and set the "
+                 "judge's api_key_env to the variable's NAME")
+        return text
 
 
 class GRPOCLI(LightningCLI):
@@ -29,6 +66,15 @@ class GRPOCLI(LightningCLI):
 
     def _parse_ckpt_path(self) -> None:
         """Keep the parsed configuration; do not merge the checkpoint's saved hyper-parameters over it."""
+
+    def parse_arguments(self, parser, args) -> None:
+        """Parse, then check the inputs (data paths, rewards, judge, templates, model folder, API keys) before
+        anything else runs: no seeding message, model work or log folder (:func:`lit_grpo.preflight.check_config`)."""
+        from lit_grpo.preflight import check_config
+
+        super().parse_arguments(parser, args)
+        sub = self.config.get("subcommand")
+        check_config((self.config[sub] if sub else self.config).as_dict(), sub)
 
     def before_fit(self) -> None:
         evaluation = getattr(self.model, "evaluation", None)
@@ -59,15 +105,21 @@ def _comment_print_config(args: list[str]) -> list[str]:
 
 
 def main(args: list[str] | None = None) -> GRPOCLI:
-    import sys
+    """Run the CLI; a configuration mistake exits with status 2 and one ``error:`` line (see the module)."""
+    try:
+        return _main(args)
+    except ConfigError as exc:
+        fail(str(exc))
 
+
+def _main(args: list[str] | None) -> GRPOCLI:
     from jsonargparse import set_parsing_settings
 
     set_parsing_settings(docstring_parse_attribute_docstrings=True)
     if args is None:
-        sys.argv[1:] = _comment_print_config(sys.argv[1:])
+        sys.argv[1:] = prepare_args(_comment_print_config(sys.argv[1:]))
     else:
-        args = _comment_print_config(list(args))
+        args = prepare_args(_comment_print_config(list(args)))
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     # A checkpoint after the optimizer step is what a GRPO step should save; and a deprecation inside
     # Lightning's own pytree helper is not the user's to act on.
@@ -90,7 +142,9 @@ def main(args: list[str] | None = None) -> GRPOCLI:
     return GRPOCLI(
         datamodule_class=VLMDataModule,
         subclass_mode_model=True,
-        parser_kwargs={"parser_mode": "omegaconf+"},
+        parser_class=GRPOArgumentParser,
+        parser_kwargs={"parser_mode": "omegaconf+", "prog": PROG},
         save_config_kwargs={"overwrite": True},
+        auto_configure_optimizers=False,  # one optimizer setting: model.init_args.optimizer
         args=args,
     )

@@ -25,7 +25,8 @@ def _config(tmp_path: Path, judge_url: str, rewards: list[dict], **trainer) -> P
         if r.get("kwargs", {}).get("judge") == "LOOPBACK":
             r["kwargs"]["judge"] = judge
     physics = {"path": str(tmp_path / "physics" / "phyx.parquet"), "reader": "phyx", "split": "test",
-               "generate": {"kind": "physics", "num": 12, "seed": 0}, "reader_args": {"answer_format": "open"}}
+               "generate": {"path": str(tmp_path / "physics" / "phyx.parquet"), "kind": "physics", "num": 12, "seed": 0},
+               "reader_args": {"answer_format": "open"}}
     cfg = {
         "trainer": {"max_steps": 2, "val_check_interval": 2, "limit_val_batches": 1, "logger": {
             "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
@@ -121,7 +122,7 @@ def test_paper_oe_rubric_condition_reaches_the_judge_named_by_the_environment(tm
         monkeypatch.setenv("JUDGE_BASE_URL", server.base_url)
         extra = tmp_path / "local.yaml"
         data = {"path": str(tmp_path / "physics" / "phyx.parquet"), "split": "test", "rows": ":1",
-                "generate": {"kind": "physics", "num": 2, "seed": 0}}
+                "generate": {"path": str(tmp_path / "physics" / "phyx.parquet"), "kind": "physics", "num": 2, "seed": 0}}
         extra.write_text(yaml.safe_dump({
             "trainer": {"accelerator": "cpu", "max_steps": 1, "limit_val_batches": 0,
                         "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
