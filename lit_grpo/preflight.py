@@ -33,7 +33,7 @@ def check_config(config: dict[str, Any], subcommand: str | None) -> None:
     model = config.get("model") or {}
     init = model.get("init_args") or {} if isinstance(model, dict) else {}
     for check, arg in ((_check_rewards, init), (_check_evaluation, init), (_check_settings, init),
-                       (_check_policy, init), (_check_data, (config.get("data") or {}, subcommand))):
+                       (_check_data, (config.get("data") or {}, subcommand)), (_check_policy, init)):
         try:
             check(arg)
         except (ValueError, KeyError, FileNotFoundError, TypeError) as exc:
