@@ -67,6 +67,19 @@ class GRPOCLI(LightningCLI):
     def _parse_ckpt_path(self) -> None:
         """Keep the parsed configuration; do not merge the checkpoint's saved hyper-parameters over it."""
 
+    def instantiate_classes(self) -> None:
+        """Build model, data and trainer; a construction error is shown as itself, not inside jsonargparse's
+        "does not validate" report with a dump of the whole configuration (:func:`construction_error`)."""
+        try:
+            super().instantiate_classes()
+        except Exception as exc:
+            root = construction_error(exc)
+            if isinstance(root, (ValueError, KeyError, FileNotFoundError)):
+                fail(str(root.args[0]) if isinstance(root, KeyError) and root.args else str(root))
+            if root is exc:
+                raise
+            raise root from None
+
     def parse_arguments(self, parser, args) -> None:
         """Parse, then check the inputs (data paths, rewards, judge, templates, model folder, API keys) before
         anything else runs: no seeding message, model work or log folder (:func:`lit_grpo.preflight.check_config`)."""
@@ -97,6 +110,20 @@ class GRPOCLI(LightningCLI):
             f"  logs and saved config: {logdir}\n"
             f"  checkpoints:           {ckpt}\n"
         )
+
+
+def construction_error(exc: BaseException) -> BaseException:
+    """The error a constructor raised, under the reports jsonargparse wraps it in (each of which repeats the
+    parsed configuration)."""
+    while _is_wrapper(exc) and (exc.__cause__ or exc.__context__) is not None:
+        exc = exc.__cause__ or exc.__context__
+    return exc
+
+
+def _is_wrapper(exc: BaseException) -> bool:
+    text = str(exc)
+    return type(exc).__module__.startswith("jsonargparse") or "Does not validate against any of the" in text \
+        or "Problem with given class_path" in text
 
 
 def _comment_print_config(args: list[str]) -> list[str]:

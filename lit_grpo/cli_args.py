@@ -305,8 +305,8 @@ _BOILERPLATE = re.compile(r"^(Does not validate against any of the Union subtype
 def short_error(message: str) -> str:
     """One line from a jsonargparse error: the full key, then the innermost explanation.
 
-    >>> short_error('Parser key "model":\\n  Does not validate against any of the Union subtypes\\n  Errors:\\n    - Problem with given class_path '
-    ...             "'x.M':\\n        Parser key \\"grpo.beta\\":\\n          Expected a <class 'float'>. Got value: abc")
+    >>> short_error('Parser key "model":\\n  Errors:\\n    - Problem with given class_path \\'x.M\\':\\n'
+    ...             '      Parser key "grpo.beta":\\n        Expected a <class \\'float\\'>. Got value: abc')
     'model.init_args.grpo.beta: expected a float. Got value: abc'
     """
     keys, detail = [], ""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import os
 import re
 from typing import Any
 
@@ -30,6 +31,9 @@ def check_config(config: dict[str, Any], subcommand: str | None) -> None:
         raise ConfigError(f"{held[0]}: an API key never goes into a config (it would be printed and saved); "
                           "export it and set the judge's api_key_env to the variable's NAME (value not shown)")
     problems: list[str] = []
+    ckpt = config.get("ckpt_path")
+    if ckpt and ckpt not in ("last", "best", "hpc", "registry") and not os.path.isfile(ckpt):
+        problems.append(f"ckpt_path {ckpt} is not a file")
     model = config.get("model") or {}
     init = model.get("init_args") or {} if isinstance(model, dict) else {}
     for check, arg in ((_check_rewards, init), (_check_evaluation, init), (_check_settings, init),
@@ -114,9 +118,11 @@ def _check_settings(init: dict[str, Any]) -> None:
 
 
 def _check_policy(init: dict[str, Any]) -> None:
-    from lit_grpo.policy import check_model_path
+    from lit_grpo.policy import DTYPES, check_model_path
 
     policy = init.get("policy") or {}
+    if policy.get("dtype", "float32") not in DTYPES:
+        raise ValueError(f"model.init_args.policy.dtype: must be one of {', '.join(DTYPES)}, got {policy['dtype']!r}")
     if policy.get("name_or_path") and policy.get("embedded") is None:
         check_model_path(policy["name_or_path"], policy.get("local_files_only", False),
                          "model.init_args.policy.name_or_path")

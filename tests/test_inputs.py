@@ -14,8 +14,7 @@ import pytest
 import yaml
 
 from lit_grpo.cli import main
-from lit_grpo.data.datamodule import DatasetSpec, ensure_generated
-from lit_grpo.policy import check_model_path
+from lit_grpo.data.datamodule import DatasetSpec
 
 ROOT = Path(__file__).parents[1]
 
@@ -239,6 +238,8 @@ def test_generate_needs_its_own_path():
 
 def test_a_path_other_than_the_generated_one_is_the_users_data(tmp_path):
     """``path`` and ``generate.path`` differ: ``path`` is read as is (and must exist), nothing is generated."""
+    from lit_grpo.data.datamodule import ensure_generated
+
     own = tmp_path / "own.parquet"
     ensure_generated({"path": str(own), "kind": "puzzles", "num": 3, "seed": 5})
     spec = DatasetSpec(path=str(own), generate={"path": str(tmp_path / "gen.parquet"), "kind": "puzzles", "num": 6})
@@ -248,6 +249,8 @@ def test_a_path_other_than_the_generated_one_is_the_users_data(tmp_path):
 @pytest.mark.parametrize("path", ["chekpoints/demo", "checkpoint/demo", "./missing/model", "checkpoints/nope",
                                   "a/b/c", "/abs/missing/model"])
 def test_a_missing_model_folder_is_an_error_naming_it(path, monkeypatch):
+    from lit_grpo.policy import check_model_path
+
     monkeypatch.chdir(ROOT)
     with pytest.raises(FileNotFoundError) as exc:
         check_model_path(path)
@@ -257,6 +260,8 @@ def test_a_missing_model_folder_is_an_error_naming_it(path, monkeypatch):
 
 
 def test_a_hub_id_is_owner_slash_name_and_offline_it_must_be_cached(monkeypatch, tmp_path):
+    from lit_grpo.policy import check_model_path
+
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(FileNotFoundError, match="not in the local hub cache"):
@@ -300,6 +305,8 @@ def test_changed_generate_settings_regenerate_the_file(tmp_path, caplog, change)
 
 
 def test_unchanged_settings_reuse_the_file_and_a_file_without_a_record_is_regenerated(tmp_path):
+    from lit_grpo.data.datamodule import ensure_generated
+
     gen = {"path": str(tmp_path / "physics" / "phyx.jsonl"), "kind": "physics", "num": 3, "seed": 0}
     ensure_generated(gen)
     stamp = os.stat(gen["path"]).st_mtime_ns
