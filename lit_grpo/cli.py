@@ -48,7 +48,9 @@ class GRPOArgumentParser(LightningArgumentParser):
 
     def dump(self, cfg, *args, **kwargs) -> str:
         text = super().dump(cfg, *args, **kwargs)
-        held = find_credentials(yaml.safe_load(text))
+        tree = yaml.safe_load(text)
+        whole = isinstance(tree, dict) and bool({"model", "data", "trainer"} & set(tree))  # not a nested part
+        held = find_credentials(tree) if whole else []
         if held:
             fail(f"{held[0]}: an API key never goes into a config (value not shown); export it and set the "
                  "judge's api_key_env to the variable's NAME")
@@ -85,7 +87,11 @@ class GRPOCLI(LightningCLI):
         anything else runs: no seeding message, model work or log folder (:func:`lit_grpo.preflight.check_config`)."""
         from lit_grpo.preflight import check_config
 
-        super().parse_arguments(parser, args)
+        # as LightningCLI does, without its warning about ``args`` next to ``sys.argv`` (main() is called with
+        # ``args`` from Python: tests, notebooks)
+        from jsonargparse import Namespace
+
+        self.config = parser.parse_object(args) if isinstance(args, (dict, Namespace)) else parser.parse_args(args)
         sub = self.config.get("subcommand")
         check_config((self.config[sub] if sub else self.config).as_dict(), sub)
 

@@ -91,18 +91,18 @@ def check_model_path(path: str, local_files_only: bool = False, name: str = "mod
     hub_shaped = (len(parts) == 2 and not path.startswith((".", "/", "~"))
                   and all(re.fullmatch(r"[\w.\-]+", x) for x in parts) and not Path(parts[0]).exists())
     if not hub_shaped:
-        raise FileNotFoundError(f"{name} {path} does not exist ({p.resolve()}); give a folder saved with "
+        raise FileNotFoundError(f"{name} {path!r} does not exist ({p.resolve()}); give a folder saved with "
                                 "save_pretrained (e.g. checkpoints/demo) or a hub id owner/name")
     here = [d.name for d in Path(".").iterdir() if d.is_dir() and not d.name.startswith(".")]
     near = difflib.get_close_matches(parts[0], here, n=1, cutoff=0.8)
     if near:
-        raise FileNotFoundError(f"{name} {path} does not exist (did you mean {near[0]}/{parts[1]}?); a hub id "
+        raise FileNotFoundError(f"{name} {path!r} does not exist (did you mean {near[0]}/{parts[1]}?); a hub id "
                                 f"owner/name whose owner is spelt like a folder here is taken for a misspelt folder")
     if local_files_only or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
         from huggingface_hub import try_to_load_from_cache
 
         if not isinstance(try_to_load_from_cache(path, "config.json"), str):
-            raise FileNotFoundError(f"{name} {path} is no folder here, and as a hub id it is not in the local hub "
+            raise FileNotFoundError(f"{name} {path!r} is no folder here, and as a hub id it is not in the local hub "
                                     "cache (offline: HF_HUB_OFFLINE or local_files_only)")
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -146,7 +147,12 @@ def ensure_generated(generate: dict[str, Any]) -> Path:
                     path, ", ".join(changed) if have is not None else "no record of them")
     record.unlink(missing_ok=True)
     args = dict(want)
-    GENERATORS.get(args.pop("kind"))(str(path), **args)
+    partial = path.with_name(f".{path.stem}.{os.getpid()}.partial{path.suffix}")  # the suffix picks the layout
+    try:
+        GENERATORS.get(args.pop("kind"))(str(partial), **args)
+        os.replace(partial, path)  # readers (other ranks) never see a half-written file
+    finally:
+        partial.unlink(missing_ok=True)
     record.write_text(json.dumps(want, sort_keys=True, indent=1))
     return path
 
