@@ -107,7 +107,7 @@ class GRPOModule(L.LightningModule):
         self.reward_weights = {s.label: s.weight for s in self.reward_specs}
         self.eval_fns = {**self.reward_fns, **build_rewards(list(evaluation.metrics))}
         self.scorer_fn = build_scorer(evaluation.scorer, evaluation.scorer_kwargs,
-                                      [*self.reward_specs, *evaluation.metrics])
+                                      [*self.reward_specs, *evaluation.metrics], evaluation.judge)
         self.policy, self.processor = load_policy(policy)
         if self.dropout_free:
             disable_dropout(self.policy, policy)

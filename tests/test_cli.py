@@ -77,7 +77,8 @@ def test_readme_judge_block_points_the_oe_demo_at_a_server(tmp_path, capsys, mon
     model = yaml.safe_load(capsys.readouterr().out)["model"]["init_args"]
     judge = model["rewards"][1]["kwargs"]["judge"]
     assert judge["base_url"] == "http://judge-host:8000/v1" and judge["api_key_env"] == "JUDGE_API_KEY"
-    assert model["evaluation"]["scorer_kwargs"] == {"judge": judge} and model["evaluation"]["pass_threshold"] == 1.0
+    scorer_judge = model["evaluation"]["judge"]
+    assert {k: scorer_judge[k] for k in judge} == judge and model["evaluation"]["pass_threshold"] == 1.0
 
 
 def test_bare_print_config_has_field_comments(capsys):
@@ -110,8 +111,8 @@ def _overrides(tmp_path, **extra) -> Path:
             "rewards": [{"name": "test_length"}],
             "sampling": {"num_generations": 4, "max_completion_length": 16},
             "optimizer": {"class_path": "torch.optim.AdamW", "init_args": {"lr": 1e-3, "weight_decay": 0.0}}}},
-        "data": {"train": {"path": str(tmp_path / "train.parquet"), "generate": {"kind": "puzzles", "num": 8}},
-                 "val": {"path": str(tmp_path / "val.parquet"), "generate": {"kind": "puzzles", "num": 4, "seed": 1}},
+        "data": {"train": {"generate": {"path": str(tmp_path / "train.parquet"), "kind": "puzzles", "num": 8}},
+                 "val": {"generate": {"path": str(tmp_path / "val.parquet"), "kind": "puzzles", "num": 4, "seed": 1}},
                  "batch_size": 2, "eval_batch_size": 4},
     }
     for key, value in extra.items():
@@ -250,7 +251,8 @@ def test_fmt_acc_asm_demo_trains_with_the_attention_reward(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     spec = {"path": str(tmp_path / "physics" / "phyx.parquet"), "reader": "phyx", "split": "test",
-            "generate": {"kind": "physics", "num": 12, "seed": 0}, "reader_args": {"answer_format": "mcq"}}
+            "generate": {"path": str(tmp_path / "physics" / "phyx.parquet"), "kind": "physics", "num": 12, "seed": 0},
+            "reader_args": {"answer_format": "mcq"}}
     over = _overrides(tmp_path, **{"trainer.limit_val_batches": 1, "data.train": {**spec, "rows": "4:"},
                                    "data.val": {**spec, "rows": ":4"}, "data.test": {**spec, "rows": ":4"}})
     cfg = yaml.safe_load(over.read_text())

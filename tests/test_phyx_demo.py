@@ -77,7 +77,8 @@ def _overrides(tmp_path: Path, model_dir: str, fmt: str, rows: dict[str, str], b
                eval_batch_size: int = 3, **trainer) -> Path:
     """Small runs of a demo config: 12 embedded problems (each type once, ids 0-11), G=4, short completions."""
     spec = {"path": str(tmp_path / "physics" / "phyx.parquet"), "reader": "phyx", "split": "test",
-            "generate": {"kind": "physics", "num": 12, "seed": 0}, "reader_args": {"answer_format": fmt}}
+            "generate": {"path": str(tmp_path / "physics" / "phyx.parquet"), "kind": "physics", "num": 12, "seed": 0},
+            "reader_args": {"answer_format": fmt}}
     cfg = {
         "trainer": {"max_steps": 1, "val_check_interval": 1, "limit_val_batches": 1,
                     "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",

@@ -85,8 +85,8 @@ def test_demo_sft_config_produces_a_loadable_checkpoint(tmp_path):
                     "callbacks": [{"class_path": "lit_grpo.callbacks.ExportPretrained",
                                    "init_args": {"dirpath": str(tmp_path / "export")}}]},
         "model": {"init_args": {"policy": {"name_or_path": str(tmp_path / "model")}}},
-        "data": {"train": {"path": str(tmp_path / "train.parquet"), "generate": {"num": 64}},
-                 "val": {"path": str(tmp_path / "val.parquet"), "generate": {"num": 8, "seed": 1}},
+        "data": {"train": {"generate": {"path": str(tmp_path / "train.parquet"), "num": 64}},
+                 "val": {"generate": {"path": str(tmp_path / "val.parquet"), "num": 8, "seed": 1}},
                  "batch_size": 4, "eval_batch_size": 8},
     }))
     cli = main(["fit", "--config", str(ROOT / "configs/demo_sft.yaml"), "--config", str(extra)])

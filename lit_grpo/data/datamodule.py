@@ -1,9 +1,12 @@
-"""DataModule: datasets from readers (generated first when asked), prompt rendering, over-long filtering."""
+"""DataModule: datasets from readers (generated first where a ``generate`` block asks), prompt rendering,
+over-long filtering."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import os
 import warnings
 from pathlib import Path
 from typing import Any, Callable
@@ -14,6 +17,7 @@ from torch.utils.data import Dataset, Subset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from lit_grpo.data import overlap
+from lit_grpo.data.io import is_local
 from lit_grpo.data.physics import write_physics
 from lit_grpo.data.phyx import read_phyx
 from lit_grpo.data.puzzles import PuzzleConfig, write_puzzles
@@ -47,10 +51,16 @@ def _generate_physics(path: str, num: int = 256, seed: int = 0, **cfg: Any) -> P
 
 @dataclasses.dataclass
 class DatasetSpec:
-    """Where one split comes from."""
+    """Where one split comes from: a dataset the user has (``path``), or one generated on purpose (``generate``).
 
-    path: str
-    """Local file or folder, or a hub id."""
+    Only ``generate.path`` is ever generated, so a mistyped ``path`` is an error naming it, never a synthetic
+    set made at the typo: ``path`` defaults to ``generate.path``; a ``path`` that differs from it is the user's
+    own data, which must exist (the ``generate`` block is then not used). The generated file records its
+    settings beside it (``<file>.generate.json``) and is written again when they change.
+    """
+
+    path: str | None = None
+    """Local file or folder, or a hub id ``owner/name``; default: ``generate.path``."""
     reader: str = "visualsphinx"
     """Registered reader: ``visualsphinx`` or ``phyx``."""
     split: str = "train"
@@ -58,19 +68,100 @@ class DatasetSpec:
     rows: str | None = None
     """Python slice of rows to keep, e.g. ``"1000:3000"``."""
     generate: dict[str, Any] | None = None
-    """Write the file first when ``path`` is missing: ``{"kind": "puzzles", "num": 2000, "seed": 0, ...}``
-    (kinds: ``puzzles``, ``physics``)."""
+    """Generate a synthetic set into ``generate.path``: ``{"path": "data/embedded/x.parquet", "kind": "puzzles",
+    "num": 2000, "seed": 0, ...}`` (kinds: ``puzzles``, ``physics``); written when missing or made with other
+    settings."""
     reader_args: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Extra keyword arguments of the reader (phyx: ``answer_format``, ``question_variant``, ``layout``,
     ``image_dir``; both: ``max_pixels``, ``on_bad_row``)."""
 
+    def generated(self) -> bool:
+        """Whether this split reads the file its ``generate`` block writes."""
+        target = (self.generate or {}).get("path")
+        return target is not None and (self.path is None or Path(self.path) == Path(target))
+
+    def check(self, name: str = "data") -> None:
+        """Refuse what would fail or mislead at load time, before any model work (``name``: e.g. ``data.train``).
+
+        Raises:
+            ValueError: no path, a ``generate`` block without ``path`` or of an unknown kind, an unknown reader.
+            FileNotFoundError: a local ``path`` (see :func:`~lit_grpo.data.io.is_local`) that does not exist.
+        """
+        if self.generate is not None:
+            if not self.generate.get("path"):
+                raise ValueError(f"{name}.generate needs path: the file it writes (e.g. data/embedded/x.parquet)")
+            if self.generate.get("kind", "puzzles") not in GENERATORS:
+                raise ValueError(f"{name}.generate.kind: unknown generator {self.generate['kind']!r}; "
+                                 f"registered: {', '.join(GENERATORS.names())}")
+        if self.path is None and self.generate is None:
+            raise ValueError(f"{name}.path is not set (a file, a folder or a hub id)")
+        if self.reader not in READERS:
+            raise ValueError(f"{name}.reader: unknown reader {self.reader!r}; registered: {', '.join(READERS.names())}")
+        if not self.generated() and is_local(self.path) and not Path(self.path).expanduser().exists():
+            made = f" (this config generates only {self.generate['path']}, its generate.path)" if self.generate else ""
+            raise FileNotFoundError(f"{name}.path {self.path} does not exist{made}")
+
     def load(self, on_bad_row: str = "raise") -> Dataset:
-        """The reader's dataset; ``on_bad_row`` (``raise`` | ``skip``) unless ``reader_args`` sets it."""
-        if self.generate is not None and not Path(self.path).exists():
-            args = dict(self.generate)
-            GENERATORS.get(args.pop("kind", "puzzles"))(self.path, **args)
+        """The reader's dataset; ``on_bad_row`` (``raise`` | ``skip``) unless ``reader_args`` sets it. The
+        generated file is written first when missing or stale (:func:`ensure_generated`)."""
+        self.check()
+        path = self.path or self.generate["path"]
+        if self.generated():
+            ensure_generated(self.generate)
         args = {"on_bad_row": on_bad_row, **self.reader_args}
-        return READERS.get(self.reader)(self.path, split=self.split, rows=self.rows, **args)
+        return READERS.get(self.reader)(path, split=self.split, rows=self.rows, **args)
+
+
+def check_datasets(specs: dict[str, DatasetSpec | None]) -> None:
+    """Check every split (``name -> spec``) before any model work (:meth:`DatasetSpec.check`), and that splits
+    generating the same file ask for the same settings (else each would rewrite it for the other).
+
+    Raises:
+        ValueError, FileNotFoundError, KeyError: naming the split (``data.<name>``) and the problem.
+    """
+    made: dict[str, tuple[str, dict]] = {}
+    for name, spec in specs.items():
+        if spec is None:
+            continue
+        spec.check(f"data.{name}")
+        if spec.generated():
+            target, record = str(Path(spec.generate["path"])), generation_record(spec.generate)
+            first = made.setdefault(target, (name, record))
+            if first[1] != record:
+                raise ValueError(f"data.{first[0]} and data.{name} generate {target} with different settings; "
+                                 "give them the same generate block or different paths")
+
+
+def generation_record(generate: dict[str, Any]) -> dict[str, Any]:
+    """The settings a generated file is made from (its ``generate`` block without ``path``, kind filled in)."""
+    return {"kind": "puzzles", **{k: v for k, v in generate.items() if k != "path"}}
+
+
+def ensure_generated(generate: dict[str, Any]) -> Path:
+    """Write ``generate["path"]`` unless it exists with a record (``<file>.generate.json``) of the same settings.
+
+    A file without a record, or made with other settings, is written again (the record goes last, so an
+    interrupted write is redone); what changed is logged.
+    """
+    path, want = Path(generate["path"]), generation_record(generate)
+    record = path.with_name(path.name + ".generate.json")
+    have = json.loads(record.read_text()) if record.is_file() else None
+    if path.exists() and have == json.loads(json.dumps(want)):
+        return path
+    if path.exists():
+        changed = sorted(k for k in set(want) | set(have or {}) if (have or {}).get(k) != want.get(k))
+        log.warning("%s was generated with other settings (%s): generating it again",
+                    path, ", ".join(changed) if have is not None else "no record of them")
+    record.unlink(missing_ok=True)
+    args = dict(want)
+    partial = path.with_name(f".{path.stem}.{os.getpid()}.partial{path.suffix}")  # the suffix picks the layout
+    try:
+        GENERATORS.get(args.pop("kind"))(str(partial), **args)
+        os.replace(partial, path)  # readers (other ranks) never see a half-written file
+    finally:
+        partial.unlink(missing_ok=True)
+    record.write_text(json.dumps(want, sort_keys=True, indent=1))
+    return path
 
 
 @dataclasses.dataclass

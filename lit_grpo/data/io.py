@@ -41,7 +41,7 @@ def open_table(path: str, split: str = "train", rows: str | None = None, image_c
         else:
             extra = _text_table_args(p) if builder == "csv" else {}
             ds = datasets.load_dataset(builder, data_files={split: str(p)}, split=split, **extra, **kwargs)
-    elif p.is_dir() or path.startswith((".", "/", "~")) or path.count("/") != 1:
+    elif p.is_dir() or is_local(path):
         if not p.exists():
             raise FileNotFoundError(f"dataset path {path} does not exist")
         ds = datasets.load_dataset(str(p), split=split, **kwargs)
@@ -57,6 +57,15 @@ def open_table(path: str, split: str = "train", rows: str | None = None, image_c
     if rows:
         ds = ds.select(range(len(ds))[parse_slice(rows)])
     return ds
+
+
+def is_local(path: str) -> bool:
+    """Whether ``path`` names a local file or folder rather than a hub id ``owner/name``: it exists, starts with
+    ``.``, ``/`` or ``~``, has other than one ``/``, ends in a data file suffix, or its first part is a folder
+    here (``data/x``)."""
+    p = Path(path).expanduser()
+    return (p.exists() or path.startswith((".", "/", "~")) or path.count("/") != 1
+            or p.suffix.lower() in _BUILDERS or p.parent.is_dir())
 
 
 def _text_table_args(path: Path) -> dict:
