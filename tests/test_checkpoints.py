@@ -73,8 +73,8 @@ def _config(tmp_path: Path, ckpt: dict | None = None, callbacks: list | None = N
             "policy": {"name_or_path": str(tmp_path / "model"), "embedded": {"seed": 0}, **model},
             "sampling": {"num_generations": 2, "max_completion_length": 6},
             "evaluation": {"before_fit": False, "num_samples": 0}}},
-        "data": {"train": {"path": str(tmp_path / "train.parquet"), "generate": {"kind": "puzzles", "num": 4}},
-                 "val": {"path": str(tmp_path / "val.parquet"), "generate": {"kind": "puzzles", "num": 2, "seed": 1}},
+        "data": {"train": {"generate": {"path": str(tmp_path / "train.parquet"), "kind": "puzzles", "num": 4}},
+                 "val": {"generate": {"path": str(tmp_path / "val.parquet"), "kind": "puzzles", "num": 2, "seed": 1}},
                  "batch_size": 2, "eval_batch_size": 2},
     }
     path = tmp_path / "c.yaml"

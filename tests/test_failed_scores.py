@@ -122,7 +122,7 @@ if "test_inf_on_first" not in REWARDS:
 def test_an_infinite_reward_never_reaches_the_weights_or_a_checkpoint(tmp_path, tiny_model_dir, caplog):
     from lit_grpo.cli import main
 
-    puzzles = {"path": str(tmp_path / "puzzles.parquet"), "generate": {"kind": "puzzles", "num": 8, "seed": 0}}
+    puzzles = {"generate": {"path": str(tmp_path / "puzzles.parquet"), "kind": "puzzles", "num": 8, "seed": 0}}
     cfg = {
         "trainer": {"accelerator": "cpu", "max_steps": 2, "limit_val_batches": 0, "max_time": None,
                     "default_root_dir": str(tmp_path), "logger": False, "callbacks": [{

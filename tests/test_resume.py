@@ -61,8 +61,8 @@ def _config(folder: Path, every_n: int = 1, **extra) -> Path:
             "sampling": {"num_generations": 4, "max_completion_length": 12},
             "evaluation": {"before_fit": False},
             "optimizer": {"class_path": "torch.optim.AdamW", "init_args": {"lr": 1e-3, "weight_decay": 0.0}}}},
-        "data": {"train": {"path": str(folder / "train.parquet"), "generate": {"kind": "puzzles", "num": 8}},
-                 "val": {"path": str(folder / "val.parquet"), "generate": {"kind": "puzzles", "num": 2, "seed": 1}},
+        "data": {"train": {"generate": {"path": str(folder / "train.parquet"), "kind": "puzzles", "num": 8}},
+                 "val": {"generate": {"path": str(folder / "val.parquet"), "kind": "puzzles", "num": 2, "seed": 1}},
                  "batch_size": 2, "eval_batch_size": 2},
     }
     for key, value in extra.items():
@@ -207,7 +207,7 @@ def test_a_signal_to_a_real_fit_checkpoints_says_how_to_resume_and_exits_nonzero
         "trainer.callbacks": [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
                                "init_args": {"dirpath": str(tmp_path / "ckpt"), "filename": "{step}",
                                              "every_n_train_steps": 2, "save_top_k": -1}}],
-        "data.train": {"path": str(tmp_path / "train.parquet"), "generate": {"kind": "puzzles", "num": 600}}})
+        "data.train": {"generate": {"path": str(tmp_path / "train.parquet"), "kind": "puzzles", "num": 600}}})
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     command = [sys.executable, "-m", "lit_grpo", "fit", "--config", "configs/demo.yaml", "--config", str(over)]
     proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -136,8 +136,8 @@ def batch_run(tmp_path_factory):
                                   {"class_path": "lit_grpo.progress.ProgressBar", "init_args": {"every_n_steps": 2}}]},
         "model": {"init_args": {"policy": {"name_or_path": str(tmp / "model"), "embedded": {"seed": 0}},
                                 "sampling": {"num_generations": 4, "max_completion_length": 8}}},
-        "data": {"train": {"path": str(tmp / "train.parquet"), "generate": {"kind": "puzzles", "num": 16}},
-                 "val": {"path": str(tmp / "val.parquet"), "generate": {"kind": "puzzles", "num": 4, "seed": 1}},
+        "data": {"train": {"generate": {"path": str(tmp / "train.parquet"), "kind": "puzzles", "num": 16}},
+                 "val": {"generate": {"path": str(tmp / "val.parquet"), "kind": "puzzles", "num": 4, "seed": 1}},
                  "batch_size": 2, "eval_batch_size": 4},
     }
     (tmp / "over.yaml").write_text(yaml.safe_dump(over))

@@ -47,8 +47,8 @@ def test_every_axis_and_trigger_counts_rollouts(tmp_path, num_iterations, log_ev
             "optimizer": {"class_path": "torch.optim.AdamW", "init_args": {"lr": LR, "weight_decay": 0.0}},
             "lr_scheduler": {"class_path": "torch.optim.lr_scheduler.LinearLR",
                              "init_args": {"start_factor": 1.0, "end_factor": 0.0, "total_iters": 3}}}},
-        "data": {"train": {"path": str(tmp_path / "train.parquet"), "generate": {"kind": "puzzles", "num": 4}},
-                 "val": {"path": str(tmp_path / "val.parquet"), "generate": {"kind": "puzzles", "num": 2, "seed": 1}},
+        "data": {"train": {"generate": {"path": str(tmp_path / "train.parquet"), "kind": "puzzles", "num": 4}},
+                 "val": {"generate": {"path": str(tmp_path / "val.parquet"), "kind": "puzzles", "num": 2, "seed": 1}},
                  "batch_size": 2, "eval_batch_size": 2},
     }
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
