@@ -82,7 +82,7 @@ def _unknown(where: str, key: str, valid: list[str], tp: Any = None) -> ConfigEr
     from lit_grpo.rollout import SamplingConfig, refuse_sampling_option
 
     if _without_none(tp) is SamplingConfig:  # a generation option the loss cannot model: refused with the reason
-        return ConfigError(f"{where}: {refuse_sampling_option(key)}")
+        return ConfigError(refuse_sampling_option(key))
     close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]}?)" if close else ""
     listed = ", ".join(sorted(valid)) if len(valid) <= 16 else "see --help"
