@@ -153,14 +153,16 @@ def check_override(key: str, model_class: Any) -> None:
 
 
 def check_config_file(path: str, model_class: Any) -> Any:
-    """Parse ``path`` (YAML) and check every key in it; returns the model class it sets (or ``model_class``).
+    """Parse ``path`` (a YAML file, or YAML text given inline as jsonargparse allows: ``--config "{model: ...}"``)
+    and check every key in it; returns the model class it sets (or ``model_class``).
 
     Raises:
         ConfigError: the file is missing or not valid YAML (naming line and column), or holds an unknown key.
     """
+    inline = not Path(path).is_file() and path.lstrip().startswith("{") or "\n" in path
     try:
-        tree = yaml.safe_load(Path(path).read_text())
-    except FileNotFoundError:
+        tree = yaml.safe_load(path if inline else Path(path).read_text())
+    except (FileNotFoundError, IsADirectoryError):
         raise ConfigError(f"config file {path} does not exist") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
