@@ -36,7 +36,18 @@ TOTALS = [  # ({label: values}, {label: weight}, expected total) -- worked out b
     ({"a": [None, None], "b": [None, 1.0]}, {"a": 1.0, "b": 1.0}, [NAN, 1.0]),  # nothing applies: NaN
     ({"a": [NAN, math.inf], "m": [1.0, 1.0]}, {"a": 0.0, "m": 1.0}, [1.0, 1.0]),  # weight 0: a metric only
     ({"a": [0.0, 0.0], "b": [None, None]}, {"a": 1.0, "b": 1.0}, [0.0, 0.0]),
+    # a weight-0 metric that applies where no weighted term does leaves the row unscorable (not a judged 0)
+    ({"acc": [1.0, 0.0, None, None], "fmt": [1.0] * 4}, {"acc": 1.0, "fmt": 0.0}, [1.0, 0.0, NAN, NAN]),
+    ({"acc": [None, 1.0], "m": [NAN, 0.5], "n": [0.2, None]}, {"acc": 2.0, "m": 0.0, "n": 0.0}, [NAN, 2.0]),
 ]
+
+
+def test_a_weight_0_metric_never_gives_an_unscorable_row_an_advantage():
+    """Two scorable rows (1, 0) and two where only the weight-0 metric applies: the advantages are those of the
+    scorable pair alone, (+-1/sqrt(2)), and 0 for the others (hand-computed, unbiased std of (1, 0))."""
+    _, total, _ = _score({"acc": [1.0, 0.0, None, None], "fmt": [1.0] * 4}, {"acc": 1.0, "fmt": 0.0})
+    adv = group_advantages(total, 4)
+    torch.testing.assert_close(adv, torch.tensor([0.7071, -0.7071, 0.0, 0.0]), atol=1e-4, rtol=0)
 
 
 @pytest.mark.parametrize("values,weights,expected", TOTALS)

@@ -162,8 +162,8 @@ def score_completions(
         weight = float(weights[label])
         ok = applies & ~failed
         total += torch.where(ok, weight * torch.nan_to_num(per[label]), torch.zeros_like(total))
-        applied |= applies
-        if weight != 0:
+        if weight != 0:  # an evaluation-only metric neither makes a row scorable nor unscorable
+            applied |= applies
             unscorable |= failed
         for name, comp in getattr(values, "components", {}).items():
             extra[f"{label}/{name}"] = _column(f"{label}/{name}", comp, n, warn=False)[0]
