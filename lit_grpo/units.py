@@ -90,12 +90,31 @@ def _power_of_superscripts(text: str) -> str:
     return re.sub(r"([⁻]?[⁰¹²³⁴⁵⁶⁷⁸⁹]+)", lambda m: "^{" + m.group(1).translate(_SUPERSCRIPTS) + "}", text)
 
 
+_MARKUP_OPEN = re.compile(r"\\(?:text|mathrm|rm|operatorname|mathit|mathbf|textrm|mbox)\s*\{")
+
+
+def _strip_markup(text: str) -> str:
+    """Each ``\\text{..}`` / ``\\mathrm{..}`` / ... replaced by its content, nested braces included
+    (``\\mathrm{m\\,s^{-1}}`` -> ``m\\,s^{-1}``); an unbalanced brace leaves the rest as it is."""
+    out, i = [], 0
+    while (m := _MARKUP_OPEN.search(text, i)) is not None:
+        depth, j = 1, m.end()
+        while j < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[j], 0)
+            j += 1
+        if depth:
+            break
+        out += [text[i:m.start()], text[m.end():j - 1]]
+        i = j
+    return "".join(out) + text[i:]
+
+
 def _unwrap(text: str) -> str:
     """``\\text{..}`` and friends unwrapped, ``\\frac{a}{b}`` -> ``(a)/(b)``, innermost first."""
     prev = None
     while prev != text:
         prev = text
-        text = re.sub(_MARKUP, r"\1", text)
+        text = _strip_markup(text)
         text = re.sub(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}", r"(\1)/(\2)", text)
     return text
 

@@ -34,6 +34,9 @@ GRADE = [  # (answer, gold, expected): 2 = value within 1 % in the gold unit; 1 
     ("v = 7.55 m/s", "7.55 m/s", 2),
     (r"\boxed{7.55\,\text{m/s}}", "7.55 m/s", 2),
     (r"1.54 \text{ m/s}^2", r"1.54 \text{ m/s}^2", 2),
+    ("5 m/s", r"5\,\mathrm{m\,s^{-1}}", 2),  # markup with braces inside it: unit read, same quantity
+    ("5000 m/s", r"5\,\mathrm{km\,s^{-1}}", 2),
+    (r"5\,\mathrm{km\,s^{-1}}", "5 m/s", 1),  # same number, another quantity: 1 (the scale's partial)
     ("about seven newtons", "7.55N", 0),
     ("", "7.55N", 0),
     (None, "7.55N", 0),

@@ -54,6 +54,11 @@ DERIVE = [  # (gold answer text, raw unit string, pint unit or None)
     ("0.60 MeV", "MeV", U.megaelectron_volt),
     (r"4.5 \times 10^{14} \mathrm{~Hz}", "Hz", U.hertz),
     ("-0.891 eV", "eV", U.electron_volt),
+    # markup whose content holds braces of its own (an exponent, a nested command)
+    (r"5\,\mathrm{m\,s^{-1}}", "m s^-1", U.meter / U.second),
+    (r"2.0\,\mathrm{kg\,m^{2}\,s^{-2}}", "kg m^2 s^-2", U.kilogram * U.meter ** 2 / U.second ** 2),
+    (r"3 \text{J\,kg^{-1}\,K^{-1}}", "J kg^-1 K^-1", U.joule / U.kilogram / U.kelvin),
+    (r"4 \text{ \mathrm{N\,m}}", "N m", U.newton * U.meter),
     ("0.5", None, None),
     ("3", None, None),
     (r"\( 0.75 \)", None, None),
