@@ -102,6 +102,15 @@ def check_settings(grpo: GRPOConfig, sampling) -> None:
     if sampling.temperature <= 0:
         problems.append(f"sampling.temperature must be > 0, got {sampling.temperature} (for greedy evaluation "
                         "use evaluation.greedy: true)")
+    if not 0 < sampling.top_p <= 1:
+        problems.append(f"sampling.top_p must be in (0, 1] (1 = off), got {sampling.top_p}")
+    if sampling.top_k < 0:
+        problems.append(f"sampling.top_k must be >= 0 (0 = off), got {sampling.top_k}")
+    for name in ("beta", "epsilon_low", "epsilon_high", "advantage_eps"):
+        if getattr(grpo, name) < 0:
+            problems.append(f"grpo.{name} must be >= 0, got {getattr(grpo, name)}")
+    if grpo.max_grad_norm is not None and grpo.max_grad_norm <= 0:
+        problems.append(f"grpo.max_grad_norm must be > 0 or null (no clipping), got {grpo.max_grad_norm}")
     if grpo.micro_batch_size is not None and grpo.micro_batch_size < 1:
         problems.append(f"grpo.micro_batch_size must be >= 1 or null (all completions at once), "
                         f"got {grpo.micro_batch_size}")

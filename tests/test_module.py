@@ -96,6 +96,12 @@ def test_mask_truncated_completions_removes_them_from_the_loss(tiny_model_dir, p
     ({}, {"temperature": 0.0}, "sampling.temperature must be > 0, got 0.0 (for greedy evaluation use evaluation.greedy"),
     ({"micro_batch_size": 0}, {}, "grpo.micro_batch_size must be >= 1 or null"),
     ({"num_iterations": 0}, {}, "grpo.num_iterations must be >= 1, got 0"),
+    ({}, {"top_p": 1.5}, "sampling.top_p must be in (0, 1] (1 = off), got 1.5"),
+    ({}, {"top_p": 0.0}, "sampling.top_p must be in (0, 1] (1 = off), got 0.0"),
+    ({}, {"top_k": -3}, "sampling.top_k must be >= 0 (0 = off), got -3"),
+    ({"beta": -0.04}, {}, "grpo.beta must be >= 0, got -0.04"),
+    ({"epsilon_high": -0.2}, {}, "grpo.epsilon_high must be >= 0, got -0.2"),
+    ({"max_grad_norm": 0.0}, {}, "grpo.max_grad_norm must be > 0 or null (no clipping), got 0.0"),
 ])
 def test_settings_that_cannot_train_are_refused_by_name(grpo, sampling, message):
     from lit_grpo.config import check_settings
