@@ -149,13 +149,7 @@ class EvalSummary(L.Callback):
         if not self.rows:
             return
         keys = self._keys()
-        first, last = self.rows[0], self.rows[-1]
-        lines = [f"\nValidation (mean +- SE over prompts), step {first['step']} -> step {last['step']}:"]
-        for k in keys:
-            a, b = first.get(k, float("nan")), last.get(k, float("nan"))
-            lines.append(f"  {k:<40} {a:.3f} +- {first.get(k + '_se', float('nan')):.3f}  ->  "
-                         f"{b:.3f} +- {last.get(k + '_se', float('nan')):.3f}  (change {b - a:+.3f})")
-        print("\n".join(lines))
+        print("\n".join(summary_lines(self.rows[0], self.rows[-1], keys, trainer.global_step)))
         logdir = getattr(trainer.logger, "log_dir", None)
         if logdir:
             self._write(Path(logdir), keys)
@@ -270,3 +264,21 @@ class PredictionsJSONL(BasePredictionWriter):
 
     def on_predict_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         rank_zero_info(f"predictions written to {self.file}")
+
+
+def summary_lines(first: dict[str, float], last: dict[str, float], keys: list[str], step: int) -> list[str]:
+    """The closing summary: each figure at the first and the last validation (mean +- SE) and the change; a run
+    validated once gets its figures without a change, and a run that trained past its last validation says so."""
+    def cell(row, k):
+        return f"{row.get(k, float('nan')):.3f} +- {row.get(k + '_se', float('nan')):.3f}"
+
+    def change(k):
+        return last.get(k, float("nan")) - first.get(k, float("nan"))
+
+    later = (f" (training went on to step {step} with no validation after step {last['step']})"
+             if step > last["step"] else "")
+    if first["step"] == last["step"]:
+        return [f"\nValidation (mean +- SE over prompts) at step {first['step']} only{later}:",
+                *(f"  {k:<40} {cell(first, k)}" for k in keys)]
+    return [f"\nValidation (mean +- SE over prompts), step {first['step']} -> step {last['step']}{later}:",
+            *(f"  {k:<40} {cell(first, k)}  ->  {cell(last, k)}  (change {change(k):+.3f})" for k in keys)]

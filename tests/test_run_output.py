@@ -208,3 +208,22 @@ def test_tensorboard_holds_the_layout_the_bands_and_no_epoch(batch_run):
         se = float(row["val/greedy/reward/binary_se"])
         assert mean.value == pytest.approx(float(row["val/greedy/reward/binary"]), abs=1e-5)
         assert (lower.value, upper.value) == pytest.approx((mean.value - se, mean.value + se), abs=1e-5)
+
+
+def test_the_closing_summary_says_what_it_compares():
+    """Hand-written lines: two validations give first -> last with the change; one validation gives its figures
+    alone (never "step 0 -> step 0 (change +0.000)"); training past the last validation is said."""
+    from lit_grpo.callbacks import summary_lines
+
+    first = {"step": 0, "val/reward": 0.5, "val/reward_se": 0.02}
+    last = {"step": 50, "val/reward": 0.75, "val/reward_se": 0.01}
+    assert summary_lines(first, last, ["val/reward"], 50) == [
+        "\nValidation (mean +- SE over prompts), step 0 -> step 50:",
+        "  val/reward                               0.500 +- 0.020  ->  0.750 +- 0.010  (change +0.250)"]
+    assert summary_lines(first, first, ["val/reward"], 6) == [
+        "\nValidation (mean +- SE over prompts) at step 0 only (training went on to step 6 with no validation "
+        "after step 0):",
+        "  val/reward                               0.500 +- 0.020"]
+    assert summary_lines(first, last, ["val/reward"], 60)[0] == (
+        "\nValidation (mean +- SE over prompts), step 0 -> step 50 (training went on to step 60 with no "
+        "validation after step 50):")
