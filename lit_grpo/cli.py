@@ -28,6 +28,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lit_grpo.cli_args import ConfigError, prepare_args, short_error
 from lit_grpo.data.datamodule import VLMDataModule
+from lit_grpo.errors import UserError
 from lit_grpo.progress import with_progress_bar
 from lit_grpo.rollout import refuse_sampling_option
 from lit_grpo.runs import StopAndResume, check_checkpoint_file, check_checkpoint_folders, written_checkpoints
@@ -40,11 +41,11 @@ REFUSED_SAMPLING_OPTION = re.compile(r"sampling\.\w+ is (?:refused|not an option
 """A refusal already written by the model's own (nested) parser."""
 
 
-def fail(message: str) -> None:
-    """Print ``error: <message>`` (API keys masked) as one line on stderr and exit with status 2."""
+def fail(message: str, status: int = 2) -> None:
+    """Print ``error: <message>`` (API keys masked) as one line on stderr and exit with ``status``."""
     line = " ".join(redact(message).split())
     sys.stderr.write(f"error: {line}\n")
-    sys.exit(2)
+    sys.exit(status)
 
 
 class GRPOArgumentParser(LightningArgumentParser):
@@ -170,11 +171,17 @@ def _comment_print_config(args: list[str]) -> list[str]:
 
 
 def main(args: list[str] | None = None) -> GRPOCLI:
-    """Run the CLI; a configuration mistake exits with status 2 and one ``error:`` line (see the module)."""
+    """Run the CLI; a configuration mistake exits with status 2 and one ``error:`` line (see the module); on the
+    command line (``args`` None) a :class:`~lit_grpo.errors.UserError` met later (a bad row, checkpoint or folder)
+    exits with status 1 and one ``error:`` line."""
     try:
         return _main(args)
     except ConfigError as exc:
         fail(str(exc))
+    except UserError as exc:  # a wrong file, row, checkpoint or folder met while running: what to fix, no traceback
+        if args is not None:  # called from Python (a notebook, a test): the exception itself
+            raise
+        fail(str(exc), status=1)
 
 
 def _main(args: list[str] | None) -> GRPOCLI:

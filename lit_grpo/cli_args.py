@@ -161,9 +161,13 @@ def check_config_file(path: str, model_class: Any) -> Any:
     """
     inline = not Path(path).is_file() and path.lstrip().startswith("{") or "\n" in path
     try:
-        tree = yaml.safe_load(path if inline else Path(path).read_text())
+        tree = yaml.safe_load(path if inline else Path(path).read_text(encoding="utf-8"))
     except (FileNotFoundError, IsADirectoryError):
         raise ConfigError(f"config file {path} does not exist") from None
+    except UnicodeDecodeError as exc:
+        line = Path(path).read_bytes()[:exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}, line {line}: byte {exc.object[exc.start:exc.start + 1]!r} is not UTF-8; "
+                          "save the config as UTF-8") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -221,8 +225,8 @@ def model_class_of(args: list[str]) -> Any:
     for key, value, _ in iter_options(args):
         if key in ("config", "c") and value:
             try:
-                tree = yaml.safe_load(Path(value).read_text()) or {}
-            except (OSError, yaml.YAMLError):
+                tree = yaml.safe_load(Path(value).read_text(encoding="utf-8")) or {}
+            except (OSError, yaml.YAMLError, UnicodeDecodeError):  # reported by check_config_file
                 continue
             trees = [tree.get(s) or {} for s in SUBCOMMANDS if isinstance(tree.get(s), dict)] or [tree]
             for t in trees:

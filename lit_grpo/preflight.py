@@ -133,6 +133,9 @@ def _check_data(arg: tuple[dict[str, Any], str | None]) -> None:
     from lit_grpo.data.templates import TEMPLATES
 
     data, subcommand = arg
+    for key in ("batch_size", "eval_batch_size"):
+        if data.get(key) is not None and data[key] < 1:
+            raise ValueError(f"data.{key} must be >= 1 (prompts per step), got {data[key]}")
     if data.get("template") is not None and data["template"] not in TEMPLATES:
         raise ValueError(f"data.template: unknown prompt template {data['template']!r}; "
                          f"registered: {', '.join(TEMPLATES.names())}")

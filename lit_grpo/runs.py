@@ -31,6 +31,8 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from lit_grpo.errors import InputError, UnwritableFolderError
+
 
 def check_writable(folder: str | os.PathLike) -> None:
     """Create ``folder`` (with its parents) and write and delete a small file in it.
@@ -44,8 +46,8 @@ def check_writable(folder: str | os.PathLike) -> None:
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".write_test_"):
             pass
     except OSError as exc:
-        raise type(exc)(exc.errno, f"checkpoint folder {folder} cannot be written ({exc.strerror or exc}): "
-                        "make it writable or point the ModelCheckpoint's dirpath elsewhere") from None
+        raise UnwritableFolderError(f"checkpoint folder {folder} cannot be written ({exc.strerror or exc}): "
+                                    "make it writable or point the ModelCheckpoint's dirpath elsewhere") from None
 
 
 def checkpoint_folders(trainer: L.Trainer) -> list[str]:
@@ -94,7 +96,7 @@ def check_checkpoint_file(path: str | os.PathLike | None) -> None:
         raise FileNotFoundError(f"checkpoint {path} does not exist" + (" (it is a folder)" if path.is_dir() else ""))
     size = path.stat().st_size
     if size == 0:
-        raise ValueError(f"checkpoint {path} is empty (0 bytes): it was never written completely; "
+        raise InputError(f"checkpoint {path} is empty (0 bytes): it was never written completely; "
                          "use an earlier checkpoint")
     try:
         with zipfile.ZipFile(path) as archive:
@@ -102,7 +104,7 @@ def check_checkpoint_file(path: str | os.PathLike | None) -> None:
     except (zipfile.BadZipFile, OSError, EOFError):
         members = []
     if not members or any(m.header_offset + m.compress_size > size for m in members):
-        raise ValueError(f"checkpoint {path} ({size} bytes) is truncated or not a checkpoint: a checkpoint is a zip "
+        raise InputError(f"checkpoint {path} ({size} bytes) is truncated or not a checkpoint: a checkpoint is a zip "
                          "archive written by torch.save, and this file holds no complete one (a copy cut short, a "
                          "save that was interrupted?); use an earlier checkpoint or copy it again")
 
@@ -122,7 +124,7 @@ def check_trainable_weights(state_dict: dict[str, Any], trainable: set[str], pre
     parts = [f"lacks {len(missing)} weights this run trains, e.g. {missing[:3]}"] if missing else []
     if unexpected:
         parts.append(f"holds {len(unexpected)} weights this run does not train, e.g. {unexpected[:3]}")
-    raise ValueError(f"checkpoint {'; '.join(parts)}: it was written with another model or another trainable set "
+    raise InputError(f"checkpoint {'; '.join(parts)}: it was written with another model or another trainable set "
                      "(model.policy: lora and its target_modules, freeze_vision_tower); configure this run as the "
                      "one that wrote it")
 

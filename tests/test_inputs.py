@@ -149,6 +149,14 @@ def test_an_override_reaches_the_judge_a_later_overlay_interpolates(capsys):
     (["--optimizer", "torch.optim.SGD", "--optimizer.lr", "0.5"], ["--optimizer", "--model.init_args.optimizer"]),
     (["--lr_scheduler", "torch.optim.lr_scheduler.StepLR"], ["--lr_scheduler", "--model.init_args.lr_scheduler"]),
     (["--config", "configs/nope.yaml"], ["configs/nope.yaml does not exist"]),
+    (["--data.val.generate.nmu=64"], ["data.val.generate.nmu", "did you mean num?", "panel_size"]),
+    (["--data.train.generate.seeed=3"], ["data.train.generate.seeed", "did you mean seed?"]),
+    (["--model.init_args.sampling.top_p=1.5"], ["sampling.top_p must be in (0, 1]", "1.5"]),
+    (["--model.init_args.sampling.top_k=-3"], ["sampling.top_k must be >= 0", "-3"]),
+    (["--data.train.rows=abc"], ["data.train.rows must be a slice", "'abc'"]),
+    (["--data.train.rows=5:2"], ["data.train.rows '5:2' keeps no row"]),
+    (["--data.batch_size=0"], ["data.batch_size must be >= 1", "got 0"]),
+    (["--data.train.path=someowner/somedata"], ["data.train.path 'someowner/somedata'", "not in the local cache"]),
 ], ids=lambda v: v[0] if isinstance(v, list) and v and v[0].startswith("-") else None)
 def test_a_mistake_is_one_line_naming_the_key(capsys, tmp_path, args, must):
     code, out, err = run(capsys, "fit", "--config", "configs/demo.yaml", *args,
@@ -171,6 +179,26 @@ def test_a_config_file_mistake_is_one_line_naming_the_file(capsys, tmp_path, tex
     bad.write_text(text)
     code, _, err = run(capsys, "fit", "--config", "configs/demo.yaml", "--config", str(bad))
     one_line_error(code, err, str(bad), *must)
+
+
+def test_a_config_file_that_is_not_utf8_is_one_line_naming_file_and_line(capsys, tmp_path):
+    bad = tmp_path / "latin1.yaml"
+    bad.write_bytes("trainer:\n  max_steps: 3  # caf\u00e9\n".encode("latin-1"))
+    code, _, err = run(capsys, "fit", "--config", "configs/demo.yaml", "--config", str(bad))
+    one_line_error(code, err, f"{bad}, line 2: byte b'\\xe9' is not UTF-8")
+
+
+def test_a_bad_checkpoint_met_at_run_time_is_one_line_from_the_command(tmp_path):
+    """A truncated ``--ckpt_path`` is found after the model is built: ``python -m lit_grpo`` says so in one
+    ``error:`` line naming the file (status 1, no traceback); called from Python the exception is raised."""
+    bad = tmp_path / "cut.ckpt"
+    bad.write_bytes(b"PK\x03\x04" + b"\0" * 100)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "lit_grpo", "validate", "--config", "configs/demo.yaml",
+                           "--ckpt_path", str(bad), "--trainer.logger.init_args.save_dir", str(tmp_path / "logs")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"error: checkpoint {bad} (104 bytes) is truncated")
 
 
 def test_the_real_command_prints_the_message_first(tmp_path):

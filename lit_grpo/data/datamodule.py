@@ -4,6 +4,8 @@ over-long filtering."""
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import inspect
 import json
 import logging
 import os
@@ -17,13 +19,14 @@ from torch.utils.data import Dataset, Subset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from lit_grpo.data import overlap
-from lit_grpo.data.io import is_local
+from lit_grpo.data.io import hub_dataset_cached, is_local, offline, parse_slice
 from lit_grpo.data.physics import write_physics
 from lit_grpo.data.phyx import read_phyx
 from lit_grpo.data.puzzles import PuzzleConfig, write_puzzles
 from lit_grpo.data.sample import Sample
 from lit_grpo.data.templates import TEMPLATES, render_messages
 from lit_grpo.data.visualsphinx import read_visualsphinx
+from lit_grpo.errors import InputError
 from lit_grpo.registry import Registry
 from lit_grpo.rng import run_seed
 
@@ -47,6 +50,21 @@ def _generate_physics(path: str, num: int = 256, seed: int = 0, **cfg: Any) -> P
     """Embedded PhyX-like physics problems; the layout follows the file name (``.parquet`` default
     layout, ``.jsonl`` raw layout with ``images/`` next to it)."""
     return write_physics(path, num=num, seed=seed, **cfg)
+
+
+_generate_puzzles.forwards_to = (PuzzleConfig,)
+_generate_physics.forwards_to = (write_physics,)
+
+
+def generator_options(kind: str) -> list[str]:
+    """The settings a ``generate`` block of ``kind`` takes: ``path``, ``kind``, the generator's keywords and those
+    it passes on (its ``forwards_to``), read from their signatures."""
+    fn = GENERATORS.get(kind)
+    names = {"path", "kind"}
+    for target in (fn, *getattr(fn, "forwards_to", ())):
+        names |= {p.name for p in inspect.signature(target).parameters.values()
+                  if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return sorted(names)
 
 
 @dataclasses.dataclass
@@ -88,11 +106,15 @@ class DatasetSpec:
             FileNotFoundError: a local ``path`` (see :func:`~lit_grpo.data.io.is_local`) that does not exist.
         """
         if self.generate is not None:
-            if not self.generate.get("path"):
-                raise ValueError(f"{name}.generate needs path: the file it writes (e.g. data/embedded/x.parquet)")
-            if self.generate.get("kind", "puzzles") not in GENERATORS:
-                raise ValueError(f"{name}.generate.kind: unknown generator {self.generate['kind']!r}; "
-                                 f"registered: {', '.join(GENERATORS.names())}")
+            _check_generate(self.generate, f"{name}.generate")
+        if self.rows is not None:
+            try:
+                rows = parse_slice(str(self.rows))
+            except ValueError as exc:
+                raise ValueError(f"{name}.{exc}") from None
+            start, stop = rows.start or 0, rows.stop
+            if stop is not None and start >= 0 and stop >= 0 and stop <= start:
+                raise ValueError(f"{name}.rows {self.rows!r} keeps no row (stop <= start); e.g. '1000:3000'")
         if self.path is None and self.generate is None:
             raise ValueError(f"{name}.path is not set (a file, a folder or a hub id)")
         if self.reader not in READERS:
@@ -100,6 +122,10 @@ class DatasetSpec:
         if not self.generated() and is_local(self.path) and not Path(self.path).expanduser().exists():
             made = f" (this config generates only {self.generate['path']}, its generate.path)" if self.generate else ""
             raise FileNotFoundError(f"{name}.path {self.path} does not exist{made}")
+        if not self.generated() and not is_local(self.path) and offline() and not hub_dataset_cached(self.path):
+            raise FileNotFoundError(f"{name}.path {self.path!r} is no file or folder here, and as a hub dataset id it "
+                                    "is not in the local cache (HF_HUB_OFFLINE is set): download it first or give a "
+                                    "local path")
 
     def load(self, on_bad_row: str = "raise") -> Dataset:
         """The reader's dataset; ``on_bad_row`` (``raise`` | ``skip``) unless ``reader_args`` sets it. The
@@ -110,6 +136,22 @@ class DatasetSpec:
             ensure_generated(self.generate)
         args = {"on_bad_row": on_bad_row, **self.reader_args}
         return READERS.get(self.reader)(path, split=self.split, rows=self.rows, **args)
+
+
+def _check_generate(generate: dict[str, Any], where: str) -> None:
+    """A ``generate`` block names its ``path``, a registered ``kind`` and only settings that generator takes."""
+    if not generate.get("path"):
+        raise ValueError(f"{where} needs path: the file it writes (e.g. data/embedded/x.parquet)")
+    kind = generate.get("kind", "puzzles")
+    if kind not in GENERATORS:
+        raise ValueError(f"{where}.kind: unknown generator {kind!r}; registered: {', '.join(GENERATORS.names())}")
+    valid = generator_options(kind)
+    unknown = sorted(set(generate) - set(valid))
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], valid, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise ValueError(f"{where}.{unknown[0]}: not a setting of the {kind!r} generator{hint}; "
+                         f"its settings: {', '.join(valid)}")
 
 
 def check_datasets(specs: dict[str, DatasetSpec | None]) -> None:
@@ -152,11 +194,11 @@ def ensure_generated(generate: dict[str, Any]) -> Path:
         changed = sorted(k for k in set(want) | set(have or {}) if (have or {}).get(k) != want.get(k))
         log.warning("%s was generated with other settings (%s): generating it again",
                     path, ", ".join(changed) if have is not None else "no record of them")
-    record.unlink(missing_ok=True)
     args = dict(want)
     partial = path.with_name(f".{path.stem}.{os.getpid()}.partial{path.suffix}")  # the suffix picks the layout
     try:
         GENERATORS.get(args.pop("kind"))(str(partial), **args)
+        record.unlink(missing_ok=True)  # only now: a failed generation leaves the old file and its record
         os.replace(partial, path)  # readers (other ranks) never see a half-written file
     finally:
         partial.unlink(missing_ok=True)
@@ -254,12 +296,12 @@ class VLMDataModule(L.LightningDataModule):
         what = (f"{len(found)} of {len(train)} training rows are the same problem (normalised question text and "
                 f"image) as a {'/'.join(evals)} row: {overlap.describe(train, found)}")
         if self.on_overlap == "refuse":
-            raise ValueError(f"{what}. Choose disjoint rows, or set data.on_overlap: drop to train without them")
+            raise InputError(f"{what}. Choose disjoint rows, or set data.on_overlap: drop to train without them")
         if self.on_overlap == "allow":
             log.warning("%s; kept for training (on_overlap: allow)", what)
             return train
         if len(found) == len(train):
-            raise ValueError(f"{what}: nothing is left to train on (on_overlap: drop); choose other training rows")
+            raise InputError(f"{what}: nothing is left to train on (on_overlap: drop); choose other training rows")
         log.warning("%s; dropped from training (on_overlap: drop)", what)
         self.overlap_dropped = len(found)
         return overlap.without(train, found)

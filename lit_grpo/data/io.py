@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 from pathlib import Path
 
 import datasets
@@ -66,6 +67,21 @@ def is_local(path: str) -> bool:
     p = Path(path).expanduser()
     return (p.exists() or path.startswith((".", "/", "~")) or path.count("/") != 1
             or p.suffix.lower() in _BUILDERS or p.parent.is_dir())
+
+
+def offline() -> bool:
+    """Whether the hub is off limits (``HF_HUB_OFFLINE`` or ``HF_DATASETS_OFFLINE`` set to a true value)."""
+    return any(os.environ.get(k, "").lower() in ("1", "true", "yes", "on")
+               for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+
+
+def hub_dataset_cached(repo_id: str) -> bool:
+    """Whether the hub dataset ``owner/name`` has been downloaded here (the hub cache or the datasets cache)."""
+    from huggingface_hub.constants import HF_HUB_CACHE
+
+    owner, _, name = repo_id.partition("/")
+    return ((Path(HF_HUB_CACHE) / f"datasets--{owner}--{name}").is_dir()
+            or (Path(datasets.config.HF_DATASETS_CACHE) / f"{owner}___{name}").is_dir())
 
 
 def _text_table_args(path: Path) -> dict:

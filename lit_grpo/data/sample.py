@@ -12,6 +12,8 @@ from typing import Any, Callable, Sequence
 from PIL import Image
 from torch.utils.data import Dataset
 
+from lit_grpo.errors import InputError
+
 log = logging.getLogger(__name__)
 
 ANSWER_FORMATS = ("mcq", "open")
@@ -20,7 +22,7 @@ DEFAULT_MAX_PIXELS = 50_000_000
 """Decompression-bomb guard: images with more pixels are rejected (the largest PhyX image has ~28M)."""
 
 
-class BadRowError(ValueError):
+class BadRowError(InputError):
     """A dataset row that cannot become a :class:`Sample`; the message names the source, row and field."""
 
 

@@ -1,0 +1,16 @@
+"""Errors the user fixes, not the code: ``python -m lit_grpo`` prints them as one ``error:`` line (exit status 1)
+instead of a traceback, since their message already names the file, row, folder or endpoint and what to do."""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """A problem in the run's inputs or surroundings whose message says what is wrong and how to fix it."""
+
+
+class InputError(UserError, ValueError):
+    """A file, row, checkpoint or split the run was given is wrong (names it and what is wrong)."""
+
+
+class UnwritableFolderError(UserError, PermissionError):
+    """A folder the run must write into cannot be written (names it and the reason)."""
