@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any
 
 from lit_grpo.rewards import RewardSpec
-from lit_grpo.rewards.judge.base import JudgeConfig
+from lit_grpo.rewards.judge.config import JudgeConfig
 
 
 @dataclasses.dataclass

@@ -21,7 +21,7 @@ from typing import Any, Callable
 from lit_grpo.data.phyx import DOMAINS, REASONING_TYPES
 from lit_grpo.data.sample import Sample
 from lit_grpo.registry import Registry
-from lit_grpo.rewards.judge.base import JudgeConfig
+from lit_grpo.rewards.judge.config import JudgeConfig
 from lit_grpo.rewards.parsing import extract_answer, extract_answer_letter, extract_boxed_official, extract_option_letter
 from lit_grpo.rewards.phyx import phyx_extract
 from lit_grpo.rewards.registry import RewardFn, RewardSpec, build_reward

@@ -11,7 +11,7 @@ from PIL import Image, ImageDraw
 
 from lit_grpo.attention import (AttentionCapture, AttentionConfig, AttentionScorer, GridWeights, attention_rows,
                                 foreground_mask, grid_maps, image_heatmap, masked_mean, resize_matrix, token_scores)
-from lit_grpo.embedded.zoo import build_vlm
+from lit_grpo.testing.zoo import build_vlm
 from lit_grpo.families import ImageGrid, family_for, row_layout
 from lit_grpo.policy import (LoRAConfig, PolicyConfig, image_token_ids, is_vision_parameter, load_policy,
                              stop_token_ids)

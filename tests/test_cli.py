@@ -9,7 +9,7 @@ import torch
 import yaml
 
 from lit_grpo.cli import main
-from lit_grpo.embedded.model import build_embedded_vlm
+from lit_grpo.embedded import build_embedded_vlm
 from lit_grpo.progress import ProgressBar
 from lit_grpo.rewards.registry import REWARDS
 

@@ -5,7 +5,7 @@ import torch
 from conftest import FAMILIES
 from PIL import Image, ImageDraw
 
-from lit_grpo.embedded.zoo import build_vlm
+from lit_grpo.testing.zoo import build_vlm
 from lit_grpo.families import FAMILIES as REGISTRY
 from lit_grpo.families import QwenVLFamily, family_for, row_layout, runs, unwrap
 from lit_grpo.policy import LoRAConfig, PolicyConfig, image_token_ids, is_vision_parameter, load_policy, stop_token_ids

@@ -10,7 +10,7 @@ import yaml
 
 from lit_grpo.cli import main
 from lit_grpo.rewards.judge import JudgeUnavailableError
-from lit_grpo.rewards.judge.loopback import LoopbackJudgeServer, Reply, votes_by_seed
+from lit_grpo.testing.loopback import LoopbackJudgeServer, Reply, votes_by_seed
 
 KEY_ENV = "LIT_GRPO_TEST_JUDGE_KEY"
 KEY = "sk-never-on-disk-4f7a2c9e81b3"
