@@ -35,17 +35,15 @@ from lit_grpo.attention import AttentionConfig, AttentionScorer, AttentionScores
 from lit_grpo.config import EvalConfig, GRPOConfig, PerfConfig, check_settings
 from lit_grpo.data.datamodule import PromptBatch
 from lit_grpo.evaluation import build_records, build_scorer, correctness
-from lit_grpo.families import Family, row_layout
+from lit_grpo.families import row_layout
 from lit_grpo.grpo import group_advantages, grpo_loss
 from lit_grpo.hparams import flatten_hparams, log_flat_hparams
 from lit_grpo.metrics import PromptStats, train_metrics
 from lit_grpo.policy import (PolicyConfig, ReferencePolicy, disable_dropout, image_token_ids, load_policy,
                              stop_token_ids)
-from lit_grpo.prefix import rollout_logps, sample_rollout
 from lit_grpo.rewards import RewardSpec, build_rewards, required_columns, score_completions
 from lit_grpo.rng import gather_rank_rng_states, restore_rank_rng_states, seed_rank_stream
-from lit_grpo.rollout import (Rollout, SamplingConfig, completion_logps, encode_prompts, repeat_rows,
-                              sample_completions)
+from lit_grpo.rollout import Rollout, SamplingConfig, build_engine, encode_prompts
 from lit_grpo.runs import check_trainable_weights
 
 
@@ -113,16 +111,16 @@ class GRPOModule(L.LightningModule):
             disable_dropout(self.policy, policy)
         self.layout = row_layout(self.policy, self.processor)
         self.perf = perf
-        self.shared_family = self.layout if perf.share_prefix and isinstance(self.layout, Family) \
-            and not policy.gradient_checkpointing else None
         self.wants_asm = "asm" in required_columns(self.reward_specs + list(evaluation.metrics))
         self.attention_scorer = AttentionScorer(self.policy, self.processor, attention) \
             if (attention.enabled if attention.enabled is not None else self.wants_asm) else None
         if self.wants_asm and self.attention_scorer is None:
             raise ValueError("the attention reward needs attention.enabled true (or unset)")
         self.stop_ids = stop_token_ids(self.policy, self.processor, policy.extra_stop_tokens)
-        self.register_buffer("suppress_ids", torch.tensor(image_token_ids(self.policy, self.processor)),
-                             persistent=False)
+        suppress = image_token_ids(self.policy, self.processor)
+        self.register_buffer("suppress_ids", torch.tensor(suppress), persistent=False)
+        self.engine = build_engine(self.processor, self.layout, sampling, self.stop_ids, suppress, perf.share_prefix,
+                                   perf.cache_image_features, policy.gradient_checkpointing)
         self.reference = ReferencePolicy(self.policy, bool(policy.lora and policy.lora.adapter_path)) \
             if grpo.beta > 0 else None
         self.strict_loading = False  # checkpoints hold only trainable weights; on_load_checkpoint checks them
@@ -137,21 +135,8 @@ class GRPOModule(L.LightningModule):
                 temperature: float | None = None) -> Rollout:
         self.layout.check_images({s.id: len(s.images) for s in batch.samples})
         enc = encode_prompts(self.processor, batch.messages, [s.images for s in batch.samples])
-        cfg = self.sampling if temperature is None else dataclasses.replace(self.sampling, temperature=temperature)
-        if self.shared_family is not None:  # each prompt prefilled once for its group
-            enc = {k: v.to(self.device) if isinstance(v, Tensor) else v for k, v in enc.items()}
-            return sample_rollout(self.policy, self.processor, enc, group_size, cfg, self.stop_ids, self.suppress_ids,
-                                  self.shared_family, greedy, self.perf.cache_image_features)
-        prompt = {k: v.to(self.device) if isinstance(v, Tensor) else v
-                  for k, v in repeat_rows(enc, group_size, self.layout).items()}
-        return sample_completions(self.policy, self.processor, prompt, cfg, self.stop_ids,
-                                  self.suppress_ids.tolist(), greedy=greedy, layout=self.layout)
-
-    def sampled_distribution(self) -> dict[str, Any]:
-        """The sampler's settings that the log-probs model (:func:`lit_grpo.grpo.warp`): temperature, suppressed
-        image tokens, top-k, top-p."""
-        s = self.sampling
-        return dict(temperature=s.temperature, suppress_ids=self.suppress_ids, top_k=s.top_k, top_p=s.top_p)
+        enc = {k: v.to(self.device) if isinstance(v, Tensor) else v for k, v in enc.items()}
+        return self.engine.sample(self.policy, enc, group_size, greedy=greedy, temperature=temperature)
 
     def micro_batches(self, n: int) -> list[slice]:
         size = self.cfg.micro_batch_size or n
@@ -163,26 +148,23 @@ class GRPOModule(L.LightningModule):
         log-probs (``num_iterations > 1``) and, with the attention capture on, the ASM from the same forward
         (SDPA kept; a full-sequence forward, never the shared prefix); then the reference pass (``beta > 0``).
         ``train=False`` (evaluation) skips log-probs."""
-        out, warped = ScoringPass(), self.sampled_distribution()
+        out = ScoringPass()
         want_old = train and self.cfg.num_iterations > 1
         if want_old or self.attention_scorer is not None:
             images = [s.images for s in batch.samples for _ in range(group_size)]
             old, attention = [], []
             for s in self.micro_batches(rollout.num_completions):
-                scorer = self.attention_scorer
-                if scorer is None:
-                    old.append(rollout_logps(self.policy, rollout, s, **warped)[0])
+                if self.attention_scorer is None:
+                    old.append(self.engine.logps(self.policy, rollout, s)[0])
                     continue
-                rows = rollout.rows(s)
-                with scorer.capture(self.policy, rows) as cap:
-                    old.append(completion_logps(self.policy, rows, **warped)[0])
-                if cap is not None:
-                    attention.append(scorer.score(cap, rows, images[s]))
+                logps, scores = self.engine.attention_logps(self.policy, rollout, s, self.attention_scorer, images[s])
+                old.append(logps)
+                attention += [scores] if scores is not None else []
             out.old_logps = torch.cat(old) if want_old else None
             out.attention = AttentionScores.cat(attention) if attention else None
         if train and self.reference is not None:
             with self.reference.model_context(self.policy) as ref_model:
-                out.ref_logps = torch.cat([rollout_logps(ref_model, rollout, s, **warped)[0]
+                out.ref_logps = torch.cat([self.engine.logps(ref_model, rollout, s)[0]
                                            for s in self.micro_batches(rollout.num_completions)])
         return out
 
@@ -303,8 +285,7 @@ class GRPOModule(L.LightningModule):
         stats = dict.fromkeys(("loss", "kl", "clip_ratio_low", "clip_ratio_high", "clip_ratio", "entropy"), 0.0)
         for k, s in enumerate(chunks):
             with self._backward_sync(last=k == len(chunks) - 1):
-                logps, entropy = rollout_logps(self.policy, rollout, s, with_entropy=True,
-                                               **self.sampled_distribution())
+                logps, entropy = self.engine.logps(self.policy, rollout, s, grad=True, entropy=True)
                 loss, st = grpo_loss(
                     logps, old_logps[s] if old_logps is not None else logps.detach(), advantages[s], mask[s],
                     ref_logps=ref_logps[s] if ref_logps is not None else None, beta=self.cfg.beta,
