@@ -179,16 +179,16 @@ def test_module_passes_equal_plain_path(lora, tiny_model_dir, puzzle_samples):
     assert ro.memo and ro.num_completions == 8 and ro.num_prompts == 2
     ro.completion_mask[:, 4:] &= torch.arange(8)[:, None] % 3 != 0  # different lengths per row
     engines = (module.engine, plain_engine)
-    got = module.score(batch, ro, 4)
-    module.engine = plain_engine
-    want = module.score(batch, ro, 4)
+    got = module.scoring_pass(batch, ro, 4)
+    module.passes.engine = plain_engine
+    want = module.scoring_pass(batch, ro, 4)
     valid = ro.completion_mask
     for a, b in ((got.old_logps, want.old_logps), (got.ref_logps, want.ref_logps)):
         assert (a - b)[valid].abs().max() < 1e-5
     adv = torch.linspace(-1.0, 1.0, 8)
     grads = []
     for engine in engines:
-        module.engine = engine
+        module.passes.engine = engine
         module.policy.zero_grad()
         module.accumulate_gradients(ro, adv, want.old_logps, want.ref_logps)
         grads.append({n: p.grad.clone() for n, p in module.policy.named_parameters() if p.requires_grad})
