@@ -17,7 +17,7 @@ import time
 
 from lit_grpo.rewards.judge import ACCURACY, JudgeConfig, JudgeItem
 from lit_grpo.rewards.judge.client import OpenAIJudge
-from lit_grpo.rewards.judge.loopback import LoopbackJudgeServer, votes_by_seed
+from lit_grpo.testing.loopback import LoopbackJudgeServer, votes_by_seed
 
 
 def _serve(conn, latency: float) -> None:

@@ -225,7 +225,7 @@ def cell_table(grids: list[ImageGrid], weights: list[GridWeights], num_grids: in
     return index, table
 
 
-def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
+def row_token_mean(values: Tensor, mask: Tensor) -> Tensor:
     """Mean over the valid tokens of each row; NaN ("cannot score") for a row with none.
 
     Shape: ``[N, T]``, ``[N, T]`` bool -> ``[N]``.
@@ -351,7 +351,7 @@ class AttentionScorer:
         mean_cells = torch.bmm(w[:, None, :], cells)[:, 0].cpu()  # (N, I): each token normalised, then averaged
         maps = [self.split(mean_cells[k], grids[k]) for k in range(n)]
         tokens = [self.split(cells[k][valid[k]].cpu(), grids[k]) for k in range(n)] if keep_tokens else None
-        return AttentionScores(masked_mean(scores, valid).cpu(), maps, grids,
+        return AttentionScores(row_token_mean(scores, valid).cpu(), maps, grids,
                                [scores[k][valid[k]].cpu() for k in range(n)] if keep_tokens else None, tokens)
 
     @staticmethod

@@ -108,6 +108,8 @@ class GRPOCLI(LightningCLI):
             if root is exc:
                 raise
             raise root from None
+        if getattr(self, "datamodule", None) is not None and hasattr(self.datamodule, "prompt_length"):
+            self.datamodule.prompt_length = self.model.prompt_length  # the data's over-long filter measures with it
 
     def parse_arguments(self, parser, args) -> None:
         """Parse, then check the inputs (data paths, rewards, judge, templates, model folder, API keys) before

@@ -6,8 +6,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from lit_grpo.grpo import ADVANTAGE_SCALES, LOSS_AGGREGATIONS
 from lit_grpo.rewards import RewardSpec
-from lit_grpo.rewards.judge.base import JudgeConfig
+from lit_grpo.rewards.judge.config import JudgeConfig
 
 
 @dataclasses.dataclass
@@ -89,11 +90,14 @@ def check_settings(grpo: GRPOConfig, sampling) -> None:
     Raises:
         ValueError: naming the setting, its value and what it must be.
     """
+    def either(names) -> str:
+        return ", ".join(list(names)[:-1]) + " or " + list(names)[-1]
+
     problems = []
-    if grpo.loss_type not in ("grpo", "bnpo", "dr_grpo", "dapo"):
-        problems.append(f"grpo.loss_type must be grpo, bnpo, dr_grpo or dapo, got {grpo.loss_type!r}")
-    if grpo.scale_rewards not in ("group", "batch", "none"):
-        problems.append(f"grpo.scale_rewards must be group, batch or none, got {grpo.scale_rewards!r}")
+    if grpo.loss_type not in LOSS_AGGREGATIONS:
+        problems.append(f"grpo.loss_type must be {either(LOSS_AGGREGATIONS)}, got {grpo.loss_type!r}")
+    if grpo.scale_rewards not in ADVANTAGE_SCALES:
+        problems.append(f"grpo.scale_rewards must be {either(ADVANTAGE_SCALES)}, got {grpo.scale_rewards!r}")
     if sampling.num_generations < 2:
         problems.append(f"sampling.num_generations must be >= 2, got {sampling.num_generations}: a group of one "
                         "completion has no reward spread, so every advantage (and the loss) would be 0")

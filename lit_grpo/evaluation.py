@@ -1,4 +1,5 @@
-"""Evaluation records and the paper's accuracy table (pure functions; callbacks write them out).
+"""Evaluation: records and the paper's accuracy table (pure functions; callbacks write them out), and the
+:class:`Evaluator` that a policy module's validation / test / predict steps run.
 
 A *record* is one completion of one evaluation prompt: ``id``, ``mode`` (``greedy`` | ``sampled``),
 ``prompt``, ``completion``, ``extracted`` (the answer the scorer reads), ``answer``, ``answer_format``,
@@ -16,37 +17,23 @@ from __future__ import annotations
 import csv
 import io
 import math
-from typing import Any, Callable
+from typing import Any
+
+import torch
 
 from lit_grpo.data.phyx import DOMAINS, REASONING_TYPES
 from lit_grpo.data.sample import Sample
-from lit_grpo.registry import Registry
-from lit_grpo.rewards.judge.base import JudgeConfig
-from lit_grpo.rewards.parsing import extract_answer, extract_answer_letter, extract_boxed_official, extract_option_letter
-from lit_grpo.rewards.phyx import phyx_extract
-from lit_grpo.rewards.registry import RewardFn, RewardSpec, build_reward
-
-EXTRACTORS: Registry[Callable[[str, str], str | None]] = Registry("answer extractor")
-"""Scorer (reward) name -> ``fn(completion, answer_format)`` giving the answer that scorer reads."""
-
-
-def _tag_answer(text: str, answer_format: str) -> str | None:
-    """The ``<answer>`` letter for MCQ (what ``accuracy`` and the MCQ rubric compare), else the final answer
-    (what the judges of ``open_accuracy`` and the open-ended rubric grade)."""
-    return extract_answer_letter(text) if answer_format == "mcq" else extract_answer(text)
-
-
-for _name in ("accuracy", "rubric", "open_accuracy"):
-    EXTRACTORS.register(_name)(_tag_answer)
-EXTRACTORS.register("binary")(lambda text, fmt: extract_boxed_official(text))
-EXTRACTORS.register("phyx_official")(phyx_extract)
+from lit_grpo.rewards.judge.config import JudgeConfig
+from lit_grpo.rewards.parsing import extract_answer, extract_option_letter
+from lit_grpo.rewards.registry import REWARDS, RewardFn, RewardSpec, build_reward, build_rewards, reward_info
 
 
 def extracted_answer(scorer: str | None, text: str, answer_format: str) -> str | None:
-    """The answer ``scorer`` reads from ``text``; other scorers: the final answer (``<answer>``, else the last
-    box), as an option letter for MCQ."""
-    if scorer in EXTRACTORS:
-        return EXTRACTORS.get(scorer)(text, answer_format)
+    """The answer ``scorer`` reads from ``text`` (the extractor its registration names); other scorers: the final
+    answer (``<answer>``, else the last box), as an option letter for MCQ."""
+    extractor = reward_info(scorer).extractor if scorer in REWARDS else None
+    if extractor is not None:
+        return extractor(text, answer_format)
     found = extract_answer(text)
     return extract_option_letter(found) if answer_format == "mcq" else found
 
@@ -183,3 +170,73 @@ def scalar_name(row: dict[str, Any]) -> str:
     if row["group"] == "overall":
         return "overall"
     return f"{row['group']}/" + row["name"].replace("/", "_").replace(" ", "_").replace("&", "and")
+
+
+class Evaluator:
+    """Evaluation of a policy module (validation, test, predict): per configured mode, complete every prompt,
+    compute rewards, metrics and the scorer's correctness, accumulate per-prompt values (mean +- SE over
+    prompts in ``stats``) and return one record per completion.
+
+    ``cfg``: the :class:`lit_grpo.config.EvalConfig`; ``specs``/``fns``: the training rewards (their values are
+    reported too; evaluation-only ``cfg.metrics`` weigh 0); ``stats``: a :class:`lit_grpo.metrics.PromptStats`
+    registered on the module (so it follows the module's device).
+    """
+
+    def __init__(self, cfg, specs: list[RewardSpec], fns: dict[str, RewardFn], stats):
+        self.cfg, self.stats = cfg, stats
+        self.fns = {**fns, **build_rewards(list(cfg.metrics))}
+        self.scorer_fn = build_scorer(cfg.scorer, cfg.scorer_kwargs, [*specs, *cfg.metrics], cfg.judge)
+
+    def modes(self) -> list[tuple[str, int, bool, float | None]]:
+        """``(prefix, completions per prompt, greedy, temperature)`` of each configured evaluation mode."""
+        modes = [("greedy", 1, True, None)] if self.cfg.greedy else []
+        if self.cfg.num_samples > 0:
+            modes.append(("sampled", self.cfg.num_samples, False, self.cfg.temperature))
+        return modes
+
+    def correctness(self, completions: list[str], columns: dict[str, list], per_reward: dict[str, Any],
+                    metrics: dict[str, float]):
+        """The scorer's correctness per completion ``[N]`` (0/1 with ``pass_threshold``; NaN: cannot score), or
+        None without a scorer. ``per_reward`` holds this rollout's reward values (reused when they include the
+        scorer); a scorer of its own puts its call statistics (judge latency, failures) into ``metrics``."""
+        if self.cfg.scorer is None:
+            return None
+        if self.scorer_fn is None:
+            values = per_reward[self.cfg.scorer].tolist()
+        else:
+            values = self.scorer_fn(completions, **columns)
+            metrics.update({f"accuracy/{k}": float(v) for k, v in getattr(values, "metrics", {}).items()})
+        return torch.tensor(correctness(values, self.cfg.pass_threshold), dtype=torch.float32)
+
+    def step(self, module, batch, stage: str, batch_idx: int = 0) -> list[dict[str, Any]]:
+        """Complete every prompt of ``batch`` in each mode through ``module`` (its ``rollout``, ``scoring_pass`` and
+        ``rewards``; a fixed sampling seed per batch), accumulate the statistics, return the records."""
+        records = []
+        for mode, n, greedy, temp in self.modes():
+            with torch.random.fork_rng(devices=[module.device] if module.device.type == "cuda" else []):
+                if self.cfg.seed is not None:
+                    torch.manual_seed(self.cfg.seed + batch_idx)
+                rollout = module.rollout(batch, n, greedy=greedy, temperature=temp)
+            extra = module.scoring_pass(batch, rollout, n, train=False).columns() if module.wants_asm else {}
+            reward_metrics, call_metrics = {}, {}
+            per_reward, total = module.rewards(batch, rollout, n, self.fns, metrics=reward_metrics, extra=extra)
+            correct = self.correctness(rollout.completions, module.columns(batch, rollout, n, extra), per_reward,
+                                       call_metrics)
+            call_metrics.update({f"reward/{k}": v for k, v in reward_metrics.items()})
+            self.accumulate(f"{stage}/{mode}", n, per_reward, total, call_metrics, rollout, correct)
+            records += build_records(batch.samples, batch.messages, rollout.completions,
+                                     {k: v.tolist() for k, v in per_reward.items()}, total.tolist(),
+                                     None if correct is None else correct.tolist(), n, mode, self.cfg.scorer)
+        return records
+
+    def accumulate(self, prefix: str, n: int, per_reward: dict, total, call_metrics: dict[str, float], rollout,
+                   correct) -> None:
+        """Per-prompt values of one mode's rollout under ``prefix`` (``val/greedy``...)."""
+        for label, values in per_reward.items():
+            self.stats.update(f"{prefix}/reward/{label}", values, n)
+        for key, value in call_metrics.items():
+            self.stats.update(f"{prefix}/{key}", torch.tensor([float(value)]), 1)
+        self.stats.update(f"{prefix}/reward", total, n)
+        self.stats.update(f"{prefix}/completion_length", rollout.completion_mask.sum(1).float(), n)
+        if correct is not None:
+            self.stats.update(f"{prefix}/accuracy", correct, n)

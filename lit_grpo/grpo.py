@@ -111,15 +111,22 @@ def selective_log_softmax(
     return out, ent
 
 
-def _nan_group_stats(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """NaN-aware mean, unbiased std and valid count along the last dim (std 0 with < 2 values)."""
+def nan_group_stats(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """NaN-aware mean, unbiased std and valid count along the last dim (NaN = cannot score, skipped): the one
+    place group statistics are computed (advantages, ``train/reward_std``). The std is exactly 0 with < 2 values
+    or when every valid value is equal (no rounding residue). Shape: ``[..., G]`` -> three ``[...]``."""
     valid = ~torch.isnan(x)
     count = valid.sum(-1)
     filled = torch.where(valid, x, torch.zeros_like(x))
     mean = filled.sum(-1) / count.clamp(min=1)
     sq = torch.where(valid, (x - mean.unsqueeze(-1)) ** 2, torch.zeros_like(x)).sum(-1)
-    std = torch.where(count > 1, (sq / (count - 1).clamp(min=1)).sqrt(), torch.zeros_like(mean))
+    flat = torch.where(valid, x, -math.inf).amax(-1) == torch.where(valid, x, math.inf).amin(-1)
+    std = torch.where((count > 1) & ~flat, (sq / (count - 1).clamp(min=1)).sqrt(), torch.zeros_like(mean))
     return mean, std, count
+
+
+ADVANTAGE_SCALES = ("group", "batch", "none")
+"""``scale`` options of :func:`group_advantages`."""
 
 
 def group_advantages(rewards: Tensor, group_size: int, scale: str = "group", eps: float = 1e-4) -> Tensor:
@@ -136,17 +143,17 @@ def group_advantages(rewards: Tensor, group_size: int, scale: str = "group", eps
     Raises:
         ValueError: when ``N`` is not a multiple of ``group_size`` or ``scale`` is unknown.
     """
-    if scale not in ("group", "batch", "none"):
+    if scale not in ADVANTAGE_SCALES:
         raise ValueError(f"scale must be one of 'group', 'batch', 'none', got {scale!r}")
     if group_size < 1 or rewards.numel() % group_size:
         raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
     r = rewards.float().reshape(-1, group_size)  # (B, G)
-    mean, std, _ = _nan_group_stats(r)  # (B,)
+    mean, std, _ = nan_group_stats(r)  # (B,)
     centred = r - mean.unsqueeze(1)  # (B, G)
     if scale == "group":
         centred = centred / (std.unsqueeze(1) + eps)
     elif scale == "batch":
-        centred = centred / (_nan_group_stats(r.reshape(-1))[1] + eps)
+        centred = centred / (nan_group_stats(r.reshape(-1))[1] + eps)
     valid = ~torch.isnan(r)
     big, small = torch.where(valid, r, -math.inf).amax(1), torch.where(valid, r, math.inf).amin(1)
     flat_group = (big == small).unsqueeze(1)  # (B, 1) all valid rewards equal
@@ -192,21 +199,10 @@ LOSS_AGGREGATIONS: dict[str, Callable[..., Tensor]] = {
 """``loss_type`` -> aggregation of per-token losses ``[N, T]`` into a scalar (see :func:`grpo_loss`)."""
 
 
-def grpo_loss(
-    logps: Tensor,
-    old_logps: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    *,
-    ref_logps: Tensor | None = None,
-    beta: float = 0.0,
-    epsilon_low: float = 0.2,
-    epsilon_high: float = 0.2,
-    loss_type: str = "dapo",
-    max_completion_length: int | None = None,
-    num_items: float | None = None,
-    num_sequences: float | None = None,
-) -> tuple[Tensor, dict[str, Tensor]]:
+def grpo_loss(logps: Tensor, old_logps: Tensor, advantages: Tensor, mask: Tensor, *, ref_logps: Tensor | None = None,
+              beta: float = 0.0, epsilon_low: float = 0.2, epsilon_high: float = 0.2, loss_type: str = "dapo",
+              max_completion_length: int | None = None, num_items: float | None = None,
+              num_sequences: float | None = None) -> tuple[Tensor, dict[str, Tensor]]:
     """Clipped surrogate plus ``beta`` times k3 KL, aggregated by ``loss_type``.
 
     Per token: ``-min(rho * A, clip(rho, 1 - epsilon_low, 1 + epsilon_high) * A) + beta * KL`` with

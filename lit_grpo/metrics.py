@@ -13,6 +13,8 @@ import torch
 from torch import Tensor, nn
 from torchmetrics.aggregation import CatMetric
 
+from lit_grpo.grpo import nan_group_stats
+
 
 def train_metrics(per_reward: dict[str, Tensor], total: Tensor, advantages: Tensor, group_size: int,
                   lengths: Tensor, truncated: Tensor) -> dict[str, float]:
@@ -23,10 +25,7 @@ def train_metrics(per_reward: dict[str, Tensor], total: Tensor, advantages: Tens
     ``total``/``advantages``/each reward ``[N]`` (NaN = unscorable, groups of ``group_size`` contiguous),
     ``lengths`` ``[N]`` (tokens per completion), ``truncated`` ``[N]``. Pass every rank's completions (gathered
     in rank order) for figures over the whole step."""
-    groups = total.reshape(-1, group_size)
-    valid_counts = (~torch.isnan(groups)).sum(1)
-    group_std = torch.stack([row[~torch.isnan(row)].std() if c > 1 else torch.tensor(0.0)
-                             for row, c in zip(groups, valid_counts)])
+    group_std = nan_group_stats(total.float().reshape(-1, group_size))[1]
     lengths = lengths.float()
     log = {
         "train/reward": torch.nanmean(total).item(),

@@ -18,12 +18,10 @@ data lives in local variables of the step; callbacks see a small summary through
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 import time
-from typing import Any, ClassVar
+from typing import Any
 
-import lightning as L
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from lightning.pytorch.core.optimizer import LightningOptimizer, do_nothing_closure
@@ -31,43 +29,22 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
 from lit_grpo import distributed as D
-from lit_grpo.attention import AttentionConfig, AttentionScorer, AttentionScores
-from lit_grpo.config import EvalConfig, GRPOConfig, PerfConfig, check_settings
+from lit_grpo.attention import AttentionConfig
+from lit_grpo.config import EvalConfig, GRPOConfig, PerfConfig
 from lit_grpo.data.datamodule import PromptBatch
-from lit_grpo.evaluation import build_records, build_scorer, correctness
-from lit_grpo.families import Family, row_layout
-from lit_grpo.grpo import group_advantages, grpo_loss
-from lit_grpo.hparams import flatten_hparams, log_flat_hparams
-from lit_grpo.metrics import PromptStats, train_metrics
-from lit_grpo.policy import (PolicyConfig, ReferencePolicy, disable_dropout, image_token_ids, load_policy,
-                             stop_token_ids)
-from lit_grpo.prefix import rollout_logps, sample_rollout
-from lit_grpo.rewards import RewardSpec, build_rewards, required_columns, score_completions
-from lit_grpo.rng import gather_rank_rng_states, restore_rank_rng_states, seed_rank_stream
-from lit_grpo.rollout import (Rollout, SamplingConfig, completion_logps, encode_prompts, repeat_rows,
-                              sample_completions)
-from lit_grpo.runs import check_trainable_weights
+from lit_grpo.grpo import group_advantages
+from lit_grpo.metrics import train_metrics
+from lit_grpo.passes import ScoringPass
+from lit_grpo.policy import PolicyConfig, ReferencePolicy
+from lit_grpo.policy_module import PolicyModule
+from lit_grpo.rewards import RewardSpec
+from lit_grpo.rollout import Rollout, SamplingConfig
+
+__all__ = ["EvalConfig", "GRPOConfig", "GRPOModule", "ScoringPass"]
 
 
-@dataclasses.dataclass
-class ScoringPass:
-    """What the no-grad scoring pass gives a step: log-probs ``[N, T]`` of the sampling policy
-    (``num_iterations > 1``) and of the reference (``beta > 0``), and the attention scores (when captured)."""
-
-    old_logps: Tensor | None = None
-    ref_logps: Tensor | None = None
-    attention: AttentionScores | None = None
-
-    def columns(self) -> dict[str, list]:
-        """Extra reward columns (``asm``)."""
-        return {} if self.attention is None else {"asm": self.attention.asm.tolist()}
-
-
-class GRPOModule(L.LightningModule):
+class GRPOModule(PolicyModule):
     """GRPO on an image-text-to-text policy; see the module docstring for what a step is."""
-
-    dropout_free: ClassVar[bool] = True
-    """The policy runs without dropout (:func:`lit_grpo.policy.disable_dropout`): first importance ratio exactly 1."""
 
     def __init__(
         self,
@@ -96,147 +73,20 @@ class GRPOModule(L.LightningModule):
             optimizer: optimizer class and arguments (``class_path``/``init_args``).
             lr_scheduler: optional scheduler, stepped once per training step (rollout).
         """
-        super().__init__()
-        self.save_hyperparameters(logger=False)
+        super().__init__(policy, rewards, grpo, sampling, evaluation, attention, perf, optimizer, lr_scheduler)
         self.automatic_optimization = False
-        check_settings(grpo, sampling)
-        self.cfg, self.sampling, self.evaluation = grpo, sampling, evaluation
-        self.optimizer_factory, self.scheduler_factory = optimizer, lr_scheduler
-        self.reward_specs = list(rewards)
-        self.reward_fns = build_rewards(self.reward_specs, training=True)
-        self.reward_weights = {s.label: s.weight for s in self.reward_specs}
-        self.eval_fns = {**self.reward_fns, **build_rewards(list(evaluation.metrics))}
-        self.scorer_fn = build_scorer(evaluation.scorer, evaluation.scorer_kwargs,
-                                      [*self.reward_specs, *evaluation.metrics], evaluation.judge)
-        self.policy, self.processor = load_policy(policy)
-        if self.dropout_free:
-            disable_dropout(self.policy, policy)
-        self.layout = row_layout(self.policy, self.processor)
-        self.perf = perf
-        self.shared_family = self.layout if perf.share_prefix and isinstance(self.layout, Family) \
-            and not policy.gradient_checkpointing else None
-        self.wants_asm = "asm" in required_columns(self.reward_specs + list(evaluation.metrics))
-        self.attention_scorer = AttentionScorer(self.policy, self.processor, attention) \
-            if (attention.enabled if attention.enabled is not None else self.wants_asm) else None
-        if self.wants_asm and self.attention_scorer is None:
-            raise ValueError("the attention reward needs attention.enabled true (or unset)")
-        self.stop_ids = stop_token_ids(self.policy, self.processor, policy.extra_stop_tokens)
-        self.register_buffer("suppress_ids", torch.tensor(image_token_ids(self.policy, self.processor)),
-                             persistent=False)
-        self.reference = ReferencePolicy(self.policy, bool(policy.lora and policy.lora.adapter_path)) \
+        self.passes.reference = ReferencePolicy(self.policy, bool(policy.lora and policy.lora.adapter_path)) \
             if grpo.beta > 0 else None
-        self.strict_loading = False  # checkpoints hold only trainable weights; on_load_checkpoint checks them
-        self.eval_stats = PromptStats()
 
-    # ----------------------------------------------------------------- rollout and scoring
-    def prompt_length(self, messages: list[dict], sample) -> int:
-        """Prompt tokens of one sample, image tokens included (used to filter over-long samples)."""
-        return encode_prompts(self.processor, [messages], [sample.images])["input_ids"].shape[1]
-
-    def rollout(self, batch: PromptBatch, group_size: int, greedy: bool = False,
-                temperature: float | None = None) -> Rollout:
-        self.layout.check_images({s.id: len(s.images) for s in batch.samples})
-        enc = encode_prompts(self.processor, batch.messages, [s.images for s in batch.samples])
-        cfg = self.sampling if temperature is None else dataclasses.replace(self.sampling, temperature=temperature)
-        if self.shared_family is not None:  # each prompt prefilled once for its group
-            enc = {k: v.to(self.device) if isinstance(v, Tensor) else v for k, v in enc.items()}
-            return sample_rollout(self.policy, self.processor, enc, group_size, cfg, self.stop_ids, self.suppress_ids,
-                                  self.shared_family, greedy, self.perf.cache_image_features)
-        prompt = {k: v.to(self.device) if isinstance(v, Tensor) else v
-                  for k, v in repeat_rows(enc, group_size, self.layout).items()}
-        return sample_completions(self.policy, self.processor, prompt, cfg, self.stop_ids,
-                                  self.suppress_ids.tolist(), greedy=greedy, layout=self.layout)
-
-    def sampled_distribution(self) -> dict[str, Any]:
-        """The sampler's settings that the log-probs model (:func:`lit_grpo.grpo.warp`): temperature, suppressed
-        image tokens, top-k, top-p."""
-        s = self.sampling
-        return dict(temperature=s.temperature, suppress_ids=self.suppress_ids, top_k=s.top_k, top_p=s.top_p)
-
-    def micro_batches(self, n: int) -> list[slice]:
-        size = self.cfg.micro_batch_size or n
-        return [slice(i, min(i + size, n)) for i in range(0, n, size)]
-
-    @torch.no_grad()
-    def score(self, batch: PromptBatch, rollout: Rollout, group_size: int, train: bool = True) -> ScoringPass:
-        """The no-grad scoring pass: one forward of the policy per micro-batch gives the sampling policy's
-        log-probs (``num_iterations > 1``) and, with the attention capture on, the ASM from the same forward
-        (SDPA kept; a full-sequence forward, never the shared prefix); then the reference pass (``beta > 0``).
-        ``train=False`` (evaluation) skips log-probs."""
-        out, warped = ScoringPass(), self.sampled_distribution()
-        want_old = train and self.cfg.num_iterations > 1
-        if want_old or self.attention_scorer is not None:
-            images = [s.images for s in batch.samples for _ in range(group_size)]
-            old, attention = [], []
-            for s in self.micro_batches(rollout.num_completions):
-                scorer = self.attention_scorer
-                if scorer is None:
-                    old.append(rollout_logps(self.policy, rollout, s, **warped)[0])
-                    continue
-                rows = rollout.rows(s)
-                with scorer.capture(self.policy, rows) as cap:
-                    old.append(completion_logps(self.policy, rows, **warped)[0])
-                if cap is not None:
-                    attention.append(scorer.score(cap, rows, images[s]))
-            out.old_logps = torch.cat(old) if want_old else None
-            out.attention = AttentionScores.cat(attention) if attention else None
-        if train and self.reference is not None:
-            with self.reference.model_context(self.policy) as ref_model:
-                out.ref_logps = torch.cat([rollout_logps(ref_model, rollout, s, **warped)[0]
-                                           for s in self.micro_batches(rollout.num_completions)])
-        return out
-
-    def columns(self, batch: PromptBatch, rollout: Rollout, group_size: int,
-                extra: dict[str, list] | None = None) -> dict[str, list]:
-        """Reward columns: every Sample field repeated ``group_size`` times, plus ``truncated``,
-        ``completion_length`` (tokens) and the scoring pass's ``extra`` columns (``asm``)."""
-        per_sample = [s.columns() for s in batch.samples]
-        columns = {k: [c[k] for c in per_sample for _ in range(group_size)] for k in per_sample[0]}
-        columns["truncated"] = rollout.truncated.tolist()
-        columns["completion_length"] = rollout.completion_mask.sum(1).tolist()
-        columns.update(extra or {})
-        return columns
-
-    def rewards(self, batch: PromptBatch, rollout: Rollout, group_size: int, fns: dict | None = None,
-                metrics: dict[str, float] | None = None,
-                extra: dict[str, list] | None = None) -> tuple[dict[str, Tensor], Tensor]:
-        """Per-reward values (components of composite rewards included) and the weighted total of every
-        reward (or of ``fns``: evaluation-only metrics weigh 0); reward metrics (e.g. judge latency) go into
-        ``metrics``; ``extra`` holds the scoring pass's columns. A reward that raises (a judge that is down)
-        stops the step on every rank at once, so no rank waits forever in a collective."""
-        fns = fns or self.reward_fns
-        weights = {k: self.reward_weights.get(k, 0.0) for k in fns}
-        error = None
-        try:
-            out = score_completions(fns, weights, rollout.completions,
-                                    self.columns(batch, rollout, group_size, extra), metrics)
-        except Exception as exc:  # re-raised below, after every rank knows
-            error = exc
-        if D.all_reduce_sum(torch.tensor(float(error is not None), device=self.device)).item() > 0:
-            raise error if error is not None else RuntimeError("a reward failed on another rank; see its log")
-        return out
-
-    def correctness(self, batch: PromptBatch, rollout: Rollout, group_size: int, per_reward: dict[str, Tensor],
-                    metrics: dict[str, float] | None = None, extra: dict[str, list] | None = None) -> Tensor | None:
-        """The scorer's correctness per completion ``[N]`` (0/1 with ``pass_threshold``; NaN: cannot score), or
-        None without a scorer. ``per_reward`` holds this rollout's reward values (reused when they include the
-        scorer); a scorer of its own puts its call statistics (judge latency, failures) into ``metrics``;
-        ``extra`` holds the scoring pass's columns."""
-        if self.evaluation.scorer is None:
-            return None
-        if self.scorer_fn is None:
-            values = per_reward[self.evaluation.scorer].tolist()
-        else:
-            values = self.scorer_fn(rollout.completions, **self.columns(batch, rollout, group_size, extra))
-            if metrics is not None:
-                metrics.update({f"accuracy/{k}": float(v) for k, v in getattr(values, "metrics", {}).items()})
-        return torch.tensor(correctness(values, self.evaluation.pass_threshold), dtype=torch.float32)
+    @property
+    def reference(self) -> ReferencePolicy | None:
+        return self.passes.reference
 
     # ----------------------------------------------------------------- training
     def training_step(self, batch: PromptBatch, batch_idx: int) -> dict[str, Any]:
         start, g = time.perf_counter(), self.sampling.num_generations
         rollout = self.rollout(batch, g)
-        scored = self.score(batch, rollout, g)
+        scored = self.scoring_pass(batch, rollout, g)
         reward_metrics: dict[str, float] = {}
         per_reward, total = self.rewards(batch, rollout, g, metrics=reward_metrics, extra=scored.columns())
         rank, world = D.world()
@@ -287,48 +137,15 @@ class GRPOModule(L.LightningModule):
 
     def accumulate_gradients(self, rollout: Rollout, advantages: Tensor, old_logps: Tensor | None,
                              ref_logps: Tensor | None) -> dict[str, float]:
-        """Backward over every micro-batch; the loss normalisers cover the whole step (all micro-batches
-        and ranks), so the gradient does not depend on ``micro_batch_size`` or the number of ranks."""
-        mask = rollout.completion_mask
-        if self.cfg.mask_truncated_completions:
-            mask = mask & ~rollout.truncated[:, None]
-        _, world = D.world()
-        num_items = D.all_reduce_sum(mask.sum().float()).item()
-        num_seq = D.all_reduce_sum(torch.tensor(float(mask.shape[0]), device=mask.device)).item()
-        chunks = self.micro_batches(rollout.num_completions)
-        # grpo/dr_grpo/dapo: step-wide normalisers, times W to undo DDP's gradient averaging;
-        # bnpo: a token mean per micro-batch, averaged over micro-batches (and over ranks by DDP).
-        factor = world if self.cfg.loss_type != "bnpo" else 1.0 / len(chunks)
-        tokens = max(mask.sum().item(), 1)
-        stats = dict.fromkeys(("loss", "kl", "clip_ratio_low", "clip_ratio_high", "clip_ratio", "entropy"), 0.0)
-        for k, s in enumerate(chunks):
-            with self._backward_sync(last=k == len(chunks) - 1):
-                logps, entropy = rollout_logps(self.policy, rollout, s, with_entropy=True,
-                                               **self.sampled_distribution())
-                loss, st = grpo_loss(
-                    logps, old_logps[s] if old_logps is not None else logps.detach(), advantages[s], mask[s],
-                    ref_logps=ref_logps[s] if ref_logps is not None else None, beta=self.cfg.beta,
-                    epsilon_low=self.cfg.epsilon_low, epsilon_high=self.cfg.epsilon_high,
-                    loss_type=self.cfg.loss_type, max_completion_length=self.sampling.max_completion_length,
-                    num_items=num_items, num_sequences=num_seq)
-                self._backward(loss * factor)
-            share = mask[s].sum().item() / tokens
-            stats["loss"] += loss.item() * factor
-            stats["entropy"] += (entropy * mask[s]).sum().item() / tokens
-            for key in ("kl", "clip_ratio_low", "clip_ratio_high", "clip_ratio"):
-                stats[key] += st[key].item() * share
-        # over all ranks: each rank's loss is its share of the step's loss times W, the rest are token means
-        loss = D.weighted_mean({"loss": stats.pop("loss")}, 1.0)
-        return {**loss, **D.weighted_mean(stats, float(mask.sum()))}
+        """Backward over every micro-batch (:meth:`lit_grpo.passes.PolicyPasses.accumulate_gradients`)."""
+        return self.passes.accumulate_gradients(self.policy, rollout, advantages, old_logps, ref_logps, self._backward,
+                                                self._backward_sync)
 
     def _backward(self, loss: Tensor) -> None:
         if self._trainer is None:  # used outside a Trainer (tests, notebooks)
             loss.backward()
         else:
             self.manual_backward(loss)
-
-    def trainable_parameters(self) -> list[torch.nn.Parameter]:
-        return [p for p in self.policy.parameters() if p.requires_grad]
 
     def log_train(self, per_reward: dict[str, Tensor], total: Tensor, advantages: Tensor, rollout: Rollout,
                   stats: dict[str, float], completions_per_s: float,
@@ -364,95 +181,3 @@ class GRPOModule(L.LightningModule):
                            "(train/rollout/frac_reward_zero_std = 1): every advantage and the loss are 0 and the policy "
                            "does not change. Does the policy ever earn the reward (e.g. follow its answer format; "
                            "warm-start it), and can the reward tell completions apart?")
-
-    # ----------------------------------------------------------------- evaluation
-    def eval_modes(self) -> list[tuple[str, int, bool, float | None]]:
-        """``(prefix, completions per prompt, greedy, temperature)`` of each configured evaluation mode."""
-        modes = [("greedy", 1, True, None)] if self.evaluation.greedy else []
-        if self.evaluation.num_samples > 0:
-            modes.append(("sampled", self.evaluation.num_samples, False, self.evaluation.temperature))
-        return modes
-
-    def _eval_step(self, batch: PromptBatch, stage: str, batch_idx: int = 0) -> list[dict[str, Any]]:
-        """Complete every prompt in each evaluation mode (fixed sampling seed per batch), accumulate per-prompt
-        values for mean +- SE, return one record per completion (see ``lit_grpo.evaluation``)."""
-        records = []
-        for mode, n, greedy, temp in self.eval_modes():
-            with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
-                if self.evaluation.seed is not None:
-                    torch.manual_seed(self.evaluation.seed + batch_idx)
-                rollout = self.rollout(batch, n, greedy=greedy, temperature=temp)
-            extra = self.score(batch, rollout, n, train=False).columns() if self.wants_asm else {}
-            reward_metrics, call_metrics = {}, {}
-            per_reward, total = self.rewards(batch, rollout, n, self.eval_fns, metrics=reward_metrics, extra=extra)
-            correct = self.correctness(batch, rollout, n, per_reward, call_metrics, extra)
-            call_metrics.update({f"reward/{k}": v for k, v in reward_metrics.items()})
-            for label, values in per_reward.items():
-                self.eval_stats.update(f"{stage}/{mode}/reward/{label}", values, n)
-            for key, value in call_metrics.items():
-                self.eval_stats.update(f"{stage}/{mode}/{key}", torch.tensor([float(value)]), 1)
-            self.eval_stats.update(f"{stage}/{mode}/reward", total, n)
-            self.eval_stats.update(f"{stage}/{mode}/completion_length", rollout.completion_mask.sum(1).float(), n)
-            if correct is not None:
-                self.eval_stats.update(f"{stage}/{mode}/accuracy", correct, n)
-            records += build_records(batch.samples, batch.messages, rollout.completions,
-                                     {k: v.tolist() for k, v in per_reward.items()}, total.tolist(),
-                                     None if correct is None else correct.tolist(), n, mode, self.evaluation.scorer)
-        return records
-
-    def _log_eval(self, stage: str) -> None:
-        """Log each key's mean over prompts and its standard error over prompts (``<key>_se``)."""
-        for key, (mean, se, _) in self.eval_stats.compute(f"{stage}/").items():
-            self.log(key, mean)
-            self.log(f"{key}_se", se)
-        if stage == "val":  # plotted at the step it evaluates (Lightning's default: the one before)
-            self.log("step", float(self.trainer.global_step))
-
-    def validation_step(self, batch: PromptBatch, batch_idx: int) -> None:
-        self._eval_step(batch, "val", batch_idx)
-
-    def on_validation_epoch_end(self) -> None:
-        self._log_eval("val")
-
-    def test_step(self, batch: PromptBatch, batch_idx: int) -> list[dict[str, Any]]:
-        return self._eval_step(batch, "test", batch_idx)
-
-    def on_test_epoch_end(self) -> None:
-        self._log_eval("test")
-
-    def predict_step(self, batch: PromptBatch, batch_idx: int) -> list[dict[str, Any]]:
-        return self._eval_step(batch, "predict", batch_idx)
-
-    # ----------------------------------------------------------------- optimisation and checkpoints
-    def configure_optimizers(self):
-        opt = self.optimizer_factory(self.trainable_parameters())
-        if self.scheduler_factory is None:
-            return opt
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": self.scheduler_factory(opt), "interval": "step"}}
-
-    def setup(self, stage: str) -> None:
-        if stage == "fit":  # after the model is built: each rank samples from its own stream (seed + rank)
-            seed_rank_stream()
-
-    def on_fit_start(self) -> None:
-        if self.logger is not None:
-            log_flat_hparams(self.logger, flatten_hparams(self.hparams),
-                             [f"val/{mode}/reward" for mode, *_ in self.eval_modes()] + ["train/reward"])
-
-    def _trainable_names(self) -> set[str]:
-        return {f"policy.{n}" for n, p in self.policy.named_parameters() if p.requires_grad}
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Keep only trainable policy weights (just the adapter with LoRA; frozen weights are rebuilt from
-        ``name_or_path``) and save every rank's RNG states for resuming."""
-        keep = self._trainable_names()
-        checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items()
-                                    if not k.startswith("policy.") or k in keep}
-        checkpoint["rng_states"] = gather_rank_rng_states()  # every rank's own stream
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Refuse policy weights that are not exactly this run's trainable ones (loading is not strict); restore
-        the RNG states."""
-        check_trainable_weights(checkpoint["state_dict"], self._trainable_names(), prefix="policy.")
-        if "rng_states" in checkpoint:
-            restore_rank_rng_states(checkpoint["rng_states"])

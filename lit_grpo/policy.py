@@ -21,7 +21,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 from transformers import AutoModelForImageTextToText, PretrainedConfig
 
-from lit_grpo.embedded.model import EmbeddedModelConfig, save_embedded_vlm
+from lit_grpo.embedded import EmbeddedModelConfig, save_embedded_vlm
 from lit_grpo.families import load_processor
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -60,7 +60,7 @@ def _reward_options(entry: Any) -> set[str] | None:
 
 
 def _check_reward(spec: dict[str, Any], where: str) -> None:
-    from lit_grpo.rewards.judge.base import JudgeConfig
+    from lit_grpo.rewards.judge.config import JudgeConfig
     from lit_grpo.rewards.registry import REWARDS
 
     name = spec.get("name")
@@ -90,7 +90,7 @@ def _check_rewards(init: dict[str, Any]) -> None:
 
 
 def _check_evaluation(init: dict[str, Any]) -> None:
-    from lit_grpo.rewards.judge.base import JudgeConfig
+    from lit_grpo.rewards.judge.config import JudgeConfig
 
     evaluation = init.get("evaluation") or {}
     where = "model.init_args.evaluation"

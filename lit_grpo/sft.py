@@ -3,7 +3,8 @@
 The loss is the token-mean negative log-likelihood of the reference response; prompt tokens (image
 tokens included) and padding are outside the loss because only response tokens are scored. A
 reference response is built from the sample by a registered function (``REFERENCES``). Evaluation,
-checkpointing (trainable weights only with LoRA) and the CLI are shared with :class:`GRPOModule`.
+checkpointing (trainable weights only with LoRA) and the CLI are shared with :class:`GRPOModule` (through their
+common base, :class:`lit_grpo.policy_module.PolicyModule`).
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from torch import Tensor
 
 from lit_grpo.data.datamodule import PromptBatch
 from lit_grpo.data.sample import Sample
-from lit_grpo.module import EvalConfig, GRPOConfig, GRPOModule
+from lit_grpo.config import EvalConfig, GRPOConfig
 from lit_grpo.policy import PolicyConfig
+from lit_grpo.policy_module import PolicyModule
 from lit_grpo.registry import Registry
 from lit_grpo.rewards import RewardSpec
 from lit_grpo.rollout import Rollout, SamplingConfig, completion_logps, encode_prompts
@@ -44,8 +46,8 @@ def physics_tags(sample: Sample) -> str:
             f"<unit>{sample.unit or 'none'}</unit><principle>{sample.principle or ''}</principle>")
 
 
-class SFTModule(GRPOModule):
-    """Supervised fine-tuning with the GRPO module's policy, evaluation and checkpoints (automatic optimisation)."""
+class SFTModule(PolicyModule):
+    """Supervised fine-tuning with the policy, evaluation and checkpoints GRPO uses (automatic optimisation)."""
 
     dropout_free = False
     """SFT keeps the policy's dropout (LoRA's ``policy.lora.dropout`` included)."""
@@ -71,7 +73,6 @@ class SFTModule(GRPOModule):
         """
         super().__init__(policy=policy, rewards=rewards, grpo=GRPOConfig(), sampling=sampling,
                          evaluation=evaluation, optimizer=optimizer, lr_scheduler=lr_scheduler)
-        self.automatic_optimization = True
         self.reference_fn = REFERENCES.get(reference)
 
     def reference_rollout(self, batch: PromptBatch) -> Rollout:

@@ -17,7 +17,7 @@ torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """The embedded Granite-Vision-shaped model written with ``save_pretrained`` (default size, seed 0)."""
-    from lit_grpo.embedded.model import save_embedded_vlm
+    from lit_grpo.embedded import save_embedded_vlm
 
     return str(save_embedded_vlm(tmp_path_factory.mktemp("models") / "granite_tiny"))
 
@@ -39,13 +39,13 @@ def puzzle_samples(puzzles_path):
 
 
 FAMILIES = ["llava_next", "qwen2_vl", "qwen2_5_vl", "idefics3", "smolvlm", "llava"]
-"""Every model family the attention capture supports (one tiny model each, see lit_grpo.embedded.zoo)."""
+"""Every model family the attention capture supports (one tiny model each, see lit_grpo.testing.zoo)."""
 
 
 @pytest.fixture(scope="session")
 def zoo_dir(tmp_path_factory):
     """``zoo_dir(family)``: that family's tiny model written with ``save_pretrained`` (once per session)."""
-    from lit_grpo.embedded.zoo import save_vlm
+    from lit_grpo.testing.zoo import save_vlm
 
     root, saved = tmp_path_factory.mktemp("zoo"), {}
 

@@ -9,7 +9,7 @@ from PIL import Image, ImageDraw
 
 from lit_grpo import analysis
 from lit_grpo.data.sample import Sample
-from lit_grpo.embedded.zoo import build_vlm
+from lit_grpo.testing.zoo import build_vlm
 from lit_grpo.families import ImageGrid
 from lit_grpo.heatmap import RAMP, ROW
 

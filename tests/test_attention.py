@@ -10,8 +10,8 @@ from conftest import FAMILIES
 from PIL import Image, ImageDraw
 
 from lit_grpo.attention import (AttentionCapture, AttentionConfig, AttentionScorer, GridWeights, attention_rows,
-                                foreground_mask, grid_maps, image_heatmap, masked_mean, resize_matrix, token_scores)
-from lit_grpo.embedded.zoo import build_vlm
+                                foreground_mask, grid_maps, image_heatmap, row_token_mean, resize_matrix, token_scores)
+from lit_grpo.testing.zoo import build_vlm
 from lit_grpo.families import ImageGrid, family_for, row_layout
 from lit_grpo.policy import (LoRAConfig, PolicyConfig, image_token_ids, is_vision_parameter, load_policy,
                              stop_token_ids)
@@ -172,7 +172,7 @@ def test_asm_hand_computed():
     tokens = token_scores([torch.cat([half, 3 * one])], [GridWeights.of((2, 2), box, left)])
     torch.testing.assert_close(tokens, torch.tensor([0.5, 0.875]))
     # a completion's ASM is the mean over its valid tokens: (0.5 + 0.875) / 2; none valid -> NaN
-    asm = masked_mean(torch.tensor([[0.5, 0.875, 0.9], [0.2, 0.0, 0.0]]), torch.tensor([[1, 1, 0], [0, 0, 0]]).bool())
+    asm = row_token_mean(torch.tensor([[0.5, 0.875, 0.9], [0.2, 0.0, 0.0]]), torch.tensor([[1, 1, 0], [0, 0, 0]]).bool())
     assert asm[0].item() == pytest.approx(0.6875) and torch.isnan(asm[1])
 
 
@@ -289,7 +289,7 @@ def test_scorer_matches_eager_rows_and_a_direct_computation(family, grid, zoo_di
     expected = []
     for n in range(4):
         w = [GridWeights.of(tuple(g.positions.shape), g.box, foreground_mask(images[n // 2])) for g in grids[n]]
-        expected.append(masked_mean(token_scores(grid_maps(att[n], grids[n]), w)[None], ro.completion_mask[n][None])[0])
+        expected.append(row_token_mean(token_scores(grid_maps(att[n], grids[n]), w)[None], ro.completion_mask[n][None])[0])
     torch.testing.assert_close(scores.asm, torch.stack(expected), atol=1e-5, rtol=0)
     assert ((scores.asm >= 0) & (scores.asm <= 1)).all()
     for maps in scores.maps:  # mean over tokens of per-token maps normalised to 1

@@ -87,7 +87,7 @@ def test_attention_can_be_captured_for_logging_without_the_reward(tiny_model_dir
                                                                                         max_completion_length=6))
     batch = _batch(puzzle_samples[:2])
     rollout = module.rollout(batch, 2)
-    scored = module.score(batch, rollout, 2)
+    scored = module.scoring_pass(batch, rollout, 2)
     assert scored.old_logps is None and scored.attention.asm.shape == (4,)
     with pytest.raises(ValueError, match="enabled"):
         GRPOModule(policy=PolicyConfig(name_or_path=tiny_model_dir), rewards=REWARDS,
@@ -99,9 +99,9 @@ def test_micro_batched_scoring_gives_the_same_asm(tiny_model_dir, puzzle_samples
     batch = _batch(puzzle_samples[:2])
     torch.manual_seed(0)
     rollout = module.rollout(batch, 4)
-    whole = module.score(batch, rollout, 4)
+    whole = module.scoring_pass(batch, rollout, 4)
     module.cfg.micro_batch_size = 3
-    parts = module.score(batch, rollout, 4)
+    parts = module.scoring_pass(batch, rollout, 4)
     torch.testing.assert_close(parts.attention.asm, whole.attention.asm, atol=1e-5, rtol=0)
     torch.testing.assert_close(parts.old_logps, whole.old_logps, atol=1e-5, rtol=0)
 
@@ -121,7 +121,7 @@ def test_overlays_are_logged_as_the_panels_read_back_from_tensorboard(tiny_model
     module = _module(tiny_model_dir)
     batch = _batch(puzzle_samples[:2])
     torch.manual_seed(0)
-    scores = module.score(batch, module.rollout(batch, 4), 4).attention
+    scores = module.scoring_pass(batch, module.rollout(batch, 4), 4).attention
     writer = SummaryWriter(str(tmp_path))
     AttentionOverlays(num_completions=2, side=200).log_attention(writer, scores, batch.samples, 4, step=3)
     writer.close()

@@ -9,7 +9,7 @@ import torch
 import yaml
 
 from lit_grpo.cli import main
-from lit_grpo.embedded.model import build_embedded_vlm
+from lit_grpo.embedded import build_embedded_vlm
 from lit_grpo.progress import ProgressBar
 from lit_grpo.rewards.registry import REWARDS
 
@@ -230,14 +230,12 @@ def test_over_long_prompts_are_dropped_and_counted(tmp_path, caplog):
 
 def test_filter_drops_and_counts_only_the_long_ones(puzzle_samples, caplog):
     import logging
-    from types import SimpleNamespace
-
     from lit_grpo.data.datamodule import VLMDataModule
 
     caplog.set_level(logging.WARNING)
     dm = VLMDataModule(max_prompt_length=10)
     lengths = {s.id: 5 + 2 * i for i, s in enumerate(puzzle_samples[:6])}  # 5, 7, 9, 11, 13, 15
-    dm.trainer = SimpleNamespace(lightning_module=SimpleNamespace(prompt_length=lambda m, s: lengths[s.id]))
+    dm.prompt_length = lambda m, s: lengths[s.id]
     kept = dm._filter("train", puzzle_samples[:6])
     assert [kept[i].id for i in range(len(kept))] == [s.id for s in puzzle_samples[:3]]
     assert "train: dropped 3 of 6 samples longer than max_prompt_length=10 tokens" in caplog.text

@@ -96,12 +96,12 @@ def test_correctness_thresholds_a_graded_score_and_keeps_nan():
 
 
 def test_scorer_reuses_a_configured_reward_with_the_same_kwargs():
-    judge = {"judge": {"rel_tol": 0.02}}
+    judge = {"judge": {"offline": {"rel_tol": 0.02}}}
     configured = [RewardSpec("format"), RewardSpec("open_accuracy", kwargs=judge)]
     assert build_scorer(None, {}, configured) is None
     assert build_scorer("open_accuracy", {}, configured) is None  # reuse: the judge is not asked twice
     assert build_scorer("open_accuracy", judge, configured) is None
-    own = build_scorer("open_accuracy", {"judge": {"rel_tol": 0.05}}, configured)
+    own = build_scorer("open_accuracy", {"judge": {"offline": {"rel_tol": 0.05}}}, configured)
     assert isinstance(own, OpenAccuracyReward) and own.judge.cfg.rel_tol == 0.05
     assert build_scorer("accuracy", {}, configured).func is accuracy_reward
 

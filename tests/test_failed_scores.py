@@ -166,3 +166,19 @@ def _initial_policy(path):
     from transformers import AutoModelForImageTextToText
 
     return AutoModelForImageTextToText.from_pretrained(path, local_files_only=True)
+
+
+def test_group_statistics_come_from_one_nan_aware_function():
+    """Hand values, G = 3: groups [1, 1, NaN] (std 0), [0, 1, NaN] (unbiased std 1/sqrt(2)), all NaN (std 0):
+    train/reward_std is their mean and two of three groups have zero spread; the same function gives the
+    advantages' statistics."""
+    from lit_grpo.grpo import nan_group_stats
+
+    nan = math.nan
+    total = torch.tensor([1.0, 1.0, nan, 0.0, 1.0, nan, nan, nan, nan])
+    mean, std, count = nan_group_stats(total.reshape(3, 3))
+    assert torch.allclose(std, torch.tensor([0.0, 1 / math.sqrt(2), 0.0])) and count.tolist() == [2, 2, 0]
+    assert mean[:2].tolist() == [1.0, 0.5] and std[0].item() == 0.0
+    log = train_metrics({}, total, torch.zeros(9), 3, torch.ones(9), torch.zeros(9))
+    assert math.isclose(log["train/reward_std"], 1 / (3 * math.sqrt(2)), rel_tol=1e-6)
+    assert math.isclose(log["train/rollout/frac_reward_zero_std"], 2 / 3, rel_tol=1e-6)

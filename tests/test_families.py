@@ -5,7 +5,7 @@ import torch
 from conftest import FAMILIES
 from PIL import Image, ImageDraw
 
-from lit_grpo.embedded.zoo import build_vlm
+from lit_grpo.testing.zoo import build_vlm
 from lit_grpo.families import FAMILIES as REGISTRY
 from lit_grpo.families import QwenVLFamily, family_for, row_layout, runs, unwrap
 from lit_grpo.policy import LoRAConfig, PolicyConfig, image_token_ids, is_vision_parameter, load_policy, stop_token_ids
@@ -38,7 +38,7 @@ def test_runs_hand_table():
 
 def test_images_by_tokens_hand_table():
     """Images fill the rows' image tokens in order: 5 | (none) | 4 + 8; counts that do not line up name the row."""
-    from lit_grpo.rollout import images_by_tokens
+    from lit_grpo.layout import images_by_tokens
 
     assert images_by_tokens([5, 0, 12], [5, 4, 8]) == [1, 0, 2]
     assert images_by_tokens([16, 16, 48], [16] * 5) == [1, 1, 3]
@@ -234,7 +234,7 @@ def test_every_row_sees_exactly_its_prompts_images(family, sizes, zoo_dir):
     sizes), G=2, micro-batches that split groups: on the plain path, the shared prefix (image features reused and
     re-encoded) and the attention-capture pass, every row's log-probs and ASM equal that row computed alone."""
     from lit_grpo.attention import AttentionScorer
-    from lit_grpo.prefix import PromptCache, rollout_logps
+    from lit_grpo.rollout import SamplingConfig, SharedPrefixEngine
 
     model, processor = load_policy(PolicyConfig(name_or_path=zoo_dir(family), lora=LoRAConfig(r=4, alpha=8)))
     layout = row_layout(model, processor)
@@ -258,14 +258,15 @@ def test_every_row_sees_exactly_its_prompts_images(family, sizes, zoo_dir):
             with scorer.capture(model, row) as cap:
                 alone_logps.append(completion_logps(model, row, 1.0)[0][0])
             alone_asm.append(scorer.score(cap, row, images[i:i + 1]).asm[0])
-        shared = [Rollout(plain.prompt, ids, mask, plain.truncated, plain.completions, layout=layout,
-                          shared=PromptCache(enc, index, layout, cache_features)) for cache_features in (True, False)]
+        ro = Rollout(enc, ids, mask, plain.truncated, plain.completions, layout=layout, prompt_index=index)
+        engines = [SharedPrefixEngine(processor, layout, SamplingConfig(temperature=1.0), [0], [], cache_features)
+                   for cache_features in (True, False)]
         for rows in (slice(0, 2), slice(1, 4), slice(3, 4)):  # (0, 2): a silent wrong image before
-            for ro in shared:
-                got, _ = rollout_logps(model, ro, rows, 1.0)
+            for engine in engines:
+                got, _ = engine.logps(model, ro, rows)
                 for k, i in enumerate(range(n)[rows]):
                     err = (got[k] - alone_logps[i])[mask[i]].abs().max()
-                    assert err < 1e-5, (rows, i, ro.shared.cache_features, float(err))
+                    assert err < 1e-5, (rows, i, engine.cache_features, float(err))
             part = plain.rows(rows)  # the plain path, with the attention capture on its forward
             with scorer.capture(model, part) as cap:
                 got, _ = completion_logps(model, part, 1.0)
@@ -279,8 +280,7 @@ def test_every_row_sees_exactly_its_prompts_images(family, sizes, zoo_dir):
 def test_multi_image_prompts_sample_on_both_paths(family, zoo_dir):
     """Sampling prompts with 1 and 3 images: the shared-prefix sampler and generate on the repeated rows decode the
     same greedy completions (each row conditioned on its own images)."""
-    from lit_grpo.prefix import sample_rollout
-    from lit_grpo.rollout import SamplingConfig, sample_completions
+    from lit_grpo.rollout import SamplingConfig, SharedPrefixEngine, sample_completions
 
     model, processor = load_policy(PolicyConfig(name_or_path=zoo_dir(family)))
     layout = row_layout(model, processor)
@@ -290,7 +290,7 @@ def test_multi_image_prompts_sample_on_both_paths(family, zoo_dir):
     cfg = SamplingConfig(num_generations=2, max_completion_length=4)
     plain = sample_completions(model, processor, repeat_rows(enc, 2, layout), cfg, stop, suppress, greedy=True,
                                layout=layout)
-    shared = sample_rollout(model, processor, enc, 2, cfg, stop, torch.tensor(suppress), layout, greedy=True)
+    shared = SharedPrefixEngine(processor, layout, cfg, stop, suppress).sample(model, enc, 2, greedy=True)
     assert torch.equal(shared.completion_ids, plain.completion_ids)
     for key, value in plain.prompt.items():
         assert torch.equal(shared.prompt[key], value), key
@@ -300,7 +300,7 @@ def test_a_model_outside_the_families_refuses_prompts_it_cannot_split():
     """The per-row default (a model type without an adapter) gives each row its own image only with one image per
     prompt (or none at all); anything else is refused naming the sample and the model type. Families take any
     number of images per prompt."""
-    from lit_grpo.rollout import RowLayout
+    from lit_grpo.layout import RowLayout
 
     layout = RowLayout("gemma3")
     layout.check_images({"a": 1, "b": 1})

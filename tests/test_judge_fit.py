@@ -10,7 +10,7 @@ import yaml
 
 from lit_grpo.cli import main
 from lit_grpo.rewards.judge import JudgeUnavailableError
-from lit_grpo.rewards.judge.loopback import LoopbackJudgeServer, Reply, votes_by_seed
+from lit_grpo.testing.loopback import LoopbackJudgeServer, Reply, votes_by_seed
 
 KEY_ENV = "LIT_GRPO_TEST_JUDGE_KEY"
 KEY = "sk-never-on-disk-4f7a2c9e81b3"
@@ -207,5 +207,5 @@ def test_paper_oe_rubric_condition_reaches_the_judge_named_by_the_environment(tm
     # one step: 1 prompt x G=8 completions x K=3 jurors; identical completions are asked once
     assert logged["train/reward/rubric/judge/calls"] == len(requests)
     assert logged["train/reward/rubric/judge/calls"] + logged["train/reward/rubric/judge/cache_hits"] == 24
-    scorer = cli.model.scorer_fn  # the table's open_accuracy, built with the base's judge (same server)
+    scorer = cli.model.evaluator.scorer_fn  # the table's open_accuracy, built with the base's judge (same server)
     assert scorer.judge.endpoint == f"{server.base_url}/chat/completions" and cli.model.evaluation.pass_threshold == 1.0

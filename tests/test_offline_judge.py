@@ -2,7 +2,7 @@
 
 import pytest
 
-from lit_grpo.rewards.judge import ACCURACY, RUBRIC, JudgeConfig, JudgeItem
+from lit_grpo.rewards.judge import ACCURACY, RUBRIC, JudgeConfig, JudgeItem, OfflineJudgeConfig, build_judge
 from lit_grpo.rewards.judge.offline import OfflineJudge, grade_open_answer, read_quantity, reasoning_score
 
 GRADE = [  # (answer, gold, expected): 2 = value within 1 % in the gold unit; 1 = right number with a missing or
@@ -75,7 +75,7 @@ THINK = "<think>" + "The tension balances gravity so T = m g = 0.77 * 9.8 which 
 
 
 def test_offline_rubric_votes():
-    judge = OfflineJudge(JudgeConfig(num_judges=3))
+    judge = OfflineJudge(num_judges=3)
     good = JudgeItem("q", "7.55N", THINK + "<answer>7.55</answer><unit>N</unit><principle>Newton's laws of motion"
                      "</principle>", gold_unit="N", gold_principle="Laws of Motion")
     votes = judge.grade([good], RUBRIC)[0]
@@ -87,3 +87,19 @@ def test_offline_rubric_votes():
     boxed = JudgeItem("q", "7.55N", r"so \boxed{7.55 N}")
     assert judge.vote(boxed, ACCURACY) == {"correctness": 2}
     assert judge.pop_metrics() == {"judge/offline_graded": 1.0} and judge.pop_metrics() == {}
+
+
+def test_offline_settings_have_their_own_block():
+    """The offline judge's settings live under judge.offline, apart from the HTTP judge's; a flat one is refused
+    naming where it goes."""
+    judge = build_judge({"num_judges": 2, "offline": {"rel_tol": 0.05, "min_reasoning_words": 3}})
+    assert judge.cfg == OfflineJudgeConfig(rel_tol=0.05, partial_rel_tol=0.05, min_reasoning_words=3)
+    item = JudgeItem("q", "7.55N", "<answer>7.8 N</answer>")  # 3.3 % off: full marks only at 5 %
+    assert judge.grade([item], ACCURACY) == [[{"correctness": 2}] * 2]  # K = num_judges identical votes
+    assert build_judge({}).grade([item], ACCURACY)[0] == [{"correctness": 1}] * 3  # default 1 %: partial
+    assert JudgeConfig(offline={"partial_rel_tol": 0.1}).offline.partial_rel_tol == 0.1
+    for flat in ("rel_tol", "partial_rel_tol", "min_reasoning_words"):
+        with pytest.raises(ValueError, match=rf"{flat} is an offline judge setting: judge.offline.{flat}"):
+            JudgeConfig.from_dict({flat: 1})
+    with pytest.raises(ValueError, match=r"unknown offline judge settings \['rel_tolerance'\]; valid: "):
+        JudgeConfig.from_dict({"offline": {"rel_tolerance": 0.1}})

@@ -11,12 +11,12 @@ import torch
 from conftest import FAMILIES
 from PIL import Image, ImageDraw
 
-import lit_grpo.prefix as prefix
+import lit_grpo.rollout.shared as prefix
 from lit_grpo.families import row_layout, unwrap
 from lit_grpo.grpo import grpo_loss, selective_log_softmax
 from lit_grpo.policy import PolicyConfig, image_token_ids, load_policy, stop_token_ids
-from lit_grpo.prefix import rollout_logps, sample_rollout
-from lit_grpo.rollout import SamplingConfig, completion_logps, encode_prompts, model_inputs, sample_completions
+from lit_grpo.rollout import (SamplingConfig, SharedPrefixEngine, completion_logps, encode_prompts, model_inputs,
+                              sample_completions)
 
 G = 2
 EXTRAS = dict(repetition_penalty=1.05, min_p=0.2, no_repeat_ngram_size=2, typical_p=0.8, epsilon_cutoff=0.01,
@@ -84,12 +84,13 @@ def test_sampler_and_loss_share_one_distribution(family, zoo_dir, monkeypatch):
         torch.manual_seed(k)
         seen.clear(), steps.clear()
         plain = sample_completions(model, processor, layout.select(enc, index, 2), cfg, stop, suppress, layout=layout)
-        shared = sample_rollout(model, processor, enc, G, cfg, stop, torch.tensor(suppress), layout)
+        engine = SharedPrefixEngine(processor, layout, cfg, stop, suppress)
+        shared = engine.sample(model, enc, G)
         warped = dict(temperature=cfg.temperature, suppress_ids=torch.tensor(suppress), top_k=cfg.top_k,
                       top_p=cfg.top_p)
         with torch.no_grad():
             train_plain, _ = completion_logps(model, plain, **warped)
-            train_shared, _ = rollout_logps(model, shared, slice(0, 2 * G), **warped)
+        train_shared, _ = engine.logps(model, shared, slice(0, 2 * G))
         for ro, sampler, train in ((plain, seen[0], train_plain), (shared, torch.stack(steps, 1), train_shared)):
             ids = ro.completion_ids
             gap = (_sampled_logps(sampler[:, :ids.shape[1]], ids) - train)[ro.completion_mask].abs().max()
@@ -107,7 +108,7 @@ def test_greedy_ignores_the_checkpoint_generation_config(family, zoo_dir):
     cfg, index = SamplingConfig(num_generations=G, max_completion_length=6), torch.arange(2).repeat_interleave(G)
     plain = sample_completions(model, processor, layout.select(enc, index, 2), cfg, stop, suppress, greedy=True,
                                layout=layout)
-    shared = sample_rollout(model, processor, enc, G, cfg, stop, torch.tensor(suppress), layout, greedy=True)
+    shared = SharedPrefixEngine(processor, layout, cfg, stop, suppress).sample(model, enc, G, greedy=True)
     assert torch.equal(shared.completion_ids, plain.completion_ids)
     # each greedy token is the argmax of the suppressed logits: its log-prob is the row's largest
     with torch.no_grad():
@@ -222,11 +223,11 @@ def test_first_iteration_ratio_is_one_with_lora_dropout(tiny_model_dir, puzzle_s
     torch.manual_seed(0)
     ro = module.rollout(batch, 4)
     assert module.policy.training
-    old = module.score(batch, ro, 4).old_logps
+    old = module.scoring_pass(batch, ro, 4).old_logps
     adv = torch.tensor([1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 0.3, -0.3])
     stats = module.accumulate_gradients(ro, adv, old, None)
     assert stats["clip_ratio"] == 0.0
-    new, _ = rollout_logps(module.policy, ro, slice(0, 8), **module.sampled_distribution())
+    new, _ = module.engine.logps(module.policy, ro, slice(0, 8))
     assert (new - old)[ro.completion_mask].abs().max() < 1e-5
 
 

@@ -146,7 +146,7 @@ def test_demo_twins_train_on_the_embedded_physics_set(condition, tmp_path, tiny_
     if condition == "oe_rubric":  # the table's own open_accuracy (offline judge) graded the 2 greedy answers
         assert logged["val/greedy/accuracy/judge/offline_graded"] == 2
     if condition == "oe_fmt_acc":  # the reward's verdicts served the table: no second judge
-        assert logged["val/greedy/reward/open_accuracy/judge/offline_graded"] == 2 and cli.model.scorer_fn is None
+        assert logged["val/greedy/reward/open_accuracy/judge/offline_graded"] == 2 and cli.model.evaluator.scorer_fn is None
         assert "val/greedy/accuracy/judge/offline_graded" not in logged
 
 

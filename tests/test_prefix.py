@@ -1,7 +1,5 @@
 """Shared prompt prefix and image features once per rollout: equal to the plain path on every family."""
 
-import dataclasses
-
 import pytest
 import torch
 from conftest import FAMILIES
@@ -11,8 +9,10 @@ from transformers.generation.logits_process import (LogitsProcessorList, Suppres
 
 from lit_grpo.families import row_layout
 from lit_grpo.policy import LoRAConfig, PolicyConfig, image_token_ids, load_policy, stop_token_ids
-from lit_grpo.prefix import PromptCache, frozen_outside_lm, rollout_logps, sample_rollout, warp
-from lit_grpo.rollout import Rollout, SamplingConfig, completion_logps, encode_prompts, sample_completions
+from lit_grpo.grpo import warp
+from lit_grpo.rollout import (PlainEngine, Rollout, SamplingConfig, SharedPrefixEngine, completion_logps,
+                              encode_prompts, sample_completions)
+from lit_grpo.rollout.shared import frozen_outside_lm
 
 G, T = 3, 6
 
@@ -36,14 +36,26 @@ def _rollout(model, processor, cache_features=True):
     mask = torch.ones(2 * G, T, dtype=torch.bool)
     mask[1, 3:] = False
     mask[4, 1:] = False
-    shared = PromptCache(enc, index, family, cache_features)
-    return Rollout(family.select(enc, index, 2), ids, mask, torch.zeros(2 * G, dtype=torch.bool), [""] * (2 * G),
-                   layout=family, shared=shared)
+    return Rollout(enc, ids, mask, torch.zeros(2 * G, dtype=torch.bool), [""] * (2 * G), layout=family,
+                   prompt_index=index)
 
 
-def _logps_and_grads(model, ro, rows, weights):
+def _engine(family, shared=True, cache_features=True, suppress=(), processor=None, stop=(0,)):
+    """An engine at temperature 1, top-k/top-p off: the shared-prefix one or the plain one."""
+    cfg = SamplingConfig(temperature=1.0)
+    if shared:
+        return SharedPrefixEngine(processor, family, cfg, list(stop), list(suppress), cache_features)
+    return PlainEngine(processor, family, cfg, list(stop), list(suppress))
+
+
+def rollout_logps(model, ro, rows, shared=True, suppress=()):
+    """Log-probs of rows ``rows`` at temperature 1 (with grad) from the shared-prefix or the plain engine."""
+    return _engine(ro.layout, shared, suppress=suppress).logps(model, ro, rows, grad=True)
+
+
+def _logps_and_grads(model, ro, rows, weights, shared=True):
     model.zero_grad()
-    logps, _ = rollout_logps(model, ro, rows, 1.0)
+    logps, _ = rollout_logps(model, ro, rows, shared)
     (logps * weights[rows] * ro.completion_mask[rows]).sum().backward()
     return logps.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
@@ -61,9 +73,8 @@ def test_shared_prefix_equals_plain_path(family, lora, zoo_dir):
     assert frozen_outside_lm(model, row_layout(model, processor)) == (lora or family.startswith("qwen"))
     weights = torch.linspace(-1.0, 1.0, 2 * G * T).view(2 * G, T)
     ro = _rollout(model, processor)
-    plain = dataclasses.replace(ro, shared=None)
     for rows in (slice(0, 2 * G), slice(1, 4)):
-        want, want_grads = _logps_and_grads(model, plain, rows, weights)
+        want, want_grads = _logps_and_grads(model, ro, rows, weights, shared=False)
         got, got_grads = _logps_and_grads(model, ro, rows, weights)
         valid = ro.completion_mask[rows]
         assert (got - want)[valid].abs().max() < 1e-5
@@ -80,12 +91,13 @@ def test_image_features_are_encoded_once_per_rollout_when_frozen(zoo_dir):
         model, processor = load_policy(PolicyConfig(name_or_path=zoo_dir("llava_next"),
                                                     lora=LoRAConfig(r=4, alpha=8) if lora else None))
         ro = _rollout(model, processor)
+        engine = _engine(ro.layout)
         tower = next(m for n, m in model.named_modules() if n.endswith("vision_tower"))
         seen = []
         handle = tower.register_forward_hook(lambda m, a, o: seen.append(a[0].shape[0]))
         try:
             for _ in range(3):
-                rollout_logps(model, ro, slice(0, 2 * G), 1.0)
+                engine.logps(model, ro, slice(0, 2 * G), grad=True)
         finally:
             handle.remove()
         assert len(seen) == calls_expected
@@ -123,7 +135,8 @@ def test_shared_sampling_greedy_equals_generate(family, zoo_dir):
     index = torch.arange(2).repeat_interleave(2)
     plain = sample_completions(model, processor, family_layout.select(enc, index, 2), cfg, stop, suppress,
                                greedy=True, layout=family_layout)
-    shared = sample_rollout(model, processor, enc, 2, cfg, stop, torch.tensor(suppress), family_layout, greedy=True)
+    engine = SharedPrefixEngine(processor, family_layout, cfg, stop, suppress)
+    shared = engine.sample(model, enc, 2, greedy=True)
     assert torch.equal(shared.completion_ids, plain.completion_ids)
     assert torch.equal(shared.completion_mask, plain.completion_mask)
     assert shared.completions == plain.completions
@@ -131,7 +144,7 @@ def test_shared_sampling_greedy_equals_generate(family, zoo_dir):
         assert torch.equal(shared.prompt[key], value), key
     with torch.no_grad():
         want, _ = completion_logps(model, plain, 1.0, torch.tensor(suppress))
-        got, _ = rollout_logps(model, shared, slice(0, 4), 1.0, torch.tensor(suppress))
+        got, _ = rollout_logps(model, shared, slice(0, 4), suppress=suppress)
     assert (got - want)[plain.completion_mask].abs().max() < 1e-5
 
 
@@ -156,23 +169,28 @@ def test_module_passes_equal_plain_path(lora, tiny_model_dir, puzzle_samples):
     from lit_grpo.data.templates import render_messages
 
     module = _module(tiny_model_dir, lora)
-    assert module.shared_family is not None
+    assert isinstance(module.engine, SharedPrefixEngine)
+    plain_engine = PlainEngine(module.processor, module.layout, module.sampling, module.stop_ids,
+                               module.suppress_ids.tolist())
     samples = puzzle_samples[:2]
     batch = PromptBatch(samples, [render_messages(s, "visualsphinx_seed") for s in samples])
     torch.manual_seed(0)
     ro = module.rollout(batch, 4)
-    assert ro.shared is not None and ro.num_completions == 8
+    assert ro.memo and ro.num_completions == 8 and ro.num_prompts == 2
     ro.completion_mask[:, 4:] &= torch.arange(8)[:, None] % 3 != 0  # different lengths per row
-    plain = dataclasses.replace(ro, shared=None)
-    got, want = module.score(batch, ro, 4), module.score(batch, plain, 4)
+    engines = (module.engine, plain_engine)
+    got = module.scoring_pass(batch, ro, 4)
+    module.passes.engine = plain_engine
+    want = module.scoring_pass(batch, ro, 4)
     valid = ro.completion_mask
     for a, b in ((got.old_logps, want.old_logps), (got.ref_logps, want.ref_logps)):
         assert (a - b)[valid].abs().max() < 1e-5
     adv = torch.linspace(-1.0, 1.0, 8)
     grads = []
-    for r in (ro, plain):
+    for engine in engines:
+        module.passes.engine = engine
         module.policy.zero_grad()
-        module.accumulate_gradients(r, adv, want.old_logps, want.ref_logps)
+        module.accumulate_gradients(ro, adv, want.old_logps, want.ref_logps)
         grads.append({n: p.grad.clone() for n, p in module.policy.named_parameters() if p.requires_grad})
     assert max(g.abs().max() for g in grads[1].values()) > 0
     for name, grad in grads[1].items():
@@ -180,13 +198,13 @@ def test_module_passes_equal_plain_path(lora, tiny_model_dir, puzzle_samples):
 
 
 def test_plain_path_when_off_or_with_gradient_checkpointing(tiny_model_dir):
-    assert _module(tiny_model_dir, True, share_prefix=False).shared_family is None
+    assert isinstance(_module(tiny_model_dir, True, share_prefix=False).engine, PlainEngine)
     from lit_grpo import GRPOModule
     from lit_grpo.rewards import RewardSpec
 
     module = GRPOModule(policy=PolicyConfig(name_or_path=tiny_model_dir, gradient_checkpointing=True),
                         rewards=[RewardSpec("binary")])
-    assert module.shared_family is None
+    assert isinstance(module.engine, PlainEngine)
 
 
 def test_perf_options_are_config_parameters(capsys):
@@ -209,13 +227,13 @@ def test_reused_features_follow_a_trained_text_embedding(zoo_dir):
     rollout), the shared path still equals the plain path."""
     model, processor = load_policy(PolicyConfig(name_or_path=zoo_dir("qwen2_vl")))
     ro = _rollout(model, processor)
-    plain = dataclasses.replace(ro, shared=None)
     rows = slice(0, 2 * G)
-    rollout_logps(model, ro, rows, 1.0)  # the first pass captures the prompts' inputs
+    engine = _engine(ro.layout)
+    engine.logps(model, ro, rows)  # the first pass captures the prompts' inputs
     with torch.no_grad():
         emb = model.get_input_embeddings().weight
         emb.add_(torch.randn(emb.shape, generator=torch.Generator().manual_seed(1)) * 0.5)  # an optimizer step
-    want, _ = rollout_logps(model, plain, rows, 1.0)
-    got, _ = rollout_logps(model, ro, rows, 1.0)
+    want, _ = rollout_logps(model, ro, rows, shared=False)
+    got, _ = engine.logps(model, ro, rows)
     valid = ro.completion_mask[rows]
     assert (got - want)[valid].abs().max() < 1e-5

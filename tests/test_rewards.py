@@ -171,3 +171,31 @@ def test_weighted_total_skips_nan_terms_and_keeps_all_nan_rows_nan():
 def test_reward_with_wrong_length_is_named():
     with pytest.raises(ValueError, match="'short'"):
         score_completions({"short": lambda c, **_: [1.0]}, {"short": 1.0}, ["a", "b"], {})
+
+
+@pytest.mark.parametrize("name, kwargs, unknown, valid", [
+    ("binary", {"mdoe": "last"}, "'mdoe'", "mode"),
+    ("format", {"tag": ["think"]}, "'tag'", "tags"),
+    ("accuracy", {"answer": ["B"], "tag": "answer"}, "'answer'", "tag"),  # a column is not an option
+    ("rubric", {"strickt": True}, "'strickt'", "weights, strict, judge"),
+    ("attention", {"scale": 2.0}, "'scale'", "none"),
+])
+def test_unknown_reward_options_are_refused_naming_the_valid_ones(name, kwargs, unknown, valid):
+    from lit_grpo.rewards import RewardSpec, build_reward
+
+    with pytest.raises(ValueError) as err:
+        build_reward(RewardSpec(name, kwargs=kwargs))
+    assert f"has no option {unknown}" in str(err.value) and valid in str(err.value)
+
+
+def test_reward_options_and_columns_come_from_the_registration():
+    from lit_grpo.rewards import RewardSpec, build_reward
+    from lit_grpo.rewards.registry import reward_info, reward_options
+
+    assert reward_options("binary") == ["mode"]
+    assert reward_options("accuracy") == ["tag"]
+    assert reward_options("boxed_format") == []
+    assert reward_info("attention").columns == ("asm",)
+    assert reward_info("phyx_official").gameable and reward_info("accuracy").gameable is None
+    assert reward_info("binary").extractor(r"x \boxed{C} \boxed{D}", "mcq") == "C"
+    assert build_reward(RewardSpec("binary", kwargs={"mode": "official"}))([r"\boxed{C}"], answer=["C"]) == [1.0]

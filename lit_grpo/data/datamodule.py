@@ -220,8 +220,8 @@ class PromptBatch:
 class VLMDataModule(L.LightningDataModule):
     """Train/val/test/predict splits of :class:`Sample` rows, batched as :class:`PromptBatch`.
 
-    Prompts are never truncated: when the module can measure prompt length (``prompt_length``) and
-    ``max_prompt_length`` is set, longer samples are dropped at setup and the count is logged.
+    Prompts are never truncated: when ``max_prompt_length`` is set and a prompt-length measure is given
+    (:attr:`prompt_length`: the CLI passes the model's), longer samples are dropped at setup and the count is logged.
     """
 
     def __init__(
@@ -269,6 +269,9 @@ class VLMDataModule(L.LightningDataModule):
             raise ValueError(f"on_overlap must be one of {overlap.OVERLAP_POLICIES}, got {on_overlap!r}")
         self.on_overlap, self.overlap_dropped = on_overlap, 0
         self.datasets: dict[str, Dataset] = {}
+        self.prompt_length: Callable[[list[dict], Sample], int] | None = None
+        """``fn(messages, sample)``: prompt tokens of a sample, image tokens included (the policy module's
+        :meth:`~lit_grpo.policy_module.PolicyModule.prompt_length`); ``None``: nothing is measured or dropped."""
 
     def setup(self, stage: str | None = None) -> None:
         wanted = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("predict",)}
@@ -310,8 +313,7 @@ class VLMDataModule(L.LightningDataModule):
         return render_messages(sample, self.template, self.system_prompt)
 
     def _filter(self, split: str, ds: Dataset) -> Dataset:
-        module = getattr(self.trainer, "lightning_module", None) if self.trainer is not None else None
-        measure = getattr(module, "prompt_length", None)
+        measure = self.prompt_length
         if self.max_prompt_length is None or measure is None:
             return ds
         keep = [i for i in range(len(ds)) if measure(self.render(ds[i]), ds[i]) <= self.max_prompt_length]

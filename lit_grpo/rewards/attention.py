@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import math
 
-from lit_grpo.rewards.registry import REWARDS
+from lit_grpo.rewards.registry import register_reward
 
 
-@REWARDS.register("attention")
+@register_reward("attention", columns=("asm",))
 def attention_reward(completions: list[str], asm: list[float] | None = None, **_) -> list[float]:
     """ASM of each completion, in [0, 1]; ``None`` (the term does not apply) where the completion has no valid
     token, so an empty completion keeps the total of its other terms (e.g. format 0).
@@ -34,5 +34,4 @@ def attention_reward(completions: list[str], asm: list[float] | None = None, **_
     return [None if a is None or math.isnan(a) else float(a) for a in asm]
 
 
-attention_reward.columns = ("asm",)
 """Scoring-pass columns this reward reads (see :func:`lit_grpo.rewards.registry.required_columns`)."""

@@ -8,8 +8,8 @@ paper (Granite Vision on PhyX: format reward R1 over four tag pairs, accuracy re
 from __future__ import annotations
 
 from lit_grpo.rewards.parsing import (count_tag, extract_answer_letter, extract_boxed, extract_boxed_official,
-                                     outside_think, think_blocks)
-from lit_grpo.rewards.registry import REWARDS
+                                     official_box, outside_think, tagged_answer, think_blocks)
+from lit_grpo.rewards.registry import register_reward
 
 DEFAULT_TAGS = ("think", "answer", "unit", "principle")
 
@@ -27,7 +27,7 @@ def boxed_answer(text: str, mode: str = "official") -> str | None:
     raise ValueError(f"mode must be one of {BOXED_MODES}, got {mode!r}")
 
 
-@REWARDS.register("binary")
+@register_reward("binary", columns=("answer",), extractor=official_box)
 def binary_reward(completions: list[str], answer: list[str], mode: str = "official", **_) -> list[float | None]:
     """VisualSphinx binary reward: 1.0 when the boxed answer equals the gold exactly, else 0.0.
 
@@ -69,7 +69,7 @@ def format_score(text: str, tags: tuple[str, ...] | list[str] = DEFAULT_TAGS) ->
     return good / len(tags)
 
 
-@REWARDS.register("format")
+@register_reward("format")
 def format_reward(completions: list[str], tags: list[str] = list(DEFAULT_TAGS), **_) -> list[float]:
     """Format reward r_f: each tag pair contributes ``1 / len(tags)`` when present exactly once and well formed.
 
@@ -81,7 +81,7 @@ def format_reward(completions: list[str], tags: list[str] = list(DEFAULT_TAGS), 
     return [format_score(text, tuple(tags)) for text in completions]
 
 
-@REWARDS.register("accuracy")
+@register_reward("accuracy", columns=("answer", "answer_format", "options"), extractor=tagged_answer)
 def accuracy_reward(
     completions: list[str], answer: list[str], answer_format: list[str] | None = None, tag: str = "answer",
     options: list[dict] | None = None, **_
@@ -110,7 +110,7 @@ def accuracy_reward(
     return out
 
 
-@REWARDS.register("boxed_format")
+@register_reward("boxed_format", columns=("options", "truncated"))
 def boxed_format_reward(completions: list[str], options: list[dict] | None = None,
                         truncated: list[bool] | None = None, **_) -> list[float]:
     """Format compliance of the boxed task: 1.0 when the completion stopped on its own (not truncated) and the

@@ -17,8 +17,8 @@ from typing import Any
 
 from lit_grpo.rewards.basic import DEFAULT_TAGS, accuracy_reward, format_score
 from lit_grpo.rewards.judge import ACCURACY, RUBRIC, Judge, JudgeConfig, JudgeItem, aggregate_votes, build_judge
-from lit_grpo.rewards.parsing import extract_tag
-from lit_grpo.rewards.registry import REWARDS, RewardOutput
+from lit_grpo.rewards.parsing import extract_tag, tagged_answer
+from lit_grpo.rewards.registry import RewardOutput, register_reward
 from lit_grpo.rewards.rubric import DEFAULT_WEIGHTS, combine_rubric, length_penalty, principle_match, unit_match
 
 NAN = math.nan
@@ -41,13 +41,17 @@ def _item(i: int, completions: list[str], cols: dict[str, list]) -> JudgeItem:
                      completion=completions[i], gold_unit=cols["unit"][i], gold_principle=cols["principle"][i])
 
 
+COLUMNS = ("answer", "answer_format", "question", "unit", "principle", "completion_length", "options")
+"""The columns the judge-backed rewards read."""
+
+
 def _columns(completions: list[str], columns: dict[str, list]) -> dict[str, list]:
     n = len(completions)
     return {k: _column(columns, k, n, "open" if k == "answer_format" else None)
-            for k in ("answer", "answer_format", "question", "unit", "principle", "completion_length", "options")}
+            for k in COLUMNS}
 
 
-@REWARDS.register("open_accuracy")
+@register_reward("open_accuracy", columns=COLUMNS, extractor=tagged_answer)
 class OpenAccuracyReward:
     """Open-ended accuracy r_a: a jury of K judge calls scores correctness 0/1/2; ``mean / 2`` in [0, 1].
 
@@ -77,7 +81,7 @@ class OpenAccuracyReward:
         return RewardOutput(out, metrics=self.judge.pop_metrics())
 
 
-@REWARDS.register("rubric")
+@register_reward("rubric", columns=COLUMNS, extractor=tagged_answer)
 class RubricReward:
     """Rubric reward r_rub: format, accuracy, principle, unit and (open-ended) reasoning, combined.
 

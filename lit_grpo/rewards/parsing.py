@@ -156,3 +156,15 @@ def extract_answer_letter(text: str, tag: str = "answer", labels: str = "ABCDEFG
     'B'
     """
     return extract_option_letter(extract_tag(text, tag), labels)
+
+
+def tagged_answer(text: str, answer_format: str) -> str | None:
+    """The ``<answer>`` letter for MCQ (what ``accuracy`` and the MCQ rubric compare), else the final answer
+    (what the judges of ``open_accuracy`` and the open-ended rubric grade)."""
+    return extract_answer_letter(text) if answer_format == "mcq" else extract_answer(text)
+
+
+def official_box(text: str, answer_format: str) -> str | None:
+    """The first box as the official VisualSphinx scorer reads it (any answer format)."""
+    return extract_boxed_official(text)
+

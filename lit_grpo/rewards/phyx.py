@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 
 from lit_grpo.data.sample import ANSWER_FORMATS
-from lit_grpo.rewards.registry import REWARDS
+from lit_grpo.rewards.registry import register_reward
 
 _BOX = "\\boxed{"
 _FINAL = re.compile(r"\b(?:final\s+answer|correct\s+answer)\b[^:：]*[:：]\s*(.*?)(?=\n\n\n|\Z)",
@@ -101,7 +101,15 @@ def phyx_official_score(prediction: str, gold: str, answer_format: str) -> float
     return 1.0 if pred.lower() == gold.strip().lower() or gold in pred else 0.0
 
 
-@REWARDS.register("phyx_official")
+GAMEABLE = (
+    "PhyX's official rule scores 1 whenever the gold text is a substring of the completion (open-ended) or "
+    "'<gold>:' occurs in it (multiple choice), so reciting every option scores 1 for any gold; keep it as the "
+    "evaluation scorer (evaluation.scorer: phyx_official) and train on accuracy / open_accuracy / rubric")
+"""Why a policy trained on this reward learns to recite the options (a warning names it as a training reward)."""
+
+
+@register_reward("phyx_official", columns=("answer", "answer_format", "meta"), extractor=phyx_extract,
+                 gameable=GAMEABLE)
 def phyx_official_reward(completions: list[str], answer: list[str], answer_format: list[str] | None = None,
                          meta: list[dict] | None = None, **_) -> list[float]:
     """The official PhyX rule-mode scorer as a reward (1.0 / 0.0; a missing gold gives ``None``: does not apply).
@@ -116,10 +124,3 @@ def phyx_official_reward(completions: list[str], answer: list[str], answer_forma
         gold = (m or {}).get("answer_raw", gold)
         out.append(None if gold is None else phyx_official_score(text, str(gold), fmt))
     return out
-
-
-phyx_official_reward.gameable = (
-    "PhyX's official rule scores 1 whenever the gold text is a substring of the completion (open-ended) or "
-    "'<gold>:' occurs in it (multiple choice), so reciting every option scores 1 for any gold; keep it as the "
-    "evaluation scorer (evaluation.scorer: phyx_official) and train on accuracy / open_accuracy / rubric")
-"""Why a policy trained on this reward learns to recite the options (a warning names it as a training reward)."""

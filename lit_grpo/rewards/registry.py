@@ -26,13 +26,71 @@ from typing import Any, Callable
 import torch
 from lightning.pytorch.utilities import rank_zero_only
 
+from lit_grpo.data.sample import Sample
 from lit_grpo.registry import Registry
 
 log = logging.getLogger(__name__)
 
 RewardFn = Callable[..., list[float | None]]
 REWARDS: Registry[Callable[..., Any]] = Registry("reward")
-"""Reward functions and reward classes by name."""
+"""Reward functions and reward classes by name (register with :func:`register_reward`)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RewardInfo:
+    """What a registered reward says about itself."""
+
+    columns: tuple[str, ...] = ()
+    """The columns it reads besides the completions (``answer``, ``answer_format``, ``asm``...): a function's
+    other parameters are its options."""
+    extractor: Callable[[str, str], str | None] | None = None
+    """``fn(completion, answer_format)``: the answer it reads, shown in evaluation records when it is the scorer."""
+    gameable: str | None = None
+    """Why a policy trained on it can game it (a warning names it as a training reward)."""
+
+
+INFO: dict[str, RewardInfo] = {}
+
+
+def register_reward(name: str, *, columns: tuple[str, ...] = (), extractor: Callable[[str, str], str | None] | None
+                    = None, gameable: str | None = None) -> Callable:
+    """Register a reward function or class under ``name`` with what it reads (:class:`RewardInfo`)."""
+
+    def deco(obj):
+        REWARDS.register(name)(obj)
+        INFO[name] = RewardInfo(tuple(columns), extractor, gameable)
+        return obj
+
+    return deco
+
+
+def reward_info(name: str) -> RewardInfo:
+    """The :class:`RewardInfo` of the reward registered as ``name`` (an unknown name raises, listing them)."""
+    REWARDS.get(name)
+    return INFO.get(name, RewardInfo())
+
+
+def reward_options(name: str) -> list[str]:
+    """The options (``kwargs``) a registered reward takes: a class's constructor parameters, a function's
+    parameters other than ``completions`` and its columns."""
+    entry, info = REWARDS.get(name), reward_info(name)
+    params = inspect.signature(entry.__init__ if inspect.isclass(entry) else entry).parameters.values()
+    plain = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    skip = {"self", "completions", *info.columns}
+    return [p.name for p in params if p.kind in plain and p.name not in skip]
+
+
+def check_options(spec: "RewardSpec") -> None:
+    """Refuse ``kwargs`` that are not options of the reward (a typo would be ignored by its ``**_``).
+
+    Raises:
+        ValueError: naming the reward, the unknown keys and the valid ones.
+    """
+    valid = reward_options(spec.name)
+    unknown = [k for k in spec.kwargs if k not in valid]
+    if unknown:
+        raise ValueError(f"reward {spec.label!r} ({spec.name}) has no option {', '.join(map(repr, unknown))}; "
+                         f"its options: {', '.join(valid) or 'none'}")
 
 
 @dataclasses.dataclass
@@ -101,6 +159,7 @@ _WARNED_NAN: set[str] = set()
 def build_reward(spec: RewardSpec) -> RewardFn:
     """Instantiate a registered reward class, or bind ``kwargs`` to a registered function."""
     entry = REWARDS.get(spec.name)
+    check_options(spec)
     if inspect.isclass(entry):
         return entry(**spec.kwargs)
     return functools.partial(entry, **spec.kwargs)
@@ -117,7 +176,7 @@ def build_rewards(specs: list[RewardSpec], training: bool = False) -> dict[str, 
         if spec.label in out:
             raise ValueError(f"reward {spec.label!r} appears twice; give one an alias")
         out[spec.label] = build_reward(spec)
-        note = getattr(REWARDS.get(spec.name), "gameable", None)
+        note = reward_info(spec.name).gameable
         if training and note and spec.weight != 0:
             _warn_gameable(spec.label, note)
     return out
@@ -129,8 +188,10 @@ def _warn_gameable(label: str, note: str) -> None:
 
 
 def required_columns(specs: list[RewardSpec]) -> set[str]:
-    """Columns of the scoring pass the rewards read (a registered reward lists them in ``columns``)."""
-    return {c for spec in specs for c in getattr(REWARDS.get(spec.name), "columns", ())}
+    """Columns of the scoring pass the rewards read (``asm``): the columns their registrations list that are neither
+    a :class:`~lit_grpo.data.sample.Sample` field nor a rollout column (``truncated``, ``completion_length``)."""
+    given = {f.name for f in dataclasses.fields(Sample)} | {"truncated", "completion_length"}
+    return {c for spec in specs for c in reward_info(spec.name).columns if c not in given}
 
 
 def score_completions(

@@ -1,120 +1,22 @@
-"""The judge seam: configuration, the small interface every judge implements, and the factory.
+"""The judge seam: the small interface every judge implements, and the factory.
 
 A judge grades :class:`~lit_grpo.rewards.judge.prompts.JudgeItem` rows for a
 :class:`~lit_grpo.rewards.judge.prompts.JudgeTask` and returns K votes per row (``None`` for a failed
 call). Rewards only see this interface, so tests swap in a fake at this one seam. Two judges exist:
 an OpenAI-compatible HTTP client (:class:`~lit_grpo.rewards.judge.client.OpenAIJudge`) when
 ``base_url`` is set, and the rule-based :class:`~lit_grpo.rewards.judge.offline.OfflineJudge` when it
-is not.
-
-The API key is never a configuration value: ``api_key_env`` holds the *name* of an environment
-variable, read by the client for each request. A judge setting that holds a key (a field named like a
-credential under ``extra_body``, a value equal to the key or shaped like one) is refused, naming the
-field and never the value (:mod:`lit_grpo.secrets`).
+is not (their settings: :mod:`lit_grpo.rewards.judge.config`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from typing import Any, Protocol
 
+from lit_grpo.rewards.judge.client import OpenAIJudge
+from lit_grpo.rewards.judge.config import JudgeConfig
 from lit_grpo.rewards.judge.jury import Vote
-from lit_grpo.secrets import find_credentials
+from lit_grpo.rewards.judge.offline import OfflineJudge
 from lit_grpo.rewards.judge.prompts import JudgeItem, JudgeTask
-
-
-class JudgeUnavailableError(RuntimeError):
-    """Too many judge calls failed in one step; the message names the endpoint and the errors seen."""
-
-
-@dataclasses.dataclass
-class JudgeConfig:
-    """Where and how to ask the judge. Numbers the paper does not give are our documented defaults."""
-
-    base_url: str | None = None
-    """OpenAI-compatible server, e.g. ``http://judge-host:8000/v1`` (vLLM ``serve``, SGLang, a hosted API);
-    ``None`` uses the rule-based offline judge."""
-    model: str = "openai/gpt-oss-120b"
-    """Model name sent with each request (the paper's judge: GPT-oss 120B served with vLLM)."""
-    api_key_env: str | None = "JUDGE_API_KEY"
-    """NAME of the environment variable holding the API key (never the key itself); unset -> no key sent."""
-    num_judges: int = 3
-    """Jury size K: independent calls per completion (the paper: 3)."""
-    min_votes: int | None = None
-    """Successful calls needed to score a completion (default: all K); fewer give NaN."""
-    temperature: float = 0.7
-    """Judge sampling temperature (not given by the paper)."""
-    top_p: float = 1.0
-    """Judge nucleus sampling."""
-    max_tokens: int = 2048
-    """Reply token limit; a reply cut at this limit is a failed call (reasoning models need room)."""
-    seed: int | None = 0
-    """Juror k's request carries ``seed + k`` (reproducible, distinct jurors); ``None`` sends no seed."""
-    structured_output: bool = True
-    """Ask for the reply schema with ``response_format: json_schema``; turn off for servers that reject it."""
-    extra_body: dict[str, Any] = dataclasses.field(default_factory=dict)
-    """Extra request fields, e.g. ``{"reasoning_effort": "low"}``."""
-    timeout_s: float = 60.0
-    """Limit of one HTTP attempt (connect, send, wait, read)."""
-    call_deadline_s: float = 300.0
-    """Total limit of one call, retries and waits included."""
-    step_deadline_s: float = 900.0
-    """Total limit of all the calls of one step; calls still running then are failed."""
-    max_retries: int = 5
-    """Retries after a timeout, a dropped connection, HTTP 429 or 5xx."""
-    backoff_s: float = 1.0
-    """First retry delay without ``Retry-After``; doubles each retry (with jitter)."""
-    backoff_max_s: float = 30.0
-    """Largest retry delay without ``Retry-After`` (``Retry-After`` is honoured as given, within the deadline)."""
-    concurrency: int = 64
-    """Requests in flight at once."""
-    max_failure_fraction: float = 0.25
-    """Stop the run when more than this fraction of a step's calls fail."""
-    cache_size: int = 200_000
-    """Identical requests answered from memory for the run (least recently used evicted)."""
-    rel_tol: float = 0.01
-    """Offline judge: relative tolerance of a fully correct value."""
-    partial_rel_tol: float = 0.05
-    """Offline judge: relative tolerance of a partially correct value."""
-    min_reasoning_words: int = 20
-    """Offline judge: words in ``<think>`` for a reasoning score of 2."""
-
-    def __post_init__(self):
-        if self.num_judges < 1:
-            raise ValueError(f"judge num_judges must be >= 1, got {self.num_judges}")
-        if self.min_votes is not None and not 1 <= self.min_votes <= self.num_judges:
-            raise ValueError(f"judge min_votes must be in 1..num_judges={self.num_judges}, got {self.min_votes}")
-        if not 0.0 <= self.max_failure_fraction <= 1.0:
-            raise ValueError(f"judge max_failure_fraction must be in [0, 1], got {self.max_failure_fraction}")
-        for name in ("timeout_s", "call_deadline_s", "step_deadline_s"):
-            value = getattr(self, name)
-            if value is None or not math.isfinite(value) or value <= 0:
-                raise ValueError(f"judge {name} must be a positive finite number of seconds, got {value!r}")
-        if self.concurrency < 1:
-            raise ValueError(f"judge concurrency must be >= 1, got {self.concurrency}")
-        _refuse_credentials(dataclasses.asdict(self))
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any] | None) -> "JudgeConfig":
-        """Build from a reward's ``judge`` kwargs; unknown keys (an ``api_key`` above all) raise a clear error."""
-        values = dict(values or {})
-        _refuse_credentials(values)
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            hint = (" Never put the key in a config: export it and set api_key_env to the variable's name."
-                    if any("key" in k and k != "api_key_env" for k in unknown) else "")
-            raise ValueError(f"unknown judge settings {unknown}; valid: {sorted(known)}.{hint}")
-        return cls(**values)
-
-
-def _refuse_credentials(values: dict[str, Any]) -> None:
-    """Raise when judge settings hold an API key; the message names the fields, never the value."""
-    held = find_credentials({"judge": values})
-    if held:
-        raise ValueError(f"{'; '.join(held[:3])}: an API key never goes into a config (it would be printed and "
-                         "saved); export it and set judge.api_key_env to the variable's NAME")
 
 
 class Judge(Protocol):
@@ -136,9 +38,5 @@ def build_judge(config: JudgeConfig | dict[str, Any] | None) -> Judge:
     """The HTTP judge when ``base_url`` is set, else the offline judge."""
     cfg = config if isinstance(config, JudgeConfig) else JudgeConfig.from_dict(config)
     if cfg.base_url:
-        from lit_grpo.rewards.judge.client import OpenAIJudge
-
         return OpenAIJudge(cfg)
-    from lit_grpo.rewards.judge.offline import OfflineJudge
-
-    return OfflineJudge(cfg)
+    return OfflineJudge(cfg.offline, cfg.num_judges)

@@ -12,7 +12,7 @@ What it guarantees (the known failure modes of judge servers):
   that fails validation goes through the tolerant parser, which is counted (``parse_fallbacks``);
 - identical requests (same body, same juror) are sent once and cached for the run;
 - a failed call is ``None`` (NaN downstream) and counted; more than ``max_failure_fraction`` failed
-  calls in one step raise :class:`~lit_grpo.rewards.judge.base.JudgeUnavailableError` naming the endpoint;
+  calls in one step raise :class:`JudgeUnavailableError` naming the endpoint;
 - the API key is read from the environment variable named by ``api_key_env`` for each request and
   lives only in that request's headers: never in the config, the HTTP client, ``repr``, pickles or logs;
   every error text (a server's error body echoing the request, an exception) is masked with
@@ -37,7 +37,7 @@ from typing import Any
 
 import httpx
 
-from lit_grpo.rewards.judge.base import JudgeConfig, JudgeUnavailableError
+from lit_grpo.rewards.judge.config import JudgeConfig
 from lit_grpo.rewards.judge.jury import Vote, VerdictError, parse_vote_strict, parse_vote_tolerant
 from lit_grpo.rewards.judge.prompts import JudgeItem, JudgeTask, messages
 from lit_grpo.secrets import KEY_VARIABLE, redact
@@ -45,6 +45,10 @@ from lit_grpo.secrets import KEY_VARIABLE, redact
 log = logging.getLogger(__name__)
 POOL_SIZE = 8
 """Connections per httpx pool; ``concurrency`` slots are spread over ``ceil(concurrency / POOL_SIZE)`` pools."""
+
+
+class JudgeUnavailableError(RuntimeError):
+    """Too many judge calls failed in one step; the message names the endpoint and the errors seen."""
 
 
 @dataclasses.dataclass

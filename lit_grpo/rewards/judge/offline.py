@@ -24,11 +24,11 @@ needs some reasoning (correctness is capped at 1 when reasoning is 0).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import threading
 
-from lit_grpo.rewards.judge.base import JudgeConfig
 from lit_grpo.rewards.judge.jury import Vote
 from lit_grpo.rewards.judge.prompts import JudgeItem, JudgeTask
 from lit_grpo.rewards.parsing import extract_answer, extract_boxed, extract_tag
@@ -150,13 +150,26 @@ def reasoning_score(think: str | None, min_words: int = 20) -> int:
     return 2 if len(words) >= min_words and re.search(r"[0-9=]", think) else 1
 
 
+@dataclasses.dataclass
+class OfflineJudgeConfig:
+    """The offline judge's settings (``judge.offline``); the defaults are our documented choices."""
+
+    rel_tol: float = 0.01
+    """Relative tolerance of a fully correct value."""
+    partial_rel_tol: float = 0.05
+    """Relative tolerance of a partially correct value."""
+    min_reasoning_words: int = 20
+    """Words in ``<think>`` for a reasoning score of 2."""
+
+
 class OfflineJudge:
-    """Rule-based judge with the LLM judge's interface; deterministic, so its K votes are identical."""
+    """Rule-based judge with the LLM judge's interface; deterministic, so its K = ``num_judges`` votes are
+    identical."""
 
     endpoint = "offline"
 
-    def __init__(self, config: JudgeConfig | None = None):
-        self.cfg = config or JudgeConfig()
+    def __init__(self, config: OfflineJudgeConfig | None = None, num_judges: int = 3):
+        self.cfg, self.num_judges = config or OfflineJudgeConfig(), num_judges
         self._graded = 0
 
     def vote(self, item: JudgeItem, task: JudgeTask) -> Vote:
@@ -180,7 +193,7 @@ class OfflineJudge:
 
     def grade(self, items: list[JudgeItem], task: JudgeTask) -> list[list[Vote | None]]:
         self._graded += len(items)
-        return [[self.vote(item, task)] * self.cfg.num_judges for item in items]
+        return [[self.vote(item, task)] * self.num_judges for item in items]
 
     def pop_metrics(self) -> dict[str, float]:
         graded, self._graded = self._graded, 0

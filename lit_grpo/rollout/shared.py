@@ -37,7 +37,8 @@ from transformers import DynamicCache
 
 from lit_grpo.families import Family, unwrap
 from lit_grpo.grpo import selective_log_softmax, warp
-from lit_grpo.rollout import Rollout, build_rollout, completion_logps
+from lit_grpo.rollout.engine import RolloutEngine
+from lit_grpo.rollout.rows import Rollout, build_rollout
 
 
 @dataclasses.dataclass
@@ -148,7 +149,7 @@ def shared_prefix_logps(model: nn.Module, prompts: PromptCache, rows: Tensor,
                         top_p: float = 1.0) -> tuple[Tensor, Tensor | None]:
     """Per-token log-probs of completion rows ``rows`` (indices into the rollout) with the prompt run once.
 
-    Equal to :func:`lit_grpo.rollout.completion_logps` on the same rows. Shape: completion_ids/mask ``[n, T]``
+    Equal to :func:`lit_grpo.rollout.rows.completion_logps` on the same rows. Shape: completion_ids/mask ``[n, T]``
     -> ``[n, T]`` float32 (and the entropy with ``with_entropy``).
     """
     last, cache, prompt_mask, pos = prefill(model, prompts, rows)
@@ -192,32 +193,40 @@ def sample_shared(model: nn.Module, prompts: PromptCache, cfg, stop_ids: list[in
     return torch.stack(tokens, 1)
 
 
-def sample_rollout(model: nn.Module, processor, prompt: dict[str, Tensor], group_size: int, cfg, stop_ids: list[int],
-                   suppress_ids: Tensor | None, family: Family, greedy: bool = False,
-                   cache_features: bool = True) -> Rollout:
-    """:func:`lit_grpo.rollout.sample_completions` with each of the ``B`` rows of ``prompt`` prefilled once for its
-    ``group_size`` completions; the rollout carries its :class:`PromptCache` for the later passes."""
-    b = prompt["input_ids"].shape[0]
-    index = torch.arange(b, device=prompt["input_ids"].device).repeat_interleave(group_size)
-    shared = PromptCache(prompt, index, family, cache_features)
-    tok = getattr(processor, "tokenizer", processor)
-    was_training = model.training
-    model.eval()
-    try:
-        ids = sample_shared(model, shared, cfg, stop_ids, tok.pad_token_id, suppress_ids, greedy)
-    finally:
-        model.train(was_training)
-    return build_rollout(family.select(prompt, index, b), ids, tok, stop_ids, family, shared)
+class SharedPrefixEngine(RolloutEngine):
+    """Each prompt prefilled once for its G completions, in sampling and in every log-prob pass; image features
+    captured once per rollout and reused while nothing outside the language model trains (``cache_features``).
+    The rollout keeps its :class:`PromptCache` in ``rollout.memo`` for the later passes."""
 
+    def __init__(self, processor, family: Family, sampling, stop_ids: list[int], suppress_ids: list[int],
+                 cache_features: bool = True):
+        super().__init__(processor, family, sampling, stop_ids, suppress_ids)
+        self.family, self.cache_features = family, cache_features
 
-def rollout_logps(model: nn.Module, rollout: Rollout, rows: slice, temperature: float,
-                  suppress_ids: Tensor | None = None, with_entropy: bool = False, *, top_k: int = 0,
-                  top_p: float = 1.0) -> tuple[Tensor, Tensor | None]:
-    """Log-probs ``[n, T]`` of the completions ``rows`` of ``rollout``: the prompt run once per prompt when the
-    rollout carries its shared prompts, else the plain forward over every row's prompt + completion."""
-    if rollout.shared is None:
-        return completion_logps(model, rollout.rows(rows), temperature, suppress_ids, with_entropy,
-                                top_k=top_k, top_p=top_p)
-    idx = torch.arange(rollout.num_completions, device=rollout.completion_ids.device)[rows]
-    return shared_prefix_logps(model, rollout.shared, idx, rollout.completion_ids[idx], rollout.completion_mask[idx],
-                               temperature, suppress_ids, with_entropy, top_k=top_k, top_p=top_p)
+    def prompt_cache(self, rollout: Rollout) -> PromptCache:
+        """The rollout's :class:`PromptCache` (made once, shared by its row subsets)."""
+        key = ("prompt_cache", self.cache_features)
+        if key not in rollout.memo:
+            rollout.memo[key] = PromptCache(rollout.prompts, rollout.prompt_index, self.family, self.cache_features)
+        return rollout.memo[key]
+
+    def sample(self, model: nn.Module, prompts: dict, group_size: int, *, greedy: bool = False,
+               temperature: float | None = None) -> Rollout:
+        b = prompts["input_ids"].shape[0]
+        index = torch.arange(b, device=prompts["input_ids"].device).repeat_interleave(group_size)
+        cache = PromptCache(prompts, index, self.family, self.cache_features)
+        was_training = model.training
+        model.eval()
+        try:
+            ids = sample_shared(model, cache, self.settings(temperature), self.stop_ids, self.tokenizer.pad_token_id,
+                                self.suppress_ids, greedy)
+        finally:
+            model.train(was_training)
+        return build_rollout(prompts, index, ids, self.tokenizer, self.stop_ids, self.family,
+                             {("prompt_cache", self.cache_features): cache})
+
+    def row_logps(self, model: nn.Module, rollout: Rollout, rows: slice,
+                  entropy: bool) -> tuple[Tensor, Tensor | None]:
+        idx = torch.arange(rollout.num_completions, device=rollout.completion_ids.device)[rows]
+        return shared_prefix_logps(model, self.prompt_cache(rollout), idx, rollout.completion_ids[idx],
+                                   rollout.completion_mask[idx], with_entropy=entropy, **self.warped())

@@ -1,0 +1,80 @@
+"""The plain engine: ``transformers``' ``generate`` over the G copies of every prompt, a full forward of prompt +
+completion for every log-prob pass (any model ``generate`` supports)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import torch
+from torch import Tensor, nn
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
+
+from lit_grpo.grpo import warp
+from lit_grpo.layout import RowLayout
+from lit_grpo.rollout.engine import RolloutEngine
+from lit_grpo.rollout.rows import Rollout, SamplingConfig, build_rollout, completion_logps, repeat_rows
+
+
+class WarpLogits(LogitsProcessor):
+    """``generate``'s only logits processing: :func:`lit_grpo.grpo.warp` (the function the log-probs use)."""
+
+    def __init__(self, temperature: float, top_k: int, top_p: float, suppress_ids: Tensor | None):
+        self.temperature, self.top_k, self.top_p, self.suppress_ids = temperature, top_k, top_p, suppress_ids
+
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        return warp(scores, self.temperature, self.top_k, self.top_p, self.suppress_ids)
+
+
+@contextlib.contextmanager
+def plain_generation_config(model: nn.Module) -> Iterator[None]:
+    """Hide the checkpoint's ``generation_config`` from ``generate`` (which fills every setting a call leaves
+    unset from it: repetition penalty, ``min_p``, bad words, forced tokens...) behind a default one."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    saved = inner.generation_config
+    inner.generation_config = GenerationConfig()
+    try:
+        yield
+    finally:
+        inner.generation_config = saved
+
+
+@torch.no_grad()
+def sample_completions(model: nn.Module, processor, prompt: dict[str, Tensor], cfg: SamplingConfig,
+                       stop_ids: list[int], suppress_ids: list[int], greedy: bool = False,
+                       layout: RowLayout | None = None) -> Rollout:
+    """Sample one completion per row of ``prompt`` (already repeated G times) and build the :class:`Rollout`.
+
+    ``generate`` applies :class:`WarpLogits` and nothing else (the checkpoint's ``generation_config`` is hidden);
+    greedy takes the argmax of the suppressed logits.
+    """
+    tok = getattr(processor, "tokenizer", processor)
+    suppress = torch.tensor(list(suppress_ids), dtype=torch.long) if len(suppress_ids) else None
+    processor_ = WarpLogits(1.0, 0, 1.0, suppress) if greedy else WarpLogits(cfg.temperature, cfg.top_k, cfg.top_p,
+                                                                                suppress)
+    config = GenerationConfig(max_new_tokens=cfg.max_completion_length, eos_token_id=list(stop_ids),
+                              pad_token_id=tok.pad_token_id, use_cache=True, do_sample=not greedy,
+                              **({} if greedy else dict(temperature=1.0, top_k=0, top_p=1.0)))
+    was_training = model.training
+    model.eval()
+    try:
+        with plain_generation_config(model):
+            out = model.generate(**prompt, generation_config=config,
+                                 logits_processor=LogitsProcessorList([processor_]))
+    finally:
+        model.train(was_training)
+    return build_rollout(prompt, None, out[:, prompt["input_ids"].shape[1]:], tok, stop_ids, layout)
+
+
+class PlainEngine(RolloutEngine):
+    """``generate`` on every prompt repeated G times; log-probs from a full forward of each row."""
+
+    def sample(self, model: nn.Module, prompts: dict, group_size: int, *, greedy: bool = False,
+               temperature: float | None = None) -> Rollout:
+        rows = repeat_rows(prompts, group_size, self.layout)
+        return sample_completions(model, self.processor, rows, self.settings(temperature), self.stop_ids,
+                                  self.suppress_ids.tolist(), greedy=greedy, layout=self.layout)
+
+    def row_logps(self, model: nn.Module, rollout: Rollout, rows: slice,
+                  entropy: bool) -> tuple[Tensor, Tensor | None]:
+        return completion_logps(model, rollout.rows(rows), with_entropy=entropy, **self.warped())
