@@ -47,21 +47,9 @@ def check_config(config: dict[str, Any], subcommand: str | None) -> None:
         raise ConfigError(problems[0] + more)
 
 
-def _reward_options(entry: Any) -> set[str] | None:
-    """The keyword options a registered reward takes (``None``: any)."""
-    from lit_grpo.data.sample import Sample
-
-    target = entry.__init__ if inspect.isclass(entry) else entry
-    params = inspect.signature(target).parameters.values()
-    if inspect.isclass(entry) and any(p.kind == p.VAR_KEYWORD for p in params):
-        return None
-    columns = set(Sample.__dataclass_fields__) | {"completions", "truncated", "completion_length", "asm", "self"}
-    return {p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in columns}
-
-
 def _check_reward(spec: dict[str, Any], where: str) -> None:
     from lit_grpo.rewards.judge.config import JudgeConfig
-    from lit_grpo.rewards.registry import REWARDS
+    from lit_grpo.rewards.registry import REWARDS, reward_info, reward_options
 
     name = spec.get("name")
     if name not in REWARDS:
@@ -69,11 +57,16 @@ def _check_reward(spec: dict[str, Any], where: str) -> None:
         hint = f" (did you mean {close[0]}?)" if close else ""
         raise ValueError(f"{where}.name: unknown reward {name!r}{hint}; registered: {', '.join(REWARDS.names())}")
     kwargs = spec.get("kwargs") or {}
-    valid = _reward_options(REWARDS.get(name))
-    unknown = sorted(set(kwargs) - valid) if valid is not None else []
+    valid = reward_options(name)
+    unknown = sorted(set(kwargs) - set(valid))
     if unknown:
         raise ValueError(f"{where}.kwargs: reward {name!r} takes no option {unknown[0]!r}; "
                          f"its options: {', '.join(sorted(valid)) or 'none'}")
+    if not inspect.isclass(REWARDS.get(name)):  # a reward checks its option values even on an empty batch
+        try:
+            REWARDS.get(name)([], **{c: [] for c in reward_info(name).columns}, **kwargs)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"{where}.kwargs: reward {name!r}: {exc}") from None
     if isinstance(kwargs.get("judge"), dict):
         try:
             JudgeConfig.from_dict(kwargs["judge"])

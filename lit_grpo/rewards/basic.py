@@ -78,6 +78,8 @@ def format_reward(completions: list[str], tags: list[str] = list(DEFAULT_TAGS), 
     >>> format_reward(["<think>x</think><answer>B</answer>"])
     [0.5]
     """
+    if isinstance(tags, str) or not tags or not all(isinstance(t, str) and t for t in tags):
+        raise ValueError(f"tags must be a non-empty list of tag names such as [think, answer], got {tags!r}")
     return [format_score(text, tuple(tags)) for text in completions]
 
 
