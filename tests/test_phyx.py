@@ -230,3 +230,12 @@ def test_physics_rubric_template():
     open_text = render_messages(dataclasses.replace(s, options={}, answer="1 m", answer_format="open"),
                                 "physics_rubric")[0]["content"][0]["text"]
     assert "Options" not in open_text and "a number with its unit" in open_text
+
+
+def test_the_image_folders_looked_in_are_each_named_once(tmp_path):
+    """Split ``test``: ``{split}/{split}_image`` and ``test/test_image`` are one folder, listed once."""
+    from lit_grpo.data.phyx import _image_dirs
+
+    (tmp_path / "test" / "test_image").mkdir(parents=True)
+    (tmp_path / "rows.jsonl").write_text("")
+    assert _image_dirs(str(tmp_path / "rows.jsonl"), "test") == [tmp_path / "test" / "test_image", tmp_path]

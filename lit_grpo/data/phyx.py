@@ -268,7 +268,7 @@ def phyx_sample(row: dict[str, Any], index: int, *, layout: str, source: str, an
 def _image_dirs(path: str, split: str) -> list[Path]:
     """The folders of :data:`IMAGE_FOLDERS` next to ``path`` that exist (its own folder at least)."""
     folder = Path(path).parent if Path(path).is_file() else Path(path)
-    found = [folder / f.format(split=split) for f in IMAGE_FOLDERS]
+    found = dict.fromkeys(folder / f.format(split=split) for f in IMAGE_FOLDERS)  # split "test": no repeats
     return [d for d in found if d.is_dir()] or [folder]
 
 
