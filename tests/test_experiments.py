@@ -14,7 +14,7 @@ from lit_grpo.experiments import parse
 from lit_grpo.experiments.phyx import execute
 from lit_grpo.experiments.report import (paired_change, per_problem, reward_of, row_cells, seed_table,
                                          table_markdown)
-from lit_grpo.experiments.spread import group_spread
+from lit_grpo.experiments.spread import GroupSpread, group_spread
 from lit_grpo.module import GRPOModule
 
 
@@ -68,6 +68,23 @@ def test_group_spread_by_hand():
     assert all(math.isnan(v) for v in group_spread([math.nan] * 4, 4))
     with pytest.raises(ValueError, match="do not split into groups of 4"):
         group_spread([1.0] * 6, 4)
+
+
+def test_group_spread_callback_averages_over_steps_and_keeps_the_curve_ends(tmp_path):
+    class Module:
+        logged = []
+
+        def log_dict(self, values, **_):
+            self.logged.append(values)
+
+    cb, module = GroupSpread(str(tmp_path / "s.json"), window=2), Module()
+    steps = [[1, 0, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0]]  # groups of 2: std sqrt(1/2) twice, then 0, 0, then 0, 0
+    for i, acc in enumerate(steps):
+        cb.on_train_batch_end(None, module, {"rewards": {"accuracy": acc}, "total": acc, "group_size": 2}, None, i)
+    s = cb.summary()["accuracy"]
+    assert s["mean_group_std"] == pytest.approx(math.sqrt(0.5) / 3) and s["frac_groups_with_spread"] == pytest.approx(1 / 3)
+    assert (s["steps"], s["first"], s["last"]) == (3, 0.75, 0.5)  # step means 0.5, 1, 0
+    assert module.logged[0]["train/group_std/accuracy"] == pytest.approx(math.sqrt(0.5))
 
 
 # ----------------------------------------------------------------------------- end to end, scripted policy
@@ -129,6 +146,7 @@ def test_runner_mcq_fmt_acc_asm_and_control(tmp_path, tiny_model_dir, scripted_p
     assert not Path(exp.output, "phyx_bars.png").exists()
     spread = json.loads(Path(exp.output, "runs", "mcq_asm_s0", "group_spread.json").read_text())
     assert spread["terms"]["accuracy"]["mean_group_std"] == pytest.approx(math.sqrt(1 / 3))
+    assert spread["terms"]["accuracy"]["first"] == spread["terms"]["accuracy"]["last"] == 0.5
     assert 0 < spread["terms"]["attention"]["mean_group_std"] < 0.5
 
 

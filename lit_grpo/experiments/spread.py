@@ -43,15 +43,16 @@ def group_spread(values: list[float], group_size: int) -> tuple[float, float]:
 class GroupSpread(L.Callback):
     """Each training step: every reward's (and component's) mean within-group std and the fraction of groups
     with a spread, logged as ``train/group_std/<name>`` and averaged over the run; at the end of fit the
-    averages go to ``path`` as JSON ``{name: {"mean_group_std", "frac_groups_with_spread", "steps"}}`` with
-    ``global_step``. ``total`` is the weighted total reward."""
+    averages go to ``path`` as JSON ``{"global_step", "terms": {name: summary}}`` (:meth:`summary`). ``total``
+    is the weighted total reward."""
 
-    def __init__(self, path: str | None = None):
-        self.path = path
+    def __init__(self, path: str | None = None, window: int = 10):
+        self.path, self.window = path, window
         self.sums: dict[str, list[float]] = {}
+        self.means: dict[str, list[float]] = {}
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.sums = {}
+        self.sums, self.means = {}, {}
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
@@ -65,14 +66,23 @@ class GroupSpread(L.Callback):
                 continue
             acc = self.sums.setdefault(name, [0.0, 0.0, 0])
             acc[0], acc[1], acc[2] = acc[0] + std, acc[1] + frac, acc[2] + 1
+            ok = [v for v in values if not math.isnan(v)]
+            self.means.setdefault(name, []).append(sum(ok) / len(ok))
             logged[f"train/group_std/{name}"] = std
         if logged:
             pl_module.log_dict(logged, on_step=True, batch_size=len(outputs["total"]))
 
     def summary(self) -> dict[str, dict[str, float]]:
-        """``name -> {"mean_group_std", "frac_groups_with_spread", "steps"}`` averaged over the steps seen."""
-        return {k: {"mean_group_std": s / n, "frac_groups_with_spread": f / n, "steps": n}
-                for k, (s, f, n) in sorted(self.sums.items())}
+        """``name -> {"mean_group_std", "frac_groups_with_spread", "steps", "first", "last"}``: the spread averaged
+        over the steps seen, and the term's mean over the first and the last ``window`` steps (the training curve
+        in two numbers)."""
+        out = {}
+        for k, (s, f, n) in sorted(self.sums.items()):
+            m = self.means[k]
+            out[k] = {"mean_group_std": s / n, "frac_groups_with_spread": f / n, "steps": n,
+                      "first": sum(m[:self.window]) / len(m[:self.window]),
+                      "last": sum(m[-self.window:]) / len(m[-self.window:])}
+        return out
 
     @rank_zero_only
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -110,8 +110,8 @@ def _asm_section(exp: PhyxExperiment, runs: list[Run], data: dict, first: int | 
         for r in [sft] + [r for r in runs if r.format == f.key and r.seed == first and r.fit_args is not None]:
             if r.name not in data:
                 continue
-            change = fmt_change(paired_change(data[r.name]["asm"], base)) if r is not sft and base else ""
-            out.append(f"| {f.title} | {r.label} | {fmt_cell(_overall(data[r.name]['asm']))} | {change} | "
+            change = fmt_change(paired_change(data[r.name]["asm"], base), 4) if r is not sft and base else ""
+            out.append(f"| {f.title} | {r.label} | {fmt_cell(_overall(data[r.name]['asm']), 4)} | {change} | "
                        f"{fmt_cell(_overall(data[r.name]['format']))} |")
     return out + [""]
 
@@ -155,7 +155,8 @@ def _signal_section(exp: PhyxExperiment, runs: list[Run], first: int | None) -> 
     out = ["### Reward signal during training", "",
            "Mean over training steps of each term's within-group standard deviation (and the share of groups "
            "where the term differs between completions): a term with no spread gives GRPO nothing.", "",
-           "| Run | steps | " + " | ".join(SIGNAL_TERMS) + " |", "|---|---|" + "---|" * len(SIGNAL_TERMS)]
+           "| Run | steps | total reward, first → last 10 steps | " + " | ".join(SIGNAL_TERMS) + " |",
+           "|---|---|---|" + "---|" * len(SIGNAL_TERMS)]
     for r in runs:
         spread = _spread(exp, r)
         if r.fit_args is None or not spread:
@@ -163,7 +164,9 @@ def _signal_section(exp: PhyxExperiment, runs: list[Run], first: int | None) -> 
         terms = spread.get("terms", {})
         cells = [f"{terms[t]['mean_group_std']:.3f} ({terms[t]['frac_groups_with_spread']:.2f})" if t in terms else ""
                  for t in SIGNAL_TERMS]
-        out.append(f"| {r.name} | {spread.get('global_step', '')} | " + " | ".join(cells) + " |")
+        total = terms.get("total", {})
+        curve = f"{total['first']:.3f} → {total['last']:.3f}" if "first" in total else ""
+        out.append(f"| {r.name} | {spread.get('global_step', '')} | {curve} | " + " | ".join(cells) + " |")
     return out + [""]
 
 
