@@ -144,6 +144,7 @@ def test_runner_mcq_fmt_acc_asm_and_control(tmp_path, tiny_model_dir, scripted_p
     assert "| GRPO (Fmt + Acc), lr 0 (mcq, seed 0) | 0.500 ± 0.000 | +0.000 ± 0.000 (+0.0 SE) |" in md
     assert "| Multiple choice (MCQ) | GRPO (Fmt + Acc + ASM) |" in md  # the ASM of every model
     assert not Path(exp.output, "phyx_bars.png").exists()
+    assert Path(exp.output, "runs", "sft_mcq", "config.yaml").is_file()  # the evaluation's saved config, not in cwd
     spread = json.loads(Path(exp.output, "runs", "mcq_asm_s0", "group_spread.json").read_text())
     assert spread["terms"]["accuracy"]["mean_group_std"] == pytest.approx(math.sqrt(1 / 3))
     assert spread["terms"]["accuracy"]["first"] == spread["terms"]["accuracy"]["last"] == 0.5

@@ -176,9 +176,11 @@ def fit_overlay(exp: PhyxExperiment, run: Run) -> dict[str, Any]:
 
 
 def eval_overlay(exp: PhyxExperiment, run: Run, model: str) -> dict[str, Any]:
-    """No logger or checkpoints; predictions to ``runs/<run>/predictions.jsonl``; the policy from ``model``."""
+    """No logger or checkpoints; predictions to ``runs/<run>/predictions.jsonl`` (and the saved config to
+    ``runs/<run>/config.yaml``); the policy from ``model``."""
     return {
         "trainer": {"logger": False, "enable_checkpointing": False,
+                    "default_root_dir": str(exp.path("runs", run.name)),
                     "callbacks": [{"class_path": "lit_grpo.callbacks.PredictionsJSONL",
                                    "init_args": {"path": str(exp.path("runs", run.name, "predictions.jsonl"))}}]},
         "model": {"init_args": {"policy": {"name_or_path": model}}},
