@@ -22,58 +22,14 @@ from lit_grpo.attention import AttentionConfig, AttentionScorer, foreground_mask
 from lit_grpo.data.sample import Sample
 from lit_grpo.data.templates import render_messages
 from lit_grpo.families import ImageGrid, row_layout
+from lit_grpo.heatmap import (HeatScale, colorize, overlay, panel, to_float,  # noqa: F401 (re-exported)
+                              uniform_multiples)
 from lit_grpo.policy import image_token_ids, stop_token_ids
 from lit_grpo.rollout import (Rollout, SamplingConfig, completion_mask, encode_prompts, model_inputs, repeat_rows,
                               sample_completions)
 
-# A perceptual dark-blue -> teal -> yellow ramp (anchors of matplotlib's viridis), so the callback needs no matplotlib.
-_RAMP = np.array([[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]], dtype=np.float32) / 255
-
 
 # ----------------------------------------------------------------------------------------- pictures
-def _unit(heat: Tensor | np.ndarray) -> np.ndarray:
-    """Min-max scaled to [0, 1] (a constant map becomes 0): the contrast a picture can show."""
-    h = np.asarray(heat, dtype=np.float32)
-    span = float(h.max() - h.min()) if h.size else 0.0
-    return (h - h.min()) / span if span > 0 else np.zeros_like(h)
-
-
-def colorize(heat: Tensor | np.ndarray) -> np.ndarray:
-    """Heat map ``[Y, X]`` -> RGB float32 ``[Y, X, 3]`` in [0, 1], min-max scaled (dark = least attention)."""
-    pos = _unit(heat) * (len(_RAMP) - 1)
-    lo = np.clip(np.floor(pos).astype(int), 0, len(_RAMP) - 2)
-    frac = (pos - lo)[..., None]
-    return (_RAMP[lo] * (1 - frac) + _RAMP[lo + 1] * frac).astype(np.float32)
-
-
-def to_float(image: Image.Image) -> np.ndarray:
-    """PIL image -> RGB float32 ``[Y, X, 3]`` in [0, 1]."""
-    return np.asarray(image.convert("RGB"), dtype=np.float32) / 255.0
-
-
-def overlay(image: Image.Image, heat: Tensor | np.ndarray, alpha: float = 0.7) -> np.ndarray:
-    """The heat map blended over the image: weight ``alpha`` where attention is highest, 0 where lowest.
-
-    Shape: heat ``[Y, X]`` (the image's size) -> float32 ``[Y, X, 3]`` in [0, 1].
-    """
-    weight = alpha * _unit(heat)[..., None]
-    return ((1 - weight) * to_float(image) + weight * colorize(heat)).astype(np.float32)
-
-
-def panel(image: Image.Image, heat: Tensor | np.ndarray, mask: Tensor | np.ndarray, alpha: float = 0.7,
-          gap: int = 3) -> np.ndarray:
-    """``image | heat map | overlay | foreground mask`` side by side, white gaps between.
-
-    Shape: heat and mask ``[Y, X]`` -> float32 ``[Y, 4 X + 3 gap, 3]`` in [0, 1] (HWC; log it with
-    ``dataformats="HWC"``). Foreground is drawn black on white.
-    """
-    m = np.repeat(np.asarray(mask, dtype=np.float32)[..., None], 3, axis=2)
-    tiles = [to_float(image), colorize(heat), overlay(image, heat, alpha), 1.0 - m]
-    white = np.ones((tiles[0].shape[0], gap, 3), dtype=np.float32)
-    parts = [t for tile in tiles for t in (tile, white)][:-1]
-    return np.concatenate(parts, axis=1)
-
-
 def foreground_share(image: Image.Image, threshold: int = 230) -> float:
     """Fraction of the image's pixels that are foreground: the ASM that uniform attention would get."""
     return float(foreground_mask(image, threshold).float().mean())
@@ -86,14 +42,16 @@ def display_size(size: tuple[int, int], side: int) -> tuple[int, int]:
 
 
 def image_panel(image: Image.Image, maps: list[Tensor], grids: list[ImageGrid], index: int = 0, side: int = 256,
-                threshold: int = 230) -> np.ndarray:
-    """The :func:`panel` of image ``index`` for grid maps (e.g. ``AttentionScores.maps[n]``), drawn with the
-    longer side ``side`` px. The heat map is computed at that size (grid boxes are fractions of the image);
-    the mask is the scored one (from the original pixels), resized with nearest neighbours."""
+                threshold: int = 230, scale: HeatScale = HeatScale(), title: str | None = None) -> np.ndarray:
+    """The labelled :func:`~lit_grpo.heatmap.panel` (with its colour bar) of image ``index`` for grid maps
+    (e.g. ``AttentionScores.maps[n]``), tiles drawn with the longer side ``side`` px. The heat map is
+    computed at that size (grid boxes are fractions of the image); the mask is the scored one (from the
+    original pixels), resized with nearest neighbours. ``scale``: fixed (default, comparable across images
+    and checkpoints) or per image (:class:`~lit_grpo.heatmap.HeatScale`)."""
     w, h = display_size(image.size, side)
-    heat = image_heatmap(maps, grids, index, h, w)
+    heat = image_heatmap(maps, grids, index, h, w).numpy()
     mask = Image.fromarray(foreground_mask(image, threshold).numpy()).resize((w, h), Image.NEAREST)
-    return panel(image.convert("RGB").resize((w, h), Image.BICUBIC), heat, np.asarray(mask))
+    return panel(image.convert("RGB").resize((w, h), Image.BICUBIC), heat, np.asarray(mask), scale, title=title)
 
 
 # ----------------------------------------------------------------------------------------- one sample
@@ -123,9 +81,12 @@ class SampleAttention:
         w, h = size or self.sample.images[image].size
         return image_heatmap(self.grid_maps(token), self.grids, image, h, w)
 
-    def panel(self, image: int = 0, token: int | None = None, side: int = 256) -> np.ndarray:
-        """:func:`image_panel` of the completion's mean map, or of token ``token``'s own."""
-        return image_panel(self.sample.images[image], self.grid_maps(token), self.grids, image, side)
+    def panel(self, image: int = 0, token: int | None = None, side: int = 256, scale: HeatScale = HeatScale(),
+              title: str | None = None) -> np.ndarray:
+        """:func:`image_panel` of the completion's mean map, or of token ``token``'s own (fixed colour scale by
+        default, so panels of different samples, tokens and checkpoints compare)."""
+        return image_panel(self.sample.images[image], self.grid_maps(token), self.grids, image, side,
+                           scale=scale, title=title)
 
 
 @torch.no_grad()
@@ -215,24 +176,26 @@ def puzzle_rule(sample: Sample) -> str:
 
 def dataset_asm(model: nn.Module, processor, samples: Iterable[Sample], group_by: str | Callable = "domain",
                 template: str = "visualsphinx_seed", batch_size: int = 8, **kwargs) -> list[dict]:
-    """One record per sample: ``{"id", "group", "asm", "completion"}`` (greedy completions)."""
+    """One record per sample: ``{"id", "group", "asm", "foreground", "completion"}`` (greedy completions);
+    ``foreground`` is the mean foreground share of the sample's images, the ASM uniform attention would get."""
     key, samples, records = group_key(group_by), list(samples), []
     for i in range(0, len(samples), batch_size):
         chunk = samples[i:i + batch_size]
         for s, a in zip(chunk, batch_attention(model, processor, chunk, template, **kwargs)):
-            records.append({"id": s.id, "group": key(s), "asm": a.asm, "completion": a.completion})
+            fg = float(np.mean([foreground_share(im) for im in s.images])) if s.images else math.nan
+            records.append({"id": s.id, "group": key(s), "asm": a.asm, "foreground": fg, "completion": a.completion})
     return records
 
 
-def summarize(records: list[dict]) -> dict[str, dict[str, float]]:
-    """Per group: mean ASM, its standard error and the count (NaN ASMs skipped); ``"all"`` last, over the
-    distinct samples (by ``id``)."""
+def summarize(records: list[dict], key: str = "asm") -> dict[str, dict[str, float]]:
+    """Per group: the mean of ``key`` (the ASM, or e.g. ``foreground``), its standard error and the count (NaN
+    skipped); ``"all"`` last, over the distinct samples (by ``id``)."""
     groups: dict[str, list[float]] = {}
     for r in records:
-        if not math.isnan(r["asm"]):
-            groups.setdefault(r["group"], []).append(r["asm"])
+        if not math.isnan(r[key]):
+            groups.setdefault(r["group"], []).append(r[key])
     groups = dict(sorted(groups.items()))
-    once = {r.get("id", k): r["asm"] for k, r in enumerate(records)}  # a regrouped sample counts once in "all"
+    once = {r.get("id", k): r[key] for k, r in enumerate(records)}  # a regrouped sample counts once in "all"
     groups["all"] = [v for v in once.values() if not math.isnan(v)]
     out = {}
     for g, vs in groups.items():

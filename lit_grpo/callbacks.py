@@ -24,7 +24,7 @@ def _code(text: str) -> str:
 
 
 class CompletionSamples(L.Callback):
-    """Every ``every_n_steps`` optimizer steps, log a few prompts with their completions and rewards as text."""
+    """At every ``every_n_steps``-th training step, log a few prompts with their completions and rewards as text."""
 
     def __init__(self, every_n_steps: int = 10, num_prompts: int = 1, num_completions: int = 4):
         self.every_n_steps, self.num_prompts, self.num_completions = every_n_steps, num_prompts, num_completions
@@ -32,7 +32,7 @@ class CompletionSamples(L.Callback):
     @rank_zero_only
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        if not isinstance(outputs, dict) or "completions" not in outputs or batch_idx % self.every_n_steps:
+        if not isinstance(outputs, dict) or "completions" not in outputs or trainer.global_step % self.every_n_steps:
             return
         writer = getattr(trainer.logger, "experiment", None)
         if writer is None or not hasattr(writer, "add_text"):
@@ -49,24 +49,33 @@ class CompletionSamples(L.Callback):
 
 
 class AttentionOverlays(L.Callback):
-    """Every ``every_n_steps`` training steps, log attention overlays of a few completions and the ASM histogram.
+    """At every ``every_n_steps``-th training step, log attention overlays of a few completions and the ASM histogram.
 
-    Each overlay is one image per completion (and per image of its prompt): the prompt image, the
+    Each overlay is one labelled image per completion (and per image of its prompt): the prompt image, the
     final layer's attention on it (the completion's mean over its tokens, resized to the image), the
-    attention blended over the image, and the foreground mask (black = foreground, i.e. some RGB
-    channel < 230), drawn ``side`` pixels along the longer side. Colours are scaled from the least to
-    the most attended pixel of each image (a nearly uniform map still shows its contrast). Tags:
-    ``train/attention/overlay/<j>`` (``<j>_<k>`` for a prompt's k-th image) and the histogram ``train/attention/asm``. Needs the
-    attention capture (the ``attention`` reward, or ``model.attention.enabled: true``); logs nothing otherwise.
+    attention blended over the image, and the foreground mask (black = foreground, i.e. some RGB channel
+    < 230), drawn ``side`` pixels along the longer side, with a colour bar on the right and the
+    completion's ASM and the ASM of uniform attention (the image's foreground share) on top. Attention is
+    drawn in multiples of uniform attention on a log scale: ``scale="fixed"`` (default) from ``vmin`` to
+    ``vmax`` for every image and step, so colours compare across images and checkpoints;
+    ``scale="image"`` stretches each map over its own range (the colour bar then shows that range). Tags:
+    ``train/rollout/attention/overlay/<j>`` (``<j>_<k>`` for a prompt's k-th image) and the histogram
+    ``train/rollout/attention/asm``. Needs the attention capture (the ``attention`` reward, or
+    ``model.attention.enabled: true``); logs nothing otherwise.
     """
 
-    def __init__(self, every_n_steps: int = 10, num_completions: int = 4, side: int = 256):
+    def __init__(self, every_n_steps: int = 10, num_completions: int = 4, side: int = 256, scale: str = "fixed",
+                 vmin: float = 0.125, vmax: float = 8.0):
+        from lit_grpo.heatmap import HeatScale
+
         self.every_n_steps, self.num_completions, self.side = every_n_steps, num_completions, side
+        self.scale = HeatScale(scale, vmin, vmax)
 
     @rank_zero_only
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        if not isinstance(outputs, dict) or outputs.get("attention") is None or batch_idx % self.every_n_steps:
+        if not isinstance(outputs, dict) or outputs.get("attention") is None \
+                or trainer.global_step % self.every_n_steps:
             return
         writer = getattr(trainer.logger, "experiment", None)
         if writer is None or not hasattr(writer, "add_image"):
@@ -75,16 +84,18 @@ class AttentionOverlays(L.Callback):
 
     def log_attention(self, writer, scores, samples, group_size: int, step: int) -> None:
         """Write the overlays and the histogram of ``scores`` (:class:`~lit_grpo.attention.AttentionScores`)."""
-        from lit_grpo.analysis import image_panel
+        from lit_grpo.analysis import foreground_share, image_panel
 
         asm = scores.asm[~torch.isnan(scores.asm)]
         if asm.numel():
-            writer.add_histogram("train/attention/asm", asm, step)
+            writer.add_histogram("train/rollout/attention/asm", asm, step)
         for j in range(min(self.num_completions, len(scores.maps))):
             images = samples[j // group_size].images
             for k, image in enumerate(images):
-                tag = f"train/attention/overlay/{j}" + (f"_{k}" if len(images) > 1 else "")
-                pic = image_panel(image, scores.maps[j], scores.grids[j], k, self.side)
+                tag = f"train/rollout/attention/overlay/{j}" + (f"_{k}" if len(images) > 1 else "")
+                title = (f"step {step}, completion {j}" + (f", image {k}" if len(images) > 1 else "")
+                         + f": ASM {float(scores.asm[j]):.3f} (uniform attention: {foreground_share(image):.3f})")
+                pic = image_panel(image, scores.maps[j], scores.grids[j], k, self.side, scale=self.scale, title=title)
                 writer.add_image(tag, pic, step, dataformats="HWC")  # float32 in [0, 1]: no double scaling
 
 

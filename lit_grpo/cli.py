@@ -4,18 +4,74 @@
 override is applied, so an override reaches the keys that interpolate it. Configs compose: later
 ``--config`` files override earlier ones. ``--ckpt_path`` loads weights only; the configuration keeps
 every setting (see :class:`GRPOCLI`).
+
+A mistake in the command line or a config is one ``error:`` line naming the key (exit status 2), found
+before any model work and before any log folder: keys are checked against the option types
+(:mod:`lit_grpo.cli_args`), inputs and API keys by :mod:`lit_grpo.preflight`. The optimizer is set only as
+``model.init_args.optimizer`` (Lightning's top-level ``--optimizer`` is refused, so what
+``hparams.yaml`` records is what runs).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
+import sys
 import warnings
 
-from lightning.pytorch.cli import LightningCLI
+import yaml
+from jsonargparse import ArgumentError
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from lit_grpo.cli_args import ConfigError, prepare_args, short_error
 from lit_grpo.data.datamodule import VLMDataModule
+from lit_grpo.progress import with_progress_bar
+from lit_grpo.rollout import refuse_sampling_option
+from lit_grpo.runs import StopAndResume, check_checkpoint_file, check_checkpoint_folders, written_checkpoints
+from lit_grpo.secrets import find_credentials, redact
+
+PROG = "python -m lit_grpo"
+UNKNOWN_SAMPLING_OPTION = re.compile(r"--sampling\.(\w+)|Group 'sampling' does not accept option '(\w+)'")
+"""How jsonargparse reports a ``sampling`` key the config class lacks (command line, config file)."""
+REFUSED_SAMPLING_OPTION = re.compile(r"sampling\.\w+ is (?:refused|not an option)[^\n]*")
+"""A refusal already written by the model's own (nested) parser."""
+
+
+def fail(message: str) -> None:
+    """Print ``error: <message>`` (API keys masked) as one line on stderr and exit with status 2."""
+    line = " ".join(redact(message).split())
+    sys.stderr.write(f"error: {line}\n")
+    sys.exit(2)
+
+
+class GRPOArgumentParser(LightningArgumentParser):
+    """jsonargparse's parser, with errors as one line (no usage screen, no dump of the parsed config), a
+    ``sampling`` option the loss cannot model (``repetition_penalty``, ``min_p``, ...) refused by name with the
+    reason, and a config that holds an API key refused before it is printed (``--print_config``) or saved."""
+
+    def error(self, message: str, ex: Exception | None = None):
+        refused, unknown = REFUSED_SAMPLING_OPTION.search(message), UNKNOWN_SAMPLING_OPTION.search(message)
+        if refused is not None or unknown is not None:
+            refusal = refused.group(0) if refused else refuse_sampling_option(unknown.group(1) or unknown.group(2))
+            if not self.exit_on_error:
+                raise ArgumentError(None, refusal) from ex
+            fail(refusal)
+        if not self.exit_on_error or os.environ.get("JSONARGPARSE_DEBUG"):
+            return super().error(message, ex)
+        fail(short_error(message))
+
+    def dump(self, cfg, *args, **kwargs) -> str:
+        text = super().dump(cfg, *args, **kwargs)
+        tree = yaml.safe_load(text)
+        whole = isinstance(tree, dict) and bool({"model", "data", "trainer"} & set(tree))  # not a nested part
+        held = find_credentials(tree) if whole else []
+        if held:
+            fail(f"{held[0]}: an API key never goes into a config (value not shown); export it and set the "
+                 "judge's api_key_env to the variable's NAME")
+        return text
 
 
 class GRPOCLI(LightningCLI):
@@ -30,17 +86,58 @@ class GRPOCLI(LightningCLI):
     def _parse_ckpt_path(self) -> None:
         """Keep the parsed configuration; do not merge the checkpoint's saved hyper-parameters over it."""
 
+    def instantiate_trainer(self, **kwargs):
+        """The trainer, with lit_grpo's progress bar unless one is configured (or the bar is off)."""
+        trainer = self._get(self.config_init, "trainer", default={})
+        kwargs.setdefault("callbacks", with_progress_bar(trainer.get("callbacks"), trainer.get("enable_progress_bar")))
+        return super().instantiate_trainer(**kwargs)
+
+    def _ckpt_path(self) -> str | None:
+        return self.config_init[self.subcommand].get("ckpt_path")
+
+    def instantiate_classes(self) -> None:
+        """Build model, data and trainer; a construction error is shown as itself, not inside jsonargparse's
+        "does not validate" report with a dump of the whole configuration (:func:`construction_error`)."""
+        try:
+            super().instantiate_classes()
+        except Exception as exc:
+            root = construction_error(exc)
+            if isinstance(root, (ValueError, KeyError, FileNotFoundError)):
+                fail(str(root.args[0]) if isinstance(root, KeyError) and root.args else str(root))
+            if root is exc:
+                raise
+            raise root from None
+
+    def parse_arguments(self, parser, args) -> None:
+        """Parse, then check the inputs (data paths, rewards, judge, templates, model folder, API keys) before
+        anything else runs: no seeding message, model work or log folder (:func:`lit_grpo.preflight.check_config`)."""
+        from lit_grpo.preflight import check_config
+
+        # as LightningCLI does, without its warning about ``args`` next to ``sys.argv`` (main() is called with
+        # ``args`` from Python: tests, notebooks)
+        from jsonargparse import Namespace
+
+        self.config = parser.parse_object(args) if isinstance(args, (dict, Namespace)) else parser.parse_args(args)
+        sub = self.config.get("subcommand")
+        check_config((self.config[sub] if sub else self.config).as_dict(), sub)
+
     def before_fit(self) -> None:
+        check_checkpoint_file(self._ckpt_path())
+        check_checkpoint_folders(self.trainer)
         evaluation = getattr(self.model, "evaluation", None)
-        if getattr(evaluation, "before_fit", False):
+        if getattr(evaluation, "before_fit", False) and self._ckpt_path() is None:  # a resumed run has its step 0
             self.trainer.validate(self.model, datamodule=self.datamodule, verbose=False)
+
+    def before_validate(self) -> None:
+        check_checkpoint_file(self._ckpt_path())
+
+    before_test = before_predict = before_validate
 
     def after_fit(self) -> None:
         trainer = self.trainer
         logdir = trainer.logger.log_dir if trainer.logger is not None else None
-        callback = trainer.checkpoint_callback
-        ckpt = (getattr(callback, "last_model_path", "") or getattr(callback, "best_model_path", "")
-                or getattr(callback, "dirpath", None))
+        written = written_checkpoints(trainer)
+        ckpt = ", ".join(written) or "none written"
         short = ""
         if 0 < trainer.max_steps and trainer.global_step < trainer.max_steps:
             short = (f"\nStopped early at step {trainer.global_step} of max_steps {trainer.max_steps} "
@@ -53,21 +150,41 @@ class GRPOCLI(LightningCLI):
         )
 
 
+def construction_error(exc: BaseException) -> BaseException:
+    """The error a constructor raised, under the reports jsonargparse wraps it in (each of which repeats the
+    parsed configuration)."""
+    while _is_wrapper(exc) and (exc.__cause__ or exc.__context__) is not None:
+        exc = exc.__cause__ or exc.__context__
+    return exc
+
+
+def _is_wrapper(exc: BaseException) -> bool:
+    text = str(exc)
+    return type(exc).__module__.startswith("jsonargparse") or "Does not validate against any of the" in text \
+        or "Problem with given class_path" in text
+
+
 def _comment_print_config(args: list[str]) -> list[str]:
     """A bare ``--print_config`` prints the commented config (field docstrings as YAML comments)."""
     return ["--print_config=comments" if a == "--print_config" else a for a in args]
 
 
 def main(args: list[str] | None = None) -> GRPOCLI:
-    import sys
+    """Run the CLI; a configuration mistake exits with status 2 and one ``error:`` line (see the module)."""
+    try:
+        return _main(args)
+    except ConfigError as exc:
+        fail(str(exc))
 
+
+def _main(args: list[str] | None) -> GRPOCLI:
     from jsonargparse import set_parsing_settings
 
     set_parsing_settings(docstring_parse_attribute_docstrings=True)
     if args is None:
-        sys.argv[1:] = _comment_print_config(sys.argv[1:])
+        sys.argv[1:] = prepare_args(_comment_print_config(sys.argv[1:]))
     else:
-        args = _comment_print_config(list(args))
+        args = prepare_args(_comment_print_config(list(args)))
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     # A checkpoint after the optimizer step is what a GRPO step should save; and a deprecation inside
     # Lightning's own pytree helper is not the user's to act on.
@@ -87,10 +204,20 @@ def main(args: list[str] | None = None) -> GRPOCLI:
         transformers.utils.logging.disable_progress_bar()
     except ImportError:  # pragma: no cover
         pass
-    return GRPOCLI(
-        datamodule_class=VLMDataModule,
-        subclass_mode_model=True,
-        parser_kwargs={"parser_mode": "omegaconf+"},
-        save_config_kwargs={"overwrite": True},
-        args=args,
-    )
+    stop = StopAndResume(command=["python", "-m", "lit_grpo", *(sys.argv[1:] if args is None else args)])
+    stop.install()
+    try:
+        return GRPOCLI(
+            datamodule_class=VLMDataModule,
+            subclass_mode_model=True,
+            parser_class=GRPOArgumentParser,
+            parser_kwargs={"parser_mode": "omegaconf+", "prog": PROG},
+            save_config_kwargs={"overwrite": True},
+            auto_configure_optimizers=False,  # one optimizer setting: model.init_args.optimizer
+            trainer_defaults={"callbacks": [stop]},
+            args=args,
+        )
+    except SIGTERMException:  # Lightning exits 0 after a SIGTERM; a stopped run is not a finished one
+        sys.exit(stop.exit_code)
+    finally:
+        stop.uninstall()

@@ -7,6 +7,7 @@ import dataclasses
 from typing import Any
 
 from lit_grpo.rewards import RewardSpec
+from lit_grpo.rewards.judge.base import JudgeConfig
 
 
 @dataclasses.dataclass
@@ -56,10 +57,14 @@ class EvalConfig:
     ``<stage>/<mode>/accuracy`` and tabulated by ``lit_grpo.callbacks.AccuracyTable``): ``accuracy``
     (paper protocol, MCQ), ``open_accuracy`` (paper protocol, open-ended, with ``pass_threshold``),
     ``phyx_official`` (PhyX rule mode), ``binary`` (VisualSphinx). When a configured reward (or metric) has
-    this label and ``scorer_kwargs`` is empty or equal to its kwargs, its values are reused (no second
-    judge call); otherwise the scorer is built with ``scorer_kwargs``."""
+    this label and ``scorer_kwargs`` and ``judge`` are empty or equal to its kwargs, its values are reused (no
+    second judge call); otherwise the scorer is built with ``scorer_kwargs`` and ``judge``."""
     scorer_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
-    """Options of the scorer (see its docstring), e.g. the ``judge`` of ``open_accuracy``."""
+    """Options of the scorer other than its judge (see its docstring), e.g. ``strict`` of ``rubric``."""
+    judge: JudgeConfig | None = None
+    """The judge of a judge-backed scorer (``open_accuracy``, ``rubric``), each option settable on its own
+    (``--model.init_args.evaluation.judge.num_judges=5``); ``None``: the configured reward's verdicts when it
+    is the scorer, else the scorer's default (the offline judge)."""
     pass_threshold: float | None = None
     """A score counts as correct (1) when at least this, else 0 (NaN stays "cannot score"); ``None`` keeps the
     scorer's value. For ``open_accuracy`` (jury correctness / 2), ``1.0`` = every juror says fully correct."""

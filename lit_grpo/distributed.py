@@ -42,3 +42,22 @@ def gather_objects(items: list) -> list:
     parts: list = [None] * size
     dist.all_gather_object(parts, list(items))
     return [x for part in parts for x in part]
+
+
+def weighted_mean(values: dict[str, float], weight: float) -> dict[str, float]:
+    """Each value's mean over ranks weighted by this rank's ``weight`` (e.g. its token count; 1.0 for a plain
+    mean); 0 where every weight is 0. The values themselves outside a process group."""
+    _, size = world()
+    if size == 1 or not values:
+        return dict(values)
+    sums = all_reduce_sum(torch.tensor([*(v * weight for v in values.values()), weight], dtype=torch.float64,
+                                       device=_device()))
+    total = sums[-1].item()
+    return {k: (sums[i].item() / total if total > 0 else 0.0) for i, k in enumerate(values)}
+
+
+def _device() -> torch.device:
+    """Where this rank's collectives run: its GPU under NCCL, else the CPU."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")

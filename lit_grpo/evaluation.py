@@ -21,6 +21,7 @@ from typing import Any, Callable
 from lit_grpo.data.phyx import DOMAINS, REASONING_TYPES
 from lit_grpo.data.sample import Sample
 from lit_grpo.registry import Registry
+from lit_grpo.rewards.judge.base import JudgeConfig
 from lit_grpo.rewards.parsing import extract_answer, extract_answer_letter, extract_boxed_official, extract_option_letter
 from lit_grpo.rewards.phyx import phyx_extract
 from lit_grpo.rewards.registry import RewardFn, RewardSpec, build_reward
@@ -50,21 +51,37 @@ def extracted_answer(scorer: str | None, text: str, answer_format: str) -> str |
     return extract_option_letter(found) if answer_format == "mcq" else found
 
 
-def build_scorer(scorer: str | None, kwargs: dict[str, Any], configured: list[RewardSpec]) -> RewardFn | None:
-    """The evaluation scorer ``scorer`` built with ``kwargs``, or ``None`` when there is no scorer or when a
-    ``configured`` reward (or metric) with that label and the same kwargs (or ``kwargs`` empty) already
-    computes it: its values are then reused, so a judge is not asked twice."""
+def build_scorer(scorer: str | None, kwargs: dict[str, Any], configured: list[RewardSpec],
+                 judge: JudgeConfig | None = None) -> RewardFn | None:
+    """The evaluation scorer ``scorer`` built with ``kwargs`` (and ``judge`` as its ``judge`` kwarg), or ``None``
+    when there is no scorer or when a ``configured`` reward (or metric) with that label and the same kwargs (or
+    none given) already computes it: its values are then reused, so a judge is not asked twice. Judge settings
+    compare as :class:`JudgeConfig` (a dict of the reward equals the typed judge holding the same values).
+
+    Raises:
+        ValueError: a judge given both in ``kwargs`` and as ``judge``.
+    """
     if scorer is None:
         return None
+    if judge is not None:
+        if "judge" in kwargs:
+            raise ValueError("the scorer's judge is given twice: in evaluation.scorer_kwargs and evaluation.judge")
+        kwargs = {**kwargs, "judge": judge}
     same = [s for s in configured if s.label == scorer]
-    if same and kwargs in ({}, same[0].kwargs):
+    if same and (kwargs == {} or _comparable(kwargs) == _comparable(same[0].kwargs)):
         return None
     return build_reward(RewardSpec(scorer, kwargs=kwargs))
 
 
+def _comparable(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with a ``judge`` dict as a :class:`JudgeConfig` (defaults filled in)."""
+    judge = kwargs.get("judge")
+    return {**kwargs, "judge": JudgeConfig.from_dict(judge)} if isinstance(judge, dict) else dict(kwargs)
+
+
 def correctness(scores: list[float | None], pass_threshold: float | None = None) -> list[float]:
-    """A scorer's values as the correctness of each completion: ``None`` and NaN stay NaN ("cannot score",
-    never wrong); with ``pass_threshold`` a score counts as correct (1.0) when it is at least the threshold,
+    """A scorer's values as the correctness of each completion: ``None``, NaN and +-inf become NaN ("cannot
+    score", never wrong); with ``pass_threshold`` a score counts as correct (1.0) when it is at least the threshold,
     else 0.0 (a graded scorer such as the jury's ``open_accuracy`` made 0/1); without, the score as is.
 
     >>> correctness([1.0, 5 / 6, 0.5, None], pass_threshold=1.0)
@@ -72,7 +89,7 @@ def correctness(scores: list[float | None], pass_threshold: float | None = None)
     """
     out = []
     for v in scores:
-        v = math.nan if v is None else float(v)
+        v = math.nan if v is None or not math.isfinite(float(v)) else float(v)
         out.append(v if math.isnan(v) or pass_threshold is None else float(v >= pass_threshold))
     return out
 

@@ -20,6 +20,7 @@ base grid, Idefics3's global image), ``"tiles"`` = the high-resolution tiles, ``
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from typing import Any, ClassVar
 
@@ -29,7 +30,7 @@ from transformers import Qwen2VLProcessor, SmolVLMProcessor
 from transformers.processing_utils import ProcessorMixin
 
 from lit_grpo.registry import Registry
-from lit_grpo.rollout import RowLayout, select_rows
+from lit_grpo.rollout import RowLayout, images_by_tokens, select_rows
 
 GRIDS = ("base", "tiles", "all")
 Box = tuple[float, float, float, float]
@@ -136,6 +137,32 @@ class Family(RowLayout):
             raise NotImplementedError("the final layer uses sliding-window attention, which the ASM does not model")
         return AttentionParts(attn.q_proj, attn.k_proj, lm.rotary_emb, float(attn.scaling), int(attn.head_dim))
 
+    per_image_keys: ClassVar[tuple[str, ...]] = ()
+    """Processor tensors with one entry per image (images of all rows in row order), not one per row."""
+
+    def images_per_row(self, inputs: dict[str, Any]) -> list[int]:
+        """How many images each row of ``inputs`` holds (families with :attr:`per_image_keys`)."""
+        raise NotImplementedError
+
+    def select(self, inputs: dict[str, Any], idx: Tensor, num_rows: int) -> dict[str, Any]:
+        """Rows ``idx`` of ``inputs``, each with exactly its own images (several per row included)."""
+        per_image = [k for k in self.per_image_keys if k in inputs]
+        out = select_rows({k: v for k, v in inputs.items() if k not in per_image}, idx, num_rows)
+        if not per_image:
+            return out
+        first = [0, *itertools.accumulate(self.images_per_row(inputs))]
+        images = torch.tensor([i for n in idx.tolist() for i in range(first[n], first[n + 1])], dtype=torch.long)
+        if len(images):  # rows without images: a text-only forward
+            out.update(self.select_images({k: inputs[k] for k in per_image}, images))
+        return out
+
+    def select_images(self, per_image: dict[str, Tensor], images: Tensor) -> dict[str, Tensor]:
+        """Images ``images`` (indices in row order) of the per-image tensors."""
+        return {k: v[images.to(v.device)] for k, v in per_image.items()}
+
+    def check_images(self, images_per_prompt: dict[str, int]) -> None:
+        """Any number of images per prompt: :meth:`select` splits per-image tensors by row."""
+
     def image_grids(self, inputs: dict[str, Any], image_sizes: list[list[tuple[int, int]]]) -> list[list[ImageGrid]]:
         """The grids of every row of ``inputs``; ``image_sizes[n]`` holds row ``n``'s ``(width, height)``s.
 
@@ -179,6 +206,17 @@ class LlavaNextFamily(Family):
     then the high-resolution tiles with a newline token ending each row (dropped here)."""
 
     model_types = ("llava_next",)
+    per_image_keys = ("pixel_values", "image_sizes")
+
+    def images_per_row(self, inputs):
+        counts = [self.image_tokens(h, w) for h, w in inputs["image_sizes"].tolist()]
+        return images_by_tokens((inputs["input_ids"] == self.config.image_token_index).sum(1).tolist(), counts)
+
+    def image_tokens(self, height: int, width: int) -> int:
+        """Image tokens of one image: the base grid, then the tiles with a newline ending each row."""
+        side = self.config.vision_config.image_size // self.config.vision_config.patch_size
+        th, tw = self.tile_shape(height, width)
+        return side * side + th * (tw + 1)
 
     def row_grids(self, ids, row, inputs, sizes):
         cfg = self.config
@@ -186,7 +224,7 @@ class LlavaNextFamily(Family):
         grids = []
         for k, ((start, length), (w, h)) in enumerate(zip(self.image_runs(ids, row, sizes), sizes)):
             th, tw = self.tile_shape(h, w)
-            if length != side * side + th * (tw + 1):
+            if length != self.image_tokens(h, w):
                 raise ValueError(f"row {row}, image {k}: {length} image tokens, expected {side}x{side} base + "
                                  f"{th}x({tw}+1) tiles for a {w}x{h} image")
             if self.grid in ("base", "all"):
@@ -215,12 +253,13 @@ class QwenVLFamily(Family):
 
     model_types = ("qwen2_vl", "qwen2_5_vl")
     processor_class = ImageOnlyQwenProcessor
+    per_image_keys = ("pixel_values", "image_grid_thw")
 
-    def images_per_row(self, ids: Tensor) -> list[int]:
-        return [len(runs(row.cpu(), self.config.image_token_id)) for row in ids]
+    def images_per_row(self, inputs):
+        return [len(runs(row.cpu(), self.config.image_token_id)) for row in inputs["input_ids"]]
 
     def row_grids(self, ids, row, inputs, sizes):
-        first = sum(self.images_per_row(inputs["input_ids"][:row]))
+        first = sum(self.images_per_row(inputs)[:row])
         merge = self.config.vision_config.spatial_merge_size
         grids = []
         for k, (start, length) in enumerate(runs(ids, self.config.image_token_id)):
@@ -231,19 +270,11 @@ class QwenVLFamily(Family):
             grids.append(ImageGrid(start + torch.arange(h * w).view(h, w), k))
         return grids
 
-    def select(self, inputs: dict[str, Any], idx: Tensor, num_rows: int) -> dict[str, Any]:
-        per_row = {k: v for k, v in inputs.items() if k not in ("pixel_values", "image_grid_thw")}
-        out = select_rows(per_row, idx, num_rows)
-        if "image_grid_thw" not in inputs:
-            return out
-        counts = self.images_per_row(inputs["input_ids"])
-        first = [0] + list(torch.tensor(counts).cumsum(0).tolist())
-        patches = inputs["image_grid_thw"].prod(-1)
-        offsets = [0] + patches.cumsum(0).tolist()
-        images = [i for n in idx.tolist() for i in range(first[n], first[n + 1])]
-        out["image_grid_thw"] = inputs["image_grid_thw"][images]
-        out["pixel_values"] = torch.cat([inputs["pixel_values"][offsets[i]:offsets[i + 1]] for i in images])
-        return out
+    def select_images(self, per_image, images):
+        thw, pixels = per_image["image_grid_thw"], per_image["pixel_values"]  # pixels: patches of every image
+        offsets = [0] + thw.prod(-1).cumsum(0).tolist()
+        return {"image_grid_thw": thw[images.to(thw.device)],
+                "pixel_values": torch.cat([pixels[offsets[i]:offsets[i + 1]] for i in images.tolist()])}
 
     def extend(self, inputs: dict[str, Any], completion_mask: Tensor) -> dict[str, Any]:
         if "mm_token_type_ids" in inputs:
@@ -308,6 +339,12 @@ class LlavaFamily(Family):
     (shortest edge resized to ``size``, then ``crop_size`` cut from the centre)."""
 
     model_types = ("llava",)
+    per_image_keys = ("pixel_values",)
+
+    def images_per_row(self, inputs):
+        tokens = (inputs["input_ids"] == self.config.image_token_index).sum(1).tolist()
+        images = inputs["pixel_values"].shape[0]
+        return images_by_tokens(tokens, [sum(tokens) // max(images, 1)] * images)  # every image: one crop's tokens
 
     def crop_box(self, width: int, height: int) -> Box:
         """Fractions of a ``width`` x ``height`` image that the resize + centre crop keeps."""
@@ -348,7 +385,9 @@ def row_layout(model: nn.Module, processor: Any = None) -> RowLayout:
     """How ``model``'s processor tensors are indexed by row: its family's layout, or the per-row default
     for a model outside the supported families (rollouts work for any model; only the ASM needs a family)."""
     model_type = getattr(unwrap(model).config, "model_type", None)
-    return FAMILIES.get(model_type)(unwrap(model).config, processor) if model_type in FAMILIES else RowLayout()
+    if model_type not in FAMILIES:
+        return RowLayout(model_type)
+    return FAMILIES.get(model_type)(unwrap(model).config, processor)
 
 
 def load_processor(path: str, **kwargs: Any):

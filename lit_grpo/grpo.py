@@ -21,6 +21,44 @@ LOG_RATIO_CLAMP = 20.0
 """Log-ratios are clamped to ``[-20, 20]`` before ``exp`` so a stale or masked token cannot overflow."""
 
 
+def scale_logits(logits: Tensor, temperature: float, suppress_ids: Tensor | None = None) -> Tensor:
+    """Next-token scores before truncation: ``suppress_ids`` (tokens the sampler never emits, e.g. image
+    placeholders) set to ``-inf``, then divided by ``temperature``. Shape: ``[n, V]`` -> ``[n, V]`` float32."""
+    scores = logits.float()
+    if suppress_ids is not None and suppress_ids.numel():
+        scores = scores.index_fill(-1, suppress_ids.to(scores.device), float("-inf"))
+    return scores / temperature
+
+
+def truncate_scores(scores: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor:
+    """Top-k, then top-p (nucleus) truncation of scaled scores: tokens outside the kept set get ``-inf``.
+
+    As transformers' ``TopKLogitsWarper`` and ``TopPLogitsWarper`` (one token always kept); ``top_k`` 0 and
+    ``top_p`` 1 keep every token. Shape: ``[n, V]`` -> ``[n, V]``.
+    """
+    if top_k and top_k > 0:
+        kth = torch.topk(scores, min(top_k, scores.shape[-1])).values[..., -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_scores, order = torch.sort(scores, descending=False)
+        cumulative = sorted_scores.softmax(-1).cumsum(-1)
+        remove = cumulative <= (1 - top_p)
+        remove[..., -1:] = False  # keep at least one token
+        scores = scores.masked_fill(remove.scatter(-1, order, remove), float("-inf"))
+    return scores
+
+
+def warp(logits: Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0,
+         suppress_ids: Tensor | None = None) -> Tensor:
+    """The sampled distribution's scores: suppressed ids removed, divided by ``temperature``, then top-k, then
+    top-p; nothing else. The sampler (both paths) draws from ``softmax`` of these, and
+    :func:`selective_log_softmax` gives the log-probs of the same function, so the two cannot drift apart.
+
+    Shape: ``[n, V]`` any float dtype -> ``[n, V]`` float32.
+    """
+    return truncate_scores(scale_logits(logits, temperature, suppress_ids), top_k, top_p)
+
+
 def selective_log_softmax(
     logits: Tensor,
     index: Tensor,
@@ -28,17 +66,23 @@ def selective_log_softmax(
     suppress_ids: Tensor | None = None,
     chunk_rows: int = 1024,
     with_entropy: bool = False,
+    *,
+    top_k: int = 0,
+    top_p: float = 1.0,
 ) -> tuple[Tensor, Tensor | None]:
-    """Log-probability of ``index`` under ``softmax(logits / temperature)``, row chunk by row chunk.
+    """Log-probability of ``index`` under ``softmax(warp(logits))`` (:func:`warp`: suppressed ids removed,
+    temperature, top-k, top-p: the distribution that was sampled), row chunk by row chunk.
 
-    Only ``chunk_rows x V`` float32 values exist at once, never the whole ``[N, T, V]`` in float32.
-    ``suppress_ids`` are token ids the sampler never emits (set to ``-inf`` by generation, e.g. image
-    placeholders); they are removed here too so the result is the log-prob of the distribution that
-    was actually sampled from.
+    Only ``chunk_rows x V`` float32 values exist at once, never the whole ``[N, T, V]`` in float32. A token
+    outside the kept set (possible after an update moved the policy, or by rounding at the top-p boundary)
+    gets the log-prob it would have with the kept set extended by it, ``s - log(sum_kept exp + exp s)``:
+    finite, with a finite gradient, and continuous as the token crosses the boundary. With ``top_k`` 0 and
+    ``top_p`` 1 this is ``log_softmax(logits / temperature)`` over the unsuppressed tokens.
 
     Shape:
         logits ``[N, T, V]`` (any float dtype), index ``[N, T]`` long -> logps ``[N, T]`` float32 and,
-        with ``with_entropy``, the entropy ``[N, T]`` float32 (nats, computed without grad).
+        with ``with_entropy``, the entropy ``[N, T]`` float32 of the warped distribution (nats, computed
+        without grad).
     Raises:
         ValueError: when ``temperature <= 0``.
     """
@@ -46,13 +90,17 @@ def selective_log_softmax(
         raise ValueError(f"temperature must be > 0 for log-probs, got {temperature}")
     n, t, v = logits.shape
     flat_logits, flat_index = logits.reshape(n * t, v), index.reshape(n * t)
+    truncating = bool(top_k and top_k > 0) or top_p < 1.0
     logps, entropies = [], []
     for start in range(0, n * t, chunk_rows):
-        chunk = flat_logits[start : start + chunk_rows].float() / temperature  # (c, V)
-        if suppress_ids is not None and suppress_ids.numel():
-            chunk = chunk.index_fill(1, suppress_ids.to(chunk.device), float("-inf"))
+        scaled = scale_logits(flat_logits[start : start + chunk_rows], temperature, suppress_ids)  # (c, V)
+        idx = flat_index[start : start + chunk_rows, None]  # (c, 1)
+        picked = scaled.gather(1, idx).squeeze(1)  # (c,)
+        chunk = truncate_scores(scaled, top_k, top_p) if truncating else scaled
         lse = torch.logsumexp(chunk, dim=-1)  # (c,)
-        picked = chunk.gather(1, flat_index[start : start + chunk_rows, None]).squeeze(1)
+        if truncating:  # a token outside the kept set joins it: finite and continuous at the boundary
+            outside = torch.isinf(chunk.gather(1, idx).squeeze(1))
+            lse = torch.logaddexp(lse, torch.where(outside, picked, torch.full_like(picked, float("-inf"))))
         logps.append(picked - lse)
         if with_entropy:
             with torch.no_grad():

@@ -15,26 +15,29 @@ from torchmetrics.aggregation import CatMetric
 
 
 def train_metrics(per_reward: dict[str, Tensor], total: Tensor, advantages: Tensor, group_size: int,
-                  completion_mask: Tensor, truncated: Tensor) -> dict[str, float]:
-    """The ``train/`` statistics of one rollout: reward (mean, mean within-group std, fraction of groups with zero
-    std, fraction unscorable), each reward's mean and std, advantage mean/std, completion length (mean, max,
-    fraction truncated). Shapes: ``total``/``advantages``/each reward ``[N]`` (NaN = unscorable, groups of
-    ``group_size`` contiguous), ``completion_mask`` ``[N, T]``, ``truncated`` ``[N]``."""
+                  lengths: Tensor, truncated: Tensor) -> dict[str, float]:
+    """The ``train/`` statistics of one rollout: the learning curves ``train/reward`` (mean), each reward's mean
+    and std and ``train/reward_std`` (mean within-group std), then the diagnostics under ``train/rollout/``
+    (fraction of groups with zero std, fraction unscorable, advantage mean/std, completion length: mean, max,
+    fraction truncated). Names sort the curves before the diagnostics in TensorBoard. Shapes:
+    ``total``/``advantages``/each reward ``[N]`` (NaN = unscorable, groups of ``group_size`` contiguous),
+    ``lengths`` ``[N]`` (tokens per completion), ``truncated`` ``[N]``. Pass every rank's completions (gathered
+    in rank order) for figures over the whole step."""
     groups = total.reshape(-1, group_size)
     valid_counts = (~torch.isnan(groups)).sum(1)
     group_std = torch.stack([row[~torch.isnan(row)].std() if c > 1 else torch.tensor(0.0)
                              for row, c in zip(groups, valid_counts)])
-    lengths = completion_mask.sum(1).float()
+    lengths = lengths.float()
     log = {
         "train/reward": torch.nanmean(total).item(),
         "train/reward_std": group_std.mean().item(),
-        "train/frac_reward_zero_std": (group_std == 0).float().mean().item(),
-        "train/frac_unscorable": torch.isnan(total).float().mean().item(),
-        "train/advantage/mean": advantages.mean().item(),
-        "train/advantage/std": advantages.std().item() if advantages.numel() > 1 else 0.0,
-        "train/completion_length/mean": lengths.mean().item(),
-        "train/completion_length/max": lengths.max().item(),
-        "train/completion_length/frac_truncated": truncated.float().mean().item(),
+        "train/rollout/frac_reward_zero_std": (group_std == 0).float().mean().item(),
+        "train/rollout/frac_unscorable": torch.isnan(total).float().mean().item(),
+        "train/rollout/advantage/mean": advantages.mean().item(),
+        "train/rollout/advantage/std": advantages.std().item() if advantages.numel() > 1 else 0.0,
+        "train/rollout/completion_length/mean": lengths.mean().item(),
+        "train/rollout/completion_length/max": lengths.max().item(),
+        "train/rollout/completion_length/frac_truncated": truncated.float().mean().item(),
     }
     for label, values in per_reward.items():
         ok = values[~torch.isnan(values)]

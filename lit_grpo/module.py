@@ -5,9 +5,14 @@ reward is configured it runs even with ``num_iterations == 1`` and ``beta == 0``
 decoder layer turn that same forward into the ASM column of the rewards (no second forward).
 
 Manual optimisation: every training step samples G completions for each of its B prompts and then makes
-``num_iterations`` optimizer steps on them, so ``trainer.global_step`` (and ``max_steps``, schedulers,
-``log_every_n_steps``) count optimizer steps = batches x ``num_iterations``. Rollout data lives in local
-variables of the step; callbacks see a small summary through the step's return value.
+``num_iterations`` optimizer updates on them (inner iterations, like PPO epochs). One counter, the training
+step = one rollout, drives everything: ``trainer.global_step``, ``max_steps``, the TensorBoard x-axis,
+``log_every_n_steps``, ``val_check_interval``, ``ModelCheckpoint(every_n_train_steps)``, checkpoint names
+and the lr scheduler (stepped once per rollout). Lightning counts every ``LightningOptimizer.step()``, so
+only a step's last update goes through it; the inner ones go through ``trainer.strategy.optimizer_step``
+on the raw optimizer (same precision plugin and hooks, no count). Every figure of step s is logged at
+x = s (``train/lr``: the lr its updates used), validation after step s at s, before training at 0. Rollout
+data lives in local variables of the step; callbacks see a small summary through the step's return value.
 """
 
 from __future__ import annotations
@@ -16,11 +21,12 @@ import contextlib
 import dataclasses
 import math
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import lightning as L
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
+from lightning.pytorch.core.optimizer import LightningOptimizer, do_nothing_closure
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
@@ -33,12 +39,14 @@ from lit_grpo.families import Family, row_layout
 from lit_grpo.grpo import group_advantages, grpo_loss
 from lit_grpo.hparams import flatten_hparams, log_flat_hparams
 from lit_grpo.metrics import PromptStats, train_metrics
-from lit_grpo.policy import PolicyConfig, ReferencePolicy, image_token_ids, load_policy, stop_token_ids
+from lit_grpo.policy import (PolicyConfig, ReferencePolicy, disable_dropout, image_token_ids, load_policy,
+                             stop_token_ids)
 from lit_grpo.prefix import rollout_logps, sample_rollout
 from lit_grpo.rewards import RewardSpec, build_rewards, required_columns, score_completions
-from lit_grpo.rng import collect_rng_states, set_rng_states
+from lit_grpo.rng import gather_rank_rng_states, restore_rank_rng_states, seed_rank_stream
 from lit_grpo.rollout import (Rollout, SamplingConfig, completion_logps, encode_prompts, repeat_rows,
                               sample_completions)
+from lit_grpo.runs import check_trainable_weights
 
 
 @dataclasses.dataclass
@@ -57,6 +65,9 @@ class ScoringPass:
 
 class GRPOModule(L.LightningModule):
     """GRPO on an image-text-to-text policy; see the module docstring for what a step is."""
+
+    dropout_free: ClassVar[bool] = True
+    """The policy runs without dropout (:func:`lit_grpo.policy.disable_dropout`): first importance ratio exactly 1."""
 
     def __init__(
         self,
@@ -83,7 +94,7 @@ class GRPOModule(L.LightningModule):
                 rollout); the plain path when off, for a model outside the supported families, or with
                 gradient checkpointing.
             optimizer: optimizer class and arguments (``class_path``/``init_args``).
-            lr_scheduler: optional scheduler, stepped once per optimizer step.
+            lr_scheduler: optional scheduler, stepped once per training step (rollout).
         """
         super().__init__()
         self.save_hyperparameters(logger=False)
@@ -92,12 +103,14 @@ class GRPOModule(L.LightningModule):
         self.cfg, self.sampling, self.evaluation = grpo, sampling, evaluation
         self.optimizer_factory, self.scheduler_factory = optimizer, lr_scheduler
         self.reward_specs = list(rewards)
-        self.reward_fns = build_rewards(self.reward_specs)
+        self.reward_fns = build_rewards(self.reward_specs, training=True)
         self.reward_weights = {s.label: s.weight for s in self.reward_specs}
         self.eval_fns = {**self.reward_fns, **build_rewards(list(evaluation.metrics))}
         self.scorer_fn = build_scorer(evaluation.scorer, evaluation.scorer_kwargs,
-                                      [*self.reward_specs, *evaluation.metrics])
+                                      [*self.reward_specs, *evaluation.metrics], evaluation.judge)
         self.policy, self.processor = load_policy(policy)
+        if self.dropout_free:
+            disable_dropout(self.policy, policy)
         self.layout = row_layout(self.policy, self.processor)
         self.perf = perf
         self.shared_family = self.layout if perf.share_prefix and isinstance(self.layout, Family) \
@@ -122,6 +135,7 @@ class GRPOModule(L.LightningModule):
 
     def rollout(self, batch: PromptBatch, group_size: int, greedy: bool = False,
                 temperature: float | None = None) -> Rollout:
+        self.layout.check_images({s.id: len(s.images) for s in batch.samples})
         enc = encode_prompts(self.processor, batch.messages, [s.images for s in batch.samples])
         cfg = self.sampling if temperature is None else dataclasses.replace(self.sampling, temperature=temperature)
         if self.shared_family is not None:  # each prompt prefilled once for its group
@@ -133,6 +147,12 @@ class GRPOModule(L.LightningModule):
         return sample_completions(self.policy, self.processor, prompt, cfg, self.stop_ids,
                                   self.suppress_ids.tolist(), greedy=greedy, layout=self.layout)
 
+    def sampled_distribution(self) -> dict[str, Any]:
+        """The sampler's settings that the log-probs model (:func:`lit_grpo.grpo.warp`): temperature, suppressed
+        image tokens, top-k, top-p."""
+        s = self.sampling
+        return dict(temperature=s.temperature, suppress_ids=self.suppress_ids, top_k=s.top_k, top_p=s.top_p)
+
     def micro_batches(self, n: int) -> list[slice]:
         size = self.cfg.micro_batch_size or n
         return [slice(i, min(i + size, n)) for i in range(0, n, size)]
@@ -143,7 +163,7 @@ class GRPOModule(L.LightningModule):
         log-probs (``num_iterations > 1``) and, with the attention capture on, the ASM from the same forward
         (SDPA kept; a full-sequence forward, never the shared prefix); then the reference pass (``beta > 0``).
         ``train=False`` (evaluation) skips log-probs."""
-        out, temp = ScoringPass(), self.sampling.temperature
+        out, warped = ScoringPass(), self.sampled_distribution()
         want_old = train and self.cfg.num_iterations > 1
         if want_old or self.attention_scorer is not None:
             images = [s.images for s in batch.samples for _ in range(group_size)]
@@ -151,18 +171,18 @@ class GRPOModule(L.LightningModule):
             for s in self.micro_batches(rollout.num_completions):
                 scorer = self.attention_scorer
                 if scorer is None:
-                    old.append(rollout_logps(self.policy, rollout, s, temp, self.suppress_ids)[0])
+                    old.append(rollout_logps(self.policy, rollout, s, **warped)[0])
                     continue
                 rows = rollout.rows(s)
                 with scorer.capture(self.policy, rows) as cap:
-                    old.append(completion_logps(self.policy, rows, temp, self.suppress_ids)[0])
+                    old.append(completion_logps(self.policy, rows, **warped)[0])
                 if cap is not None:
                     attention.append(scorer.score(cap, rows, images[s]))
             out.old_logps = torch.cat(old) if want_old else None
             out.attention = AttentionScores.cat(attention) if attention else None
         if train and self.reference is not None:
             with self.reference.model_context(self.policy) as ref_model:
-                out.ref_logps = torch.cat([rollout_logps(ref_model, rollout, s, temp, self.suppress_ids)[0]
+                out.ref_logps = torch.cat([rollout_logps(ref_model, rollout, s, **warped)[0]
                                            for s in self.micro_batches(rollout.num_completions)])
         return out
 
@@ -223,9 +243,11 @@ class GRPOModule(L.LightningModule):
         all_total = D.all_gather_cat(total.to(self.device)).cpu()  # (W * N,)
         advantages = group_advantages(all_total, g, self.cfg.scale_rewards, self.cfg.advantage_eps)
         local_adv = advantages.reshape(world, -1)[rank].to(self.device)  # (N,)
+        lr = self._lr()  # the lr this step's updates use (the scheduler steps after them)
         stats = self.update(rollout, local_adv, scored.old_logps, scored.ref_logps)
         elapsed = time.perf_counter() - start
-        self.log_train(per_reward, all_total, advantages, rollout, stats, len(all_total) / elapsed, reward_metrics)
+        self.log_train(per_reward, all_total, advantages, rollout, stats, len(all_total) / elapsed, reward_metrics,
+                       lr)
         return {"prompts": [m for m in batch.messages], "completions": rollout.completions,
                 "rewards": {k: v.tolist() for k, v in per_reward.items()}, "total": total.tolist(),
                 "advantages": local_adv.tolist(), "answers": [s.answer for s in batch.samples], "group_size": g,
@@ -239,20 +261,29 @@ class GRPOModule(L.LightningModule):
 
     def update(self, rollout: Rollout, advantages: Tensor, old_logps: Tensor | None,
                ref_logps: Tensor | None) -> dict[str, float]:
-        """``num_iterations`` optimizer steps over one rollout."""
+        """``num_iterations`` optimizer updates over one rollout (one training step), then one scheduler step."""
         opt, sched = self.optimizers(), self.lr_schedulers()
         totals: dict[str, float] = {}
-        for _ in range(self.cfg.num_iterations):
+        for i in range(self.cfg.num_iterations):
             opt.zero_grad()
             stats = self.accumulate_gradients(rollout, advantages, old_logps, ref_logps)
             clip = self.cfg.max_grad_norm if self.cfg.max_grad_norm is not None else math.inf
             stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.trainable_parameters(), clip))
-            opt.step()
-            if sched is not None:
-                sched.step()
+            self._optimizer_step(opt, last=i == self.cfg.num_iterations - 1)
             for k, v in stats.items():
                 totals[k] = totals.get(k, 0.0) + v / self.cfg.num_iterations
+        if sched is not None:
+            sched.step()
         return totals
+
+    def _optimizer_step(self, opt, last: bool) -> None:
+        """One update. Only a step's last update goes through the ``LightningOptimizer``, whose calls Lightning
+        counts as ``global_step``; an inner one steps the raw optimizer through the strategy (precision plugin
+        and ``on_before_optimizer_step`` hooks as usual)."""
+        if last or not isinstance(opt, LightningOptimizer):
+            opt.step()
+        else:
+            self.trainer.strategy.optimizer_step(opt.optimizer, do_nothing_closure, model=self)
 
     def accumulate_gradients(self, rollout: Rollout, advantages: Tensor, old_logps: Tensor | None,
                              ref_logps: Tensor | None) -> dict[str, float]:
@@ -272,8 +303,8 @@ class GRPOModule(L.LightningModule):
         stats = dict.fromkeys(("loss", "kl", "clip_ratio_low", "clip_ratio_high", "clip_ratio", "entropy"), 0.0)
         for k, s in enumerate(chunks):
             with self._backward_sync(last=k == len(chunks) - 1):
-                logps, entropy = rollout_logps(self.policy, rollout, s, self.sampling.temperature,
-                                               self.suppress_ids, with_entropy=True)
+                logps, entropy = rollout_logps(self.policy, rollout, s, with_entropy=True,
+                                               **self.sampled_distribution())
                 loss, st = grpo_loss(
                     logps, old_logps[s] if old_logps is not None else logps.detach(), advantages[s], mask[s],
                     ref_logps=ref_logps[s] if ref_logps is not None else None, beta=self.cfg.beta,
@@ -286,7 +317,9 @@ class GRPOModule(L.LightningModule):
             stats["entropy"] += (entropy * mask[s]).sum().item() / tokens
             for key in ("kl", "clip_ratio_low", "clip_ratio_high", "clip_ratio"):
                 stats[key] += st[key].item() * share
-        return stats
+        # over all ranks: each rank's loss is its share of the step's loss times W, the rest are token means
+        loss = D.weighted_mean({"loss": stats.pop("loss")}, 1.0)
+        return {**loss, **D.weighted_mean(stats, float(mask.sum()))}
 
     def _backward(self, loss: Tensor) -> None:
         if self._trainer is None:  # used outside a Trainer (tests, notebooks)
@@ -299,25 +332,38 @@ class GRPOModule(L.LightningModule):
 
     def log_train(self, per_reward: dict[str, Tensor], total: Tensor, advantages: Tensor, rollout: Rollout,
                   stats: dict[str, float], completions_per_s: float,
-                  reward_metrics: dict[str, float] | None = None) -> None:
-        log = train_metrics(per_reward, total, advantages, self.sampling.num_generations, rollout.completion_mask,
-                            rollout.truncated)
-        log["train/lr"] = self.optimizers().param_groups[0]["lr"]
-        log["train/completions_per_second"] = completions_per_s
-        log.update({f"train/{k}": v for k, v in stats.items()})
+                  reward_metrics: dict[str, float] | None = None, lr: float | None = None) -> None:
+        """Log the ``train/`` figures over every rank's completions (``total``, ``advantages`` gathered, ``stats``
+        reduced over ranks already; judge call statistics in ``reward_metrics`` are this rank's) at x = this step's
+        number; ``lr`` is the learning rate the step's updates used."""
+
+        def gather(x: Tensor) -> Tensor:  # every rank's rows, in rank order
+            return D.all_gather_cat(x.to(self.device)).cpu()
+
+        log = train_metrics({k: gather(v) for k, v in per_reward.items()}, total, advantages,
+                            self.sampling.num_generations, gather(rollout.completion_mask.sum(1)),
+                            gather(rollout.truncated.float()))
+        log["train/update/lr"] = self._lr() if lr is None else lr
+        log["train/rollout/completions_per_second"] = completions_per_s
+        log.update({f"train/update/{k}": v for k, v in stats.items()})
         log.update({f"train/reward/{k}": v for k, v in (reward_metrics or {}).items()})
         self.log_dict({k: v for k, v in log.items() if k != "train/reward"}, on_step=True, batch_size=len(total))
         self.log("train/reward", log["train/reward"], on_step=True, prog_bar=True, batch_size=len(total))
-        self._warn_if_no_signal(log["train/frac_reward_zero_std"])
+        if self._trainer is not None:  # the x-axis: this step's number (Lightning's default: the one before)
+            self.log("step", float(self.trainer.global_step), on_step=True, batch_size=len(total))
+        self._warn_if_no_signal(log["train/rollout/frac_reward_zero_std"])
+
+    def _lr(self) -> float:
+        return self.optimizers().param_groups[0]["lr"]
 
     def _warn_if_no_signal(self, frac_zero_std: float, patience: int = 10) -> None:
         """Warn once when every group had equal rewards for ``patience`` steps in a row (zero advantages)."""
         self._no_signal = getattr(self, "_no_signal", 0) + 1 if frac_zero_std == 1.0 else 0
         if self._no_signal == patience:
             rank_zero_warn(f"for {patience} steps in a row every group's completions got equal rewards "
-                           "(train/frac_reward_zero_std = 1): every advantage and the loss are 0 and the policy does "
-                           "not change. Does the policy ever earn the reward (e.g. follow its answer format; warm-start "
-                           "it), and can the reward tell completions apart?")
+                           "(train/rollout/frac_reward_zero_std = 1): every advantage and the loss are 0 and the policy "
+                           "does not change. Does the policy ever earn the reward (e.g. follow its answer format; "
+                           "warm-start it), and can the reward tell completions apart?")
 
     # ----------------------------------------------------------------- evaluation
     def eval_modes(self) -> list[tuple[str, int, bool, float | None]]:
@@ -359,6 +405,8 @@ class GRPOModule(L.LightningModule):
         for key, (mean, se, _) in self.eval_stats.compute(f"{stage}/").items():
             self.log(key, mean)
             self.log(f"{key}_se", se)
+        if stage == "val":  # plotted at the step it evaluates (Lightning's default: the one before)
+            self.log("step", float(self.trainer.global_step))
 
     def validation_step(self, batch: PromptBatch, batch_idx: int) -> None:
         self._eval_step(batch, "val", batch_idx)
@@ -382,6 +430,10 @@ class GRPOModule(L.LightningModule):
             return opt
         return {"optimizer": opt, "lr_scheduler": {"scheduler": self.scheduler_factory(opt), "interval": "step"}}
 
+    def setup(self, stage: str) -> None:
+        if stage == "fit":  # after the model is built: each rank samples from its own stream (seed + rank)
+            seed_rank_stream()
+
     def on_fit_start(self) -> None:
         if self.logger is not None:
             log_flat_hparams(self.logger, flatten_hparams(self.hparams),
@@ -392,16 +444,15 @@ class GRPOModule(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Keep only trainable policy weights (just the adapter with LoRA; frozen weights are rebuilt from
-        ``name_or_path``) and save the RNG states for resuming."""
+        ``name_or_path``) and save every rank's RNG states for resuming."""
         keep = self._trainable_names()
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items()
                                     if not k.startswith("policy.") or k in keep}
-        checkpoint["rng_states"] = collect_rng_states()
+        checkpoint["rng_states"] = gather_rank_rng_states()  # every rank's own stream
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        missing = sorted(self._trainable_names() - set(checkpoint["state_dict"]))
-        if missing:
-            raise KeyError(f"checkpoint lacks {len(missing)} trainable weights, e.g. {missing[:3]}; "
-                           "was it written for another model or LoRA setting?")
+        """Refuse policy weights that are not exactly this run's trainable ones (loading is not strict); restore
+        the RNG states."""
+        check_trainable_weights(checkpoint["state_dict"], self._trainable_names(), prefix="policy.")
         if "rng_states" in checkpoint:
-            set_rng_states(checkpoint["rng_states"])
+            restore_rank_rng_states(checkpoint["rng_states"])

@@ -10,12 +10,16 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import difflib
+import os
+import re
 from pathlib import Path
 from typing import Iterator
 
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
-from transformers import AutoModelForImageTextToText
+from transformers import AutoModelForImageTextToText, PretrainedConfig
 
 from lit_grpo.embedded.model import EmbeddedModelConfig, save_embedded_vlm
 from lit_grpo.families import load_processor
@@ -37,7 +41,7 @@ class LoRAConfig:
     alpha: int = 32
     """Scaling numerator (``lora_alpha``)."""
     dropout: float = 0.0
-    """Dropout on the adapter input."""
+    """Dropout on the adapter input (SFT only: GRPO runs the policy without dropout, see ``disable_dropout``)."""
     target_modules: str | list[str] = LANGUAGE_MODEL_ATTENTION
     """Regex (full match on module names) or list of names; the default keeps the vision tower out."""
     adapter_path: str | None = None
@@ -49,7 +53,8 @@ class PolicyConfig:
     """Which model to train and how."""
 
     name_or_path: str = "ibm-granite/granite-vision-3.3-2b"
-    """Hub id or local folder of an image-text-to-text model (``AutoModelForImageTextToText``)."""
+    """Hub id ``owner/name`` or local folder of an image-text-to-text model (``AutoModelForImageTextToText``); how
+    the two are told apart: :func:`check_model_path`."""
     dtype: str = "float32"
     """Weights dtype: ``float32``, ``bfloat16`` or ``float16``."""
     gradient_checkpointing: bool = False
@@ -68,19 +73,38 @@ class PolicyConfig:
     """Tokens that end a completion besides EOS and the chat template's end-of-turn token."""
 
 
-def _refuse_missing_folder(path: str) -> None:
-    """A ``name_or_path`` that can only be a local folder (absolute, ``./``, ``~``, or under an existing local
-    folder such as ``checkpoints/``) must exist: otherwise it would be tried as a hub id, over the network.
+def check_model_path(path: str, local_files_only: bool = False, name: str = "model folder") -> None:
+    """Refuse a ``name_or_path`` that is neither an existing folder nor a usable hub id, before any download.
+
+    A local folder: an existing folder, or a path starting with ``/``, ``.`` or ``~``, with more than one
+    ``/``, or whose first part is a folder here (``checkpoints/x``). Otherwise ``owner/name`` is a hub id,
+    except that an ``owner`` that is a near-spelling of a folder here (``chekpoints/demo`` next to
+    ``checkpoints/``) is refused as a misspelt folder; offline (``HF_HUB_OFFLINE=1`` or
+    ``local_files_only``) a hub id must be in the local hub cache.
 
     Raises:
-        FileNotFoundError: naming the folder.
+        FileNotFoundError: naming the folder (and the folder it was probably meant to be).
     """
     p = Path(path).expanduser()
-    local = path.startswith((".", "/", "~")) or (len(p.parts) > 1 and p.parent.is_dir())
-    if local and not p.is_dir():
-        raise FileNotFoundError(f"model folder {path!r} does not exist ({p.resolve()}); give a folder saved with "
-                                "save_pretrained (e.g. checkpoints/demo) or a hub id such as "
-                                "ibm-granite/granite-vision-3.3-2b")
+    if p.is_dir():
+        return
+    parts = path.split("/")
+    hub_shaped = (len(parts) == 2 and not path.startswith((".", "/", "~"))
+                  and all(re.fullmatch(r"[\w.\-]+", x) for x in parts) and not Path(parts[0]).exists())
+    if not hub_shaped:
+        raise FileNotFoundError(f"{name} {path!r} does not exist ({p.resolve()}); give a folder saved with "
+                                "save_pretrained (e.g. checkpoints/demo) or a hub id owner/name")
+    here = [d.name for d in Path(".").iterdir() if d.is_dir() and not d.name.startswith(".")]
+    near = difflib.get_close_matches(parts[0], here, n=1, cutoff=0.8)
+    if near:
+        raise FileNotFoundError(f"{name} {path!r} does not exist (did you mean {near[0]}/{parts[1]}?); a hub id "
+                                f"owner/name whose owner is spelt like a folder here is taken for a misspelt folder")
+    if local_files_only or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        from huggingface_hub import try_to_load_from_cache
+
+        if not isinstance(try_to_load_from_cache(path, "config.json"), str):
+            raise FileNotFoundError(f"{name} {path!r} is no folder here, and as a hub id it is not in the local hub "
+                                    "cache (offline: HF_HUB_OFFLINE or local_files_only)")
 
 
 def load_policy(cfg: PolicyConfig) -> tuple[nn.Module, object]:
@@ -95,7 +119,7 @@ def load_policy(cfg: PolicyConfig) -> tuple[nn.Module, object]:
     path = cfg.name_or_path
     if cfg.embedded is not None and not (Path(path) / "config.json").is_file():
         save_embedded_vlm(path, cfg.embedded)
-    _refuse_missing_folder(path)
+    check_model_path(path, cfg.local_files_only)
     kw = {"local_files_only": cfg.local_files_only}
     model = AutoModelForImageTextToText.from_pretrained(
         path, dtype=DTYPES[cfg.dtype], attn_implementation=cfg.attn_implementation, **kw
@@ -117,6 +141,34 @@ def load_policy(cfg: PolicyConfig) -> tuple[nn.Module, object]:
             model.enable_input_require_grads()
     model.config.use_cache = False
     return model.train(), processor
+
+
+def disable_dropout(model: nn.Module, cfg: PolicyConfig | None = None) -> None:
+    """Turn every dropout of ``model`` off: ``nn.Dropout`` modules (LoRA's included) get ``p = 0``, and float
+    attributes named ``*dropout*`` of its modules (attention dropout read at forward time) and of its configs
+    (sub-configs included) become 0; a LoRA dropout configured in ``cfg`` gets a one-line warning.
+
+    GRPO needs it (as TRL does): the scoring pass and the first update must run the same policy, so that the
+    first iteration's importance ratio is exactly 1; with dropout they are two different random sub-networks.
+    """
+    if cfg is not None and cfg.lora is not None and cfg.lora.dropout > 0:
+        rank_zero_warn(f"policy.lora.dropout {cfg.lora.dropout} is not applied: GRPO runs the policy without dropout "
+                       "(the scoring pass and the update must see the same policy)")
+    for module in model.modules():
+        if isinstance(module, nn.modules.dropout._DropoutNd):
+            module.p = 0.0
+        for name, value in list(vars(module).items()):
+            if "dropout" in name and isinstance(value, float):
+                setattr(module, name, 0.0)
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    configs = [inner.config]
+    while configs:
+        config = configs.pop()
+        for name, value in list(vars(config).items()):
+            if isinstance(value, PretrainedConfig):
+                configs.append(value)
+            elif "dropout" in name and isinstance(value, float):
+                setattr(config, name, 0.0)
 
 
 def is_vision_parameter(name: str) -> bool:

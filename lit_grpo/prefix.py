@@ -16,7 +16,7 @@ completion (sampling, scoring, reference, update). Two optimisations, each exact
   over prompt + completion and positions continuing the prompt's (Qwen: the last prompt position + 1 on all
   three M-RoPE axes, as the model's own rope index gives text tokens). The completion's first token is
   predicted by the prompt's last hidden state. Sampling: prefill once per prompt, expand the cache G times,
-  decode (suppressed tokens, temperature, top-k, top-p as ``generate`` applies them).
+  decode with :func:`lit_grpo.grpo.warp` (suppressed tokens, temperature, top-k, top-p: the function the log-probs use).
 
 The attention reward's capture needs one full-sequence forward (its hooks read the final layer's queries
 and keys over prompt + completion), so the scoring pass that carries the capture takes the plain path
@@ -36,7 +36,7 @@ from torch import Tensor, nn
 from transformers import DynamicCache
 
 from lit_grpo.families import Family, unwrap
-from lit_grpo.grpo import selective_log_softmax
+from lit_grpo.grpo import selective_log_softmax, warp
 from lit_grpo.rollout import Rollout, build_rollout, completion_logps
 
 
@@ -144,7 +144,8 @@ def prefill(model: nn.Module, prompts: PromptCache, rows: Tensor) -> tuple[Tenso
 
 def shared_prefix_logps(model: nn.Module, prompts: PromptCache, rows: Tensor,
                         completion_ids: Tensor, completion_mask: Tensor, temperature: float,
-                        suppress_ids: Tensor | None = None, with_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
+                        suppress_ids: Tensor | None = None, with_entropy: bool = False, *, top_k: int = 0,
+                        top_p: float = 1.0) -> tuple[Tensor, Tensor | None]:
     """Per-token log-probs of completion rows ``rows`` (indices into the rollout) with the prompt run once.
 
     Equal to :func:`lit_grpo.rollout.completion_logps` on the same rows. Shape: completion_ids/mask ``[n, T]``
@@ -157,28 +158,8 @@ def shared_prefix_logps(model: nn.Module, prompts: PromptCache, rows: Tensor,
              position_ids=_next_positions(pos, t), cache=cache, use_cache=True)
     hidden = torch.cat([last[:, None], out.last_hidden_state[:, :-1]], 1)  # (n, T, H): state before each token
     logits = unwrap(model).get_output_embeddings()(hidden)
-    return selective_log_softmax(logits, completion_ids, temperature, suppress_ids, with_entropy=with_entropy)
-
-
-def warp(logits: Tensor, temperature: float, top_k: int, top_p: float, suppress_ids: Tensor | None) -> Tensor:
-    """Next-token scores as ``generate`` processes them: suppressed ids to -inf, / temperature, top-k, top-p.
-
-    Shape: ``[n, V]`` float32 -> ``[n, V]``.
-    """
-    scores = logits.float()
-    if suppress_ids is not None and suppress_ids.numel():
-        scores = scores.index_fill(1, suppress_ids.to(scores.device), float("-inf"))
-    scores = scores / temperature
-    if top_k and top_k > 0:
-        kth = torch.topk(scores, min(top_k, scores.shape[-1])).values[..., -1:]
-        scores = scores.masked_fill(scores < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_scores, order = torch.sort(scores, descending=False)
-        cumulative = sorted_scores.softmax(-1).cumsum(-1)
-        remove = cumulative <= (1 - top_p)
-        remove[..., -1:] = False  # keep at least one token
-        scores = scores.masked_fill(remove.scatter(1, order, remove), float("-inf"))
-    return scores
+    return selective_log_softmax(logits, completion_ids, temperature, suppress_ids, with_entropy=with_entropy,
+                                 top_k=top_k, top_p=top_p)
 
 
 @torch.no_grad()
@@ -230,11 +211,13 @@ def sample_rollout(model: nn.Module, processor, prompt: dict[str, Tensor], group
 
 
 def rollout_logps(model: nn.Module, rollout: Rollout, rows: slice, temperature: float,
-                  suppress_ids: Tensor | None = None, with_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
+                  suppress_ids: Tensor | None = None, with_entropy: bool = False, *, top_k: int = 0,
+                  top_p: float = 1.0) -> tuple[Tensor, Tensor | None]:
     """Log-probs ``[n, T]`` of the completions ``rows`` of ``rollout``: the prompt run once per prompt when the
     rollout carries its shared prompts, else the plain forward over every row's prompt + completion."""
     if rollout.shared is None:
-        return completion_logps(model, rollout.rows(rows), temperature, suppress_ids, with_entropy)
+        return completion_logps(model, rollout.rows(rows), temperature, suppress_ids, with_entropy,
+                                top_k=top_k, top_p=top_p)
     idx = torch.arange(rollout.num_completions, device=rollout.completion_ids.device)[rows]
     return shared_prefix_logps(model, rollout.shared, idx, rollout.completion_ids[idx], rollout.completion_mask[idx],
-                               temperature, suppress_ids, with_entropy)
+                               temperature, suppress_ids, with_entropy, top_k=top_k, top_p=top_p)

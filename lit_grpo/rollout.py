@@ -1,18 +1,26 @@
 """Rollouts: encode prompts, sample G completions per prompt, stop-token masks, and completion log-probs.
 
+The sampling contract: completions are drawn from :func:`lit_grpo.grpo.warp` of the policy's logits
+(suppressed image tokens removed, divided by the temperature, then top-k, then top-p) and from nothing else,
+whatever the checkpoint's ``generation_config`` carries (repetition penalty, ``min_p``, bad words, forced
+tokens, a minimum length...: none of them is applied); the log-probs the loss uses are those of the same
+function (:func:`lit_grpo.grpo.selective_log_softmax`).
+
 Shapes: ``B`` prompts, ``G`` group size, ``N = B * G``, ``P`` prompt tokens (left-padded), ``T``
 completion tokens, ``V`` vocabulary.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from torch import Tensor, nn
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
-from lit_grpo.grpo import selective_log_softmax
+from lit_grpo.grpo import selective_log_softmax, warp
 
 
 @dataclasses.dataclass
@@ -24,11 +32,23 @@ class SamplingConfig:
     temperature: float = 1.0
     """Sampling temperature; log-probs use the same temperature."""
     top_p: float = 1.0
-    """Nucleus sampling mass."""
+    """Nucleus sampling mass (applied after top-k); the log-probs model it."""
     top_k: int = 0
-    """Top-k sampling (0 = off)."""
+    """Top-k sampling (0 = off); the log-probs model it."""
     max_completion_length: int = 512
     """Most tokens a completion may have."""
+
+
+def refuse_sampling_option(name: str) -> str:
+    """The one-line refusal of a ``sampling`` option that :class:`SamplingConfig` does not have: a generation
+    option (``repetition_penalty``, ``min_p``, ...) changes the sampled distribution in a way the loss's
+    log-probs do not model, so it is refused rather than silently trained off-policy."""
+    options = ", ".join(f.name for f in dataclasses.fields(SamplingConfig))
+    if name in GenerationConfig().to_dict():
+        return (f"sampling.{name} is refused: the loss cannot model it (its log-probs are those of temperature, "
+                f"top-k and top-p only, so sampling with {name} would train on a distribution other than the one "
+                f"sampled); sampling options: {options}")
+    return f"sampling.{name} is not an option; sampling options: {options}"
 
 
 @dataclasses.dataclass
@@ -77,9 +97,28 @@ class RowLayout:
     :meth:`select` and :meth:`extend` (see :mod:`lit_grpo.families`).
     """
 
+    def __init__(self, model_type: str | None = None):
+        self.model_type = model_type
+
     def select(self, inputs: dict[str, Any], idx: Tensor, num_rows: int) -> dict[str, Any]:
         """Rows ``idx`` of ``inputs`` (``num_rows`` rows)."""
         return select_rows(inputs, idx, num_rows)
+
+    def check_images(self, images_per_prompt: dict[str, int]) -> None:
+        """Refuse prompts whose images this layout cannot give to the right rows: per-row indexing gives every row
+        its own images only when every prompt has exactly one (or none has any). ``images_per_prompt``: sample
+        id -> number of images. Families that split per-image tensors by row take any number.
+
+        Raises:
+            ValueError: naming the sample, its image count and the model type.
+        """
+        counts = set(images_per_prompt.values())
+        if counts <= {1} or counts <= {0}:
+            return
+        sample, n = next((k, v) for k, v in images_per_prompt.items() if v != 1)
+        raise ValueError(f"sample {sample!r} has {n} image(s) in a batch of prompts with one: model type "
+                         f"{self.model_type!r} is outside the supported families, whose images can be split by row "
+                         "only with exactly one image per prompt; use one image per prompt or a supported family")
 
     def extend(self, inputs: dict[str, Any], completion_mask: Tensor) -> dict[str, Any]:
         """Forward inputs other than ids/mask, extended over a completion with mask ``[N, T]``."""
@@ -101,6 +140,25 @@ def select_rows(inputs: dict[str, Any], idx: Tensor, num_rows: int) -> dict[str,
             for k, v in inputs.items()}
 
 
+def images_by_tokens(tokens_per_row: list[int], tokens_per_image: list[int]) -> list[int]:
+    """Images per row, when the images (in row order) fill the rows' image tokens one after another.
+
+    Raises:
+        ValueError: the counts do not line up (names the row).
+    """
+    out, k = [], 0
+    for row, want in enumerate(tokens_per_row):
+        start, got = k, 0
+        while got < want and k < len(tokens_per_image):
+            got, k = got + tokens_per_image[k], k + 1
+        if got != want:
+            raise ValueError(f"row {row}: {want} image tokens, but its images (from image {start} on) make {got}")
+        out.append(k - start)
+    if k != len(tokens_per_image):
+        raise ValueError(f"{len(tokens_per_image)} images for {k} images' worth of image tokens")
+    return out
+
+
 def repeat_rows(inputs: dict[str, Any], repeats: int, layout: RowLayout | None = None) -> dict[str, Any]:
     """Each prompt's row repeated ``repeats`` times, copies contiguous (``repeat_interleave``)."""
     b = inputs["input_ids"].shape[0]
@@ -120,22 +178,51 @@ def completion_mask(ids: Tensor, stop_ids: list[int]) -> tuple[Tensor, Tensor]:
     return mask, ~has_stop
 
 
+class WarpLogits(LogitsProcessor):
+    """``generate``'s only logits processing: :func:`lit_grpo.grpo.warp` (the function the log-probs use)."""
+
+    def __init__(self, temperature: float, top_k: int, top_p: float, suppress_ids: Tensor | None):
+        self.temperature, self.top_k, self.top_p, self.suppress_ids = temperature, top_k, top_p, suppress_ids
+
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        return warp(scores, self.temperature, self.top_k, self.top_p, self.suppress_ids)
+
+
+@contextlib.contextmanager
+def plain_generation_config(model: nn.Module) -> Iterator[None]:
+    """Hide the checkpoint's ``generation_config`` from ``generate`` (which fills every setting a call leaves
+    unset from it: repetition penalty, ``min_p``, bad words, forced tokens...) behind a default one."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    saved = inner.generation_config
+    inner.generation_config = GenerationConfig()
+    try:
+        yield
+    finally:
+        inner.generation_config = saved
+
+
 @torch.no_grad()
 def sample_completions(model: nn.Module, processor, prompt: dict[str, Tensor], cfg: SamplingConfig,
                        stop_ids: list[int], suppress_ids: list[int], greedy: bool = False,
                        layout: RowLayout | None = None) -> Rollout:
-    """Sample one completion per row of ``prompt`` (already repeated G times) and build the :class:`Rollout`."""
+    """Sample one completion per row of ``prompt`` (already repeated G times) and build the :class:`Rollout`.
+
+    ``generate`` applies :class:`WarpLogits` and nothing else (the checkpoint's ``generation_config`` is hidden);
+    greedy takes the argmax of the suppressed logits.
+    """
     tok = getattr(processor, "tokenizer", processor)
-    gen_kwargs = dict(max_new_tokens=cfg.max_completion_length, eos_token_id=stop_ids,
-                      pad_token_id=tok.pad_token_id, suppress_tokens=suppress_ids or None, use_cache=True)
-    if greedy:
-        gen_kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-    else:
-        gen_kwargs.update(do_sample=True, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k)
+    suppress = torch.tensor(list(suppress_ids), dtype=torch.long) if len(suppress_ids) else None
+    processor_ = WarpLogits(1.0, 0, 1.0, suppress) if greedy else WarpLogits(cfg.temperature, cfg.top_k, cfg.top_p,
+                                                                                suppress)
+    config = GenerationConfig(max_new_tokens=cfg.max_completion_length, eos_token_id=list(stop_ids),
+                              pad_token_id=tok.pad_token_id, use_cache=True, do_sample=not greedy,
+                              **({} if greedy else dict(temperature=1.0, top_k=0, top_p=1.0)))
     was_training = model.training
     model.eval()
     try:
-        out = model.generate(**prompt, **gen_kwargs)
+        with plain_generation_config(model):
+            out = model.generate(**prompt, generation_config=config,
+                                 logits_processor=LogitsProcessorList([processor_]))
     finally:
         model.train(was_training)
     return build_rollout(prompt, out[:, prompt["input_ids"].shape[1]:], tok, stop_ids, layout)
@@ -166,14 +253,16 @@ def model_inputs(rollout: Rollout) -> dict[str, Tensor]:
 
 
 def completion_logps(model: nn.Module, rollout: Rollout, temperature: float, suppress_ids: Tensor | None = None,
-                     with_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
+                     with_entropy: bool = False, *, top_k: int = 0, top_p: float = 1.0) -> tuple[Tensor, Tensor | None]:
     """Per-token log-probs of the completion tokens under ``model`` (the sampled distribution).
 
     Log-probs come from the model's own forward logits (whatever scaling its class applies, exactly as
-    in generation), divided by ``temperature``, with ``suppress_ids`` removed as the sampler removed them.
+    in generation), processed by :func:`lit_grpo.grpo.warp` as the sampler processed them (``suppress_ids``
+    removed, ``temperature``, ``top_k``, ``top_p``).
     Shape: -> logps ``[N, T]`` float32 (and entropy ``[N, T]`` with ``with_entropy``).
     """
     t = rollout.completion_ids.shape[1]
     out = model(**model_inputs(rollout), use_cache=False, logits_to_keep=t + 1)
     logits = out.logits[:, -(t + 1):-1]  # (N, T, V): position i predicts completion token i
-    return selective_log_softmax(logits, rollout.completion_ids, temperature, suppress_ids, with_entropy=with_entropy)
+    return selective_log_softmax(logits, rollout.completion_ids, temperature, suppress_ids, with_entropy=with_entropy,
+                                 top_k=top_k, top_p=top_p)

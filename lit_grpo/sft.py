@@ -47,6 +47,9 @@ def physics_tags(sample: Sample) -> str:
 class SFTModule(GRPOModule):
     """Supervised fine-tuning with the GRPO module's policy, evaluation and checkpoints (automatic optimisation)."""
 
+    dropout_free = False
+    """SFT keeps the policy's dropout (LoRA's ``policy.lora.dropout`` included)."""
+
     def __init__(
         self,
         policy: PolicyConfig,
@@ -74,6 +77,7 @@ class SFTModule(GRPOModule):
     def reference_rollout(self, batch: PromptBatch) -> Rollout:
         """Prompts (left-padded, with images) and reference responses + the stop token as the 'completion'."""
         tok = getattr(self.processor, "tokenizer", self.processor)
+        self.layout.check_images({s.id: len(s.images) for s in batch.samples})
         prompt = encode_prompts(self.processor, batch.messages, [s.images for s in batch.samples])
         stop = tok.eos_token_id if tok.eos_token_id in self.stop_ids else self.stop_ids[0]
         responses = [tok(self.reference_fn(s), add_special_tokens=False)["input_ids"] + [stop]
@@ -85,7 +89,7 @@ class SFTModule(GRPOModule):
             ids[i, : len(r)], mask[i, : len(r)] = torch.tensor(r), True
         prompt = {k: v.to(self.device) if isinstance(v, Tensor) else v for k, v in prompt.items()}
         return Rollout(prompt, ids.to(self.device), mask.to(self.device),
-                       torch.zeros(len(responses), dtype=torch.bool), [])
+                       torch.zeros(len(responses), dtype=torch.bool), [], layout=self.layout)
 
     def training_step(self, batch: PromptBatch, batch_idx: int) -> Tensor:
         ro = self.reference_rollout(batch)

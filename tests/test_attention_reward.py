@@ -9,7 +9,7 @@ import torch
 from PIL import Image
 
 from lit_grpo import GRPOConfig, GRPOModule
-from lit_grpo.analysis import image_panel
+from lit_grpo.analysis import foreground_share, image_panel
 from lit_grpo.attention import AttentionConfig
 from lit_grpo.callbacks import AttentionOverlays
 from lit_grpo.data.datamodule import PromptBatch
@@ -24,7 +24,7 @@ REWARDS = [RewardSpec("format", kwargs={"tags": ["think"]}), RewardSpec("binary"
 
 def test_attention_reward_reads_the_asm_column():
     assert attention_reward(["a", "b", "c"], asm=[0.25, math.nan, 1.0])[0::2] == [0.25, 1.0]
-    assert math.isnan(attention_reward(["a", "b"], asm=[0.1, math.nan])[1])
+    assert attention_reward(["a", "b"], asm=[0.1, math.nan]) == [0.1, None]  # no valid token: does not apply
     with pytest.raises(ValueError, match="asm"):
         attention_reward(["a"])
     assert required_columns(REWARDS) == {"asm"} and required_columns(REWARDS[:2]) == set()
@@ -127,15 +127,17 @@ def test_overlays_are_logged_as_the_panels_read_back_from_tensorboard(tiny_model
     writer.close()
     events = EventAccumulator(str(tmp_path), size_guidance={"images": 0, "histograms": 0})
     events.Reload()
-    assert sorted(events.Tags()["images"]) == ["train/attention/overlay/0", "train/attention/overlay/1"]
-    hist = events.Histograms("train/attention/asm")[0]
+    assert sorted(events.Tags()["images"]) == ["train/rollout/attention/overlay/0", "train/rollout/attention/overlay/1"]
+    hist = events.Histograms("train/rollout/attention/asm")[0]
     assert hist.step == 3 and hist.histogram_value.num == 8
     assert hist.histogram_value.sum == pytest.approx(float(scores.asm.sum()), rel=1e-5)
-    logged = events.Images("train/attention/overlay/1")[0]
+    logged = events.Images("train/rollout/attention/overlay/1")[0]
     import io
 
     pic = np.asarray(Image.open(io.BytesIO(logged.encoded_image_string)).convert("RGB"))
-    expected = image_panel(batch.samples[0].images[0], scores.maps[1], scores.grids[1], 0, 200)
+    image = batch.samples[0].images[0]
+    title = f"step 3, completion 1: ASM {float(scores.asm[1]):.3f} (uniform attention: {foreground_share(image):.3f})"
+    expected = image_panel(image, scores.maps[1], scores.grids[1], 0, 200, title=title)
     assert pic.shape == expected.shape and pic.shape[1] > pic.shape[0]  # 200 px wide tiles side by side
     assert np.abs(pic.astype(float) - expected * 255).max() <= 1.0
     # the first tile is the puzzle image itself (white background stays white)

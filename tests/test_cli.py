@@ -10,6 +10,7 @@ import yaml
 
 from lit_grpo.cli import main
 from lit_grpo.embedded.model import build_embedded_vlm
+from lit_grpo.progress import ProgressBar
 from lit_grpo.rewards.registry import REWARDS
 
 CONFIGS = sorted(Path(__file__).parents[1].joinpath("configs").glob("*.yaml"))
@@ -77,7 +78,8 @@ def test_readme_judge_block_points_the_oe_demo_at_a_server(tmp_path, capsys, mon
     model = yaml.safe_load(capsys.readouterr().out)["model"]["init_args"]
     judge = model["rewards"][1]["kwargs"]["judge"]
     assert judge["base_url"] == "http://judge-host:8000/v1" and judge["api_key_env"] == "JUDGE_API_KEY"
-    assert model["evaluation"]["scorer_kwargs"] == {"judge": judge} and model["evaluation"]["pass_threshold"] == 1.0
+    scorer_judge = model["evaluation"]["judge"]
+    assert {k: scorer_judge[k] for k in judge} == judge and model["evaluation"]["pass_threshold"] == 1.0
 
 
 def test_bare_print_config_has_field_comments(capsys):
@@ -100,7 +102,7 @@ def test_omegaconf_interpolation_sees_command_line_override(tmp_path, capsys):
 def _overrides(tmp_path, **extra) -> Path:
     cfg = {
         "trainer": {"max_steps": 2, "val_check_interval": 2, "logger": {
-            "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+            "class_path": "lit_grpo.loggers.TensorBoardLogger",
             "init_args": {"save_dir": str(tmp_path / "logs"), "name": "t", "default_hp_metric": False}},
             "callbacks": [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
                            "init_args": {"dirpath": str(tmp_path / "ckpt"), "save_last": True,
@@ -110,8 +112,8 @@ def _overrides(tmp_path, **extra) -> Path:
             "rewards": [{"name": "test_length"}],
             "sampling": {"num_generations": 4, "max_completion_length": 16},
             "optimizer": {"class_path": "torch.optim.AdamW", "init_args": {"lr": 1e-3, "weight_decay": 0.0}}}},
-        "data": {"train": {"path": str(tmp_path / "train.parquet"), "generate": {"kind": "puzzles", "num": 8}},
-                 "val": {"path": str(tmp_path / "val.parquet"), "generate": {"kind": "puzzles", "num": 4, "seed": 1}},
+        "data": {"train": {"generate": {"path": str(tmp_path / "train.parquet"), "kind": "puzzles", "num": 8}},
+                 "val": {"generate": {"path": str(tmp_path / "val.parquet"), "kind": "puzzles", "num": 4, "seed": 1}},
                  "batch_size": 2, "eval_batch_size": 4},
     }
     for key, value in extra.items():
@@ -136,9 +138,11 @@ def test_demo_config_trains_and_every_trainable_parameter_changes(tmp_path):
     frozen = [n for n, p in cli.model.policy.named_parameters() if not p.requires_grad]
     assert frozen and all(torch.equal(cli.model.policy.get_parameter(n), start[n]) for n in frozen)
     assert cli.trainer.global_step == 2
+    assert type(cli.trainer.progress_bar_callback) is ProgressBar  # the CLI's default: total max_steps, batch-log lines
     logged = cli.trainer.logged_metrics
-    assert {"train/reward", "train/reward/test_length", "train/kl", "train/loss", "train/entropy",
-            "train/clip_ratio", "train/completions_per_second", "val/greedy/reward/test_length"} <= set(logged)
+    assert {"train/reward", "train/reward/test_length", "train/update/kl", "train/update/loss",
+            "train/update/entropy", "train/update/clip_ratio", "train/rollout/completions_per_second",
+            "val/greedy/reward/test_length"} <= set(logged)
     run = tmp_path / "logs" / "t" / "version_0"
     assert (run / "config.yaml").is_file()
     hparams = yaml.safe_load((run / "hparams.yaml").read_text())
@@ -146,11 +150,12 @@ def test_demo_config_trains_and_every_trainable_parameter_changes(tmp_path):
     assert hparams["rewards.0.name"] == "test_length" and hparams["sampling.num_generations"] == 4
 
 
-def test_global_step_counts_optimizer_steps(tmp_path):
+def test_global_step_counts_rollouts(tmp_path):
+    """Two optimizer updates per rollout (tests/test_steps.py checks every axis and trigger)."""
     cli = main(["fit", "--config", "configs/demo.yaml", "--config",
                 str(_overrides(tmp_path, **{"model.init_args.grpo": {"num_iterations": 2},
                                             "trainer.max_steps": 4}))])
-    assert cli.trainer.global_step == 4 and cli.trainer.fit_loop.total_batch_idx + 1 == 2
+    assert cli.trainer.global_step == 4 and cli.trainer.fit_loop.total_batch_idx + 1 == 4
 
 
 def test_a_run_cut_short_says_at_which_step_and_names_last_ckpt(tmp_path, caplog):
@@ -188,12 +193,13 @@ def test_granite_config_runs_on_a_local_checkpoint_by_path(tmp_path, tiny_model_
     extra = tmp_path / "local.yaml"
     extra.write_text(yaml.safe_dump({
         "trainer": {"accelerator": "cpu", "max_steps": 1, "limit_val_batches": 1, "val_check_interval": 1,
-                    "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                    "logger": {"class_path": "lit_grpo.loggers.TensorBoardLogger",
                                "init_args": {"save_dir": str(tmp_path / "logs")}},
                     "callbacks": []},
         "model": {"init_args": {"policy": {"name_or_path": tiny_model_dir, "local_files_only": True},
                                 "sampling": {"max_completion_length": 8}}},
-        "data": {"train": {"path": puzzles_path}, "val": {"path": puzzles_path, "rows": ":2"}, "batch_size": 1},
+        "data": {"train": {"path": puzzles_path, "rows": "2:"}, "val": {"path": puzzles_path, "rows": ":2"},
+                 "batch_size": 1},
     }))
     cli = main(["fit", "--config", "configs/granite_vision_visualsphinx.yaml", "--config", str(extra)])
     assert cli.trainer.global_step == 1
@@ -246,9 +252,10 @@ def test_fmt_acc_asm_demo_trains_with_the_attention_reward(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     spec = {"path": str(tmp_path / "physics" / "phyx.parquet"), "reader": "phyx", "split": "test",
-            "generate": {"kind": "physics", "num": 12, "seed": 0}, "reader_args": {"answer_format": "mcq"}}
+            "generate": {"path": str(tmp_path / "physics" / "phyx.parquet"), "kind": "physics", "num": 12, "seed": 0},
+            "reader_args": {"answer_format": "mcq"}}
     over = _overrides(tmp_path, **{"trainer.limit_val_batches": 1, "data.train": {**spec, "rows": "4:"},
-                                   "data.val": {**spec, "rows": ":4"}})
+                                   "data.val": {**spec, "rows": ":4"}, "data.test": {**spec, "rows": ":4"}})
     cfg = yaml.safe_load(over.read_text())
     del cfg["model"]["init_args"]["rewards"]  # keep the condition's Fmt + Acc + ASM list
     over.write_text(yaml.safe_dump(cfg))
@@ -263,6 +270,6 @@ def test_fmt_acc_asm_demo_trains_with_the_attention_reward(tmp_path):
     assert 0.0 <= float(logged["val/greedy/reward/attention"]) <= 1.0
     events = EventAccumulator(str(tmp_path / "logs" / "t" / "version_0"), size_guidance={"images": 0})
     events.Reload()
-    assert {"train/attention/overlay/0", "train/attention/overlay/1"} <= set(events.Tags()["images"])
-    assert "train/attention/asm" in events.Tags()["histograms"]
-    assert [e.step for e in events.Images("train/attention/overlay/0")] == [1, 2]  # global step after each update
+    assert {"train/rollout/attention/overlay/0", "train/rollout/attention/overlay/1"} <= set(events.Tags()["images"])
+    assert "train/rollout/attention/asm" in events.Tags()["histograms"]
+    assert [e.step for e in events.Images("train/rollout/attention/overlay/0")] == [1, 2]  # the step's number, as its scalars

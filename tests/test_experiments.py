@@ -112,10 +112,14 @@ def scripted_policy(monkeypatch):
 def _experiment(tmp_path: Path, model_dir: str, *extra: str):
     """The shipped experiment config with a tiny model, 12 readable problems, 1-step fits, in-process runs: each
     format gets an overlay with its tiny data."""
-    spec = {"path": str(tmp_path / "data" / "p.parquet"), "reader": "phyx", "split": "test",
-            "generate": {"kind": "physics", "style": "readable", "num": 12, "seed": 0}}
+    spec = {"reader": "phyx", "split": "test",
+            "generate": {"path": str(tmp_path / "data" / "p.parquet"), "kind": "physics", "style": "readable",
+                         "num": 12, "seed": 0}}
     exp = parse(["phyx", "--config", "configs/experiments/phyx_demo.yaml", "--output", str(tmp_path / "out"),
-                 "--warm_start", model_dir, "--launcher", "inprocess", "--jobs", "1", *extra])
+                 "--warm_start", model_dir, "--launcher", "inprocess", "--jobs", "1", "--seeds", "[0]", *extra])
+    exp.fit_args = [a for a in exp.fit_args if not a.startswith("--data.batch_size")]  # the overlay's batch
+    for k in exp.controls:
+        k.args = [a for a in k.args if not a.startswith("--trainer.max_steps")]  # the overlay's 1 step
     for f in exp.formats:
         reader = {"answer_format": "mcq" if f.key == "mcq" else "open"}
         over = {"trainer": {"max_steps": 1, "max_time": None},
@@ -149,6 +153,21 @@ def test_runner_mcq_fmt_acc_asm_and_control(tmp_path, tiny_model_dir, scripted_p
     assert spread["terms"]["accuracy"]["mean_group_std"] == pytest.approx(math.sqrt(1 / 3))
     assert spread["terms"]["accuracy"]["first"] == spread["terms"]["accuracy"]["last"] == 0.5
     assert 0 < spread["terms"]["attention"]["mean_group_std"] < 0.5
+
+
+def test_shipped_experiment_runs_seed_0_and_the_controls_before_the_other_seeds():
+    """An interrupted invocation has the first table and the control; a second one reuses them."""
+    exp = parse(["phyx", "--config", "configs/experiments/phyx_demo.yaml"])
+    assert exp.seeds == [0, 1] and exp.warm_start == "checkpoints/demo_phyx"
+    names = [r.name for r in exp.runs()]
+    assert names == ["sft_mcq", "sft_oe", "mcq_fmt_acc_s0", "mcq_rubric_s0", "mcq_asm_s0", "oe_fmt_acc_s0",
+                     "oe_rubric_s0", "oe_asm_s0", "mcq_fmt_acc_lr0_s0", "mcq_fmt_acc_s1", "mcq_rubric_s1",
+                     "mcq_asm_s1", "oe_fmt_acc_s1", "oe_rubric_s1", "oe_asm_s1"]
+    runs = {r.name: r for r in exp.runs()}
+    assert runs["sft_oe"].fit_args is None and runs["oe_asm_s1"].seed == 1
+    assert runs["oe_asm_s1"].configs == ["configs/demo_phyx_oe.yaml", "configs/demo_phyx_oe_asm.yaml"]
+    assert "--model.init_args.optimizer.init_args.lr=0" in runs["mcq_fmt_acc_lr0_s0"].fit_args
+    assert runs["mcq_fmt_acc_lr0_s0"].label == "GRPO (Fmt + Acc), lr 0"
 
 
 @pytest.mark.slow

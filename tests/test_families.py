@@ -36,6 +36,18 @@ def test_runs_hand_table():
     assert runs(ids, 7) == []
 
 
+def test_images_by_tokens_hand_table():
+    """Images fill the rows' image tokens in order: 5 | (none) | 4 + 8; counts that do not line up name the row."""
+    from lit_grpo.rollout import images_by_tokens
+
+    assert images_by_tokens([5, 0, 12], [5, 4, 8]) == [1, 0, 2]
+    assert images_by_tokens([16, 16, 48], [16] * 5) == [1, 1, 3]
+    with pytest.raises(ValueError, match="row 1: 6 image tokens"):
+        images_by_tokens([5, 6], [5, 4, 8])
+    with pytest.raises(ValueError, match="3 images"):
+        images_by_tokens([5], [5, 4, 8])
+
+
 def test_unsupported_family_names_the_supported_ones():
     class Config:
         model_type = "gemma3"
@@ -194,3 +206,108 @@ def test_a_sliding_window_final_layer_is_refused():
     fam.language_model(model).layers[-1].self_attn.sliding_window = 64
     with pytest.raises(NotImplementedError, match="sliding"):
         fam.attention_parts(model)
+
+
+def _pictures(sizes):
+    """Distinct images (a coloured square at a different place in each) of ``sizes``."""
+    out = []
+    for k, size in enumerate(sizes):
+        image = Image.new("RGB", size, (255, 255, 255))
+        x, y = 4 + 9 * k, 30 - 7 * k
+        ImageDraw.Draw(image).rectangle([x, y, x + 20, y + 20], fill=(60 * k, 200 - 50 * k, 40 + 70 * k))
+        out.append(image)
+    return out
+
+
+MULTI = {"same_size": [(64, 64)] * 4, "different_sizes": [(84, 56), (56, 90), (70, 60), (60, 64)]}
+
+
+def _multi_messages(counts, texts=("Compare the panels please", "Which option?")):
+    return [[{"role": "user", "content": [{"type": "image"}] * n + [{"type": "text", "text": t}]}]
+            for n, t in zip(counts, texts)]
+
+
+@pytest.mark.parametrize("sizes", list(MULTI))
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_row_sees_exactly_its_prompts_images(family, sizes, zoo_dir):
+    """Prompts with 1 and 3 images (same-size images, so that per-image and per-row counts coincide, and different
+    sizes), G=2, micro-batches that split groups: on the plain path, the shared prefix (image features reused and
+    re-encoded) and the attention-capture pass, every row's log-probs and ASM equal that row computed alone."""
+    from lit_grpo.attention import AttentionScorer
+    from lit_grpo.prefix import PromptCache, rollout_logps
+
+    model, processor = load_policy(PolicyConfig(name_or_path=zoo_dir(family), lora=LoRAConfig(r=4, alpha=8)))
+    layout = row_layout(model, processor)
+    pictures = _pictures(MULTI[sizes])
+    per_prompt = [pictures[:1], pictures[1:]]
+    enc = encode_prompts(processor, _multi_messages([1, 3]), per_prompt)
+    n, index = 4, torch.arange(2).repeat_interleave(2)
+    ids = torch.randint(20, 200, (n, 5), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(n, 5, dtype=torch.bool)
+    mask[1, 3:] = False
+    plain = Rollout(repeat_rows(enc, 2, layout), ids, mask, torch.zeros(n, dtype=torch.bool), [""] * n, layout=layout)
+    images = [per_prompt[i] for i in index.tolist()]
+    scorer = AttentionScorer(model, processor)
+    alone_logps, alone_asm = [], []
+    with torch.no_grad():
+        for i in range(n):
+            own = encode_prompts(processor, _multi_messages([len(images[i])], [("Compare the panels please",
+                                                                                 "Which option?")[index[i]]]),
+                                 [images[i]])
+            row = Rollout(own, ids[i:i + 1], mask[i:i + 1], torch.zeros(1, dtype=torch.bool), [""], layout=layout)
+            with scorer.capture(model, row) as cap:
+                alone_logps.append(completion_logps(model, row, 1.0)[0][0])
+            alone_asm.append(scorer.score(cap, row, images[i:i + 1]).asm[0])
+        shared = [Rollout(plain.prompt, ids, mask, plain.truncated, plain.completions, layout=layout,
+                          shared=PromptCache(enc, index, layout, cache_features)) for cache_features in (True, False)]
+        for rows in (slice(0, 2), slice(1, 4), slice(3, 4)):  # (0, 2): a silent wrong image before
+            for ro in shared:
+                got, _ = rollout_logps(model, ro, rows, 1.0)
+                for k, i in enumerate(range(n)[rows]):
+                    err = (got[k] - alone_logps[i])[mask[i]].abs().max()
+                    assert err < 1e-5, (rows, i, ro.shared.cache_features, float(err))
+            part = plain.rows(rows)  # the plain path, with the attention capture on its forward
+            with scorer.capture(model, part) as cap:
+                got, _ = completion_logps(model, part, 1.0)
+            for k, i in enumerate(range(n)[rows]):
+                assert (got[k] - alone_logps[i])[mask[i]].abs().max() < 1e-5, (rows, i, "plain")
+            asm = scorer.score(cap, part, images[rows]).asm
+            torch.testing.assert_close(asm, torch.stack(alone_asm[rows]), atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_multi_image_prompts_sample_on_both_paths(family, zoo_dir):
+    """Sampling prompts with 1 and 3 images: the shared-prefix sampler and generate on the repeated rows decode the
+    same greedy completions (each row conditioned on its own images)."""
+    from lit_grpo.prefix import sample_rollout
+    from lit_grpo.rollout import SamplingConfig, sample_completions
+
+    model, processor = load_policy(PolicyConfig(name_or_path=zoo_dir(family)))
+    layout = row_layout(model, processor)
+    pictures = _pictures(MULTI["same_size"])
+    enc = encode_prompts(processor, _multi_messages([3, 1]), [pictures[:3], pictures[3:]])
+    stop, suppress = stop_token_ids(model, processor), image_token_ids(model, processor)
+    cfg = SamplingConfig(num_generations=2, max_completion_length=4)
+    plain = sample_completions(model, processor, repeat_rows(enc, 2, layout), cfg, stop, suppress, greedy=True,
+                               layout=layout)
+    shared = sample_rollout(model, processor, enc, 2, cfg, stop, torch.tensor(suppress), layout, greedy=True)
+    assert torch.equal(shared.completion_ids, plain.completion_ids)
+    for key, value in plain.prompt.items():
+        assert torch.equal(shared.prompt[key], value), key
+
+
+def test_a_model_outside_the_families_refuses_prompts_it_cannot_split():
+    """The per-row default (a model type without an adapter) gives each row its own image only with one image per
+    prompt (or none at all); anything else is refused naming the sample and the model type. Families take any
+    number of images per prompt."""
+    from lit_grpo.rollout import RowLayout
+
+    layout = RowLayout("gemma3")
+    layout.check_images({"a": 1, "b": 1})
+    layout.check_images({"a": 0, "b": 0})
+    for counts, bad in (({"a": 1, "b": 3}, "'b' has 3"), ({"a": 0, "b": 1}, "'a' has 0"), ({"x": 2}, "'x' has 2")):
+        with pytest.raises(ValueError, match=bad) as exc:
+            layout.check_images(counts)
+        assert "'gemma3' is outside the supported families" in str(exc.value)
+    model, processor = build_vlm("llava")
+    row_layout(model, processor).check_images({"a": 1, "b": 3, "c": 0})

@@ -238,3 +238,71 @@ def test_config_refuses_a_key_value_and_unbounded_timeouts():
     with pytest.raises(ValueError, match="step_deadline_s"):
         JudgeConfig(step_deadline_s=float("inf"))
     assert type(build_judge({})).__name__ == "OfflineJudge"
+
+
+ECHO_KEY = "sk-echoed-by-server-7b2e9f04c1"
+
+
+@pytest.mark.parametrize("reply", [
+    lambda headers: Reply(status=400, raw_body=json.dumps({"error": "bad request", "headers": headers})),
+    lambda headers: Reply(status=403, raw_body=f"forbidden: {headers.get('Authorization')}"),
+    lambda headers: Reply(content=f"I cannot grade; your header was {headers.get('Authorization')}"),
+    lambda headers: Reply(status=422, raw_body="token hf_abcdefghijklmnopqrstuv is not valid"),
+], ids=["json-400", "text-403", "verdict-200", "other-credential"])
+def test_a_key_echoed_by_the_server_is_masked_in_errors_and_logs(reply, monkeypatch, caplog):
+    """Servers echo requests in their error bodies: the key never reaches an error, a log line or a metric."""
+    monkeypatch.setenv("ECHO_JUDGE_KEY", ECHO_KEY)
+    seen = {}
+
+    def script(body, n):
+        return reply(seen["server"].requests[n].headers)
+
+    with LoopbackJudgeServer(script) as server:
+        seen["server"] = server
+        judge = OpenAIJudge(JudgeConfig(base_url=server.base_url, **{**FAST, "api_key_env": "ECHO_JUDGE_KEY",
+                                                                      "num_judges": 1, "max_retries": 0}))
+        with pytest.raises(JudgeUnavailableError) as exc:
+            judge.grade([ITEM], ACCURACY)
+        assert server.requests[0].headers["Authorization"] == f"Bearer {ECHO_KEY}"
+        judge.close()
+    text = str(exc.value) + caplog.text
+    assert ECHO_KEY not in text and "hf_abcdefghijklmnopqrstuv" not in text
+    assert "1 of 1 calls failed" in str(exc.value)
+
+
+def test_the_key_is_read_for_each_request_and_kept_nowhere(monkeypatch):
+    """No client or config object holds the key: it is read from the environment when a request is sent."""
+    monkeypatch.setenv("ROTATING_JUDGE_KEY", "sk-first-key-0123456789")
+    with LoopbackJudgeServer(votes_by_seed([{"correctness": 2}])) as server:
+        judge = OpenAIJudge(JudgeConfig(base_url=server.base_url, **{**FAST, "api_key_env": "ROTATING_JUDGE_KEY",
+                                                                      "num_judges": 1}))
+        judge.grade([ITEM], ACCURACY)
+        assert all("sk-first" not in str(dict(c.headers)) for c in judge._clients)
+        monkeypatch.setenv("ROTATING_JUDGE_KEY", "sk-second-key-0123456789")
+        judge.grade([JudgeItem("another", "1 m", "x")], ACCURACY)
+        judge.close()
+    assert [r.headers["Authorization"] for r in server.requests] == [
+        "Bearer sk-first-key-0123456789", "Bearer sk-second-key-0123456789"]
+
+
+@pytest.mark.parametrize("settings", [
+    {"api_key": "KEY"}, {"extra_body": {"api_key": "KEY"}}, {"extra_body": {"Authorization": "Bearer KEY"}},
+    {"extra_body": {"headers": {"X-Api-Key": "KEY"}}}, {"model": "KEY"}, {"base_url": "http://u:KEY@host/v1"},
+    {"extra_body": {"reasoning_effort": "KEY"}}, {"api_key_env": "KEY"},
+], ids=["api_key", "extra_body.api_key", "extra_body.Authorization", "extra_body.headers", "model", "url-password",
+        "extra_body-value", "api_key_env-value"])
+def test_judge_settings_holding_the_key_are_refused_without_echoing_it(settings, monkeypatch):
+    key = "sk-pasted-by-mistake-5e8a1c"
+    monkeypatch.setenv("JUDGE_API_KEY", key)
+    filled = json.loads(json.dumps(settings).replace("KEY", key))
+    with pytest.raises(ValueError) as exc:
+        JudgeConfig.from_dict(filled)
+    message = str(exc.value)
+    assert key not in message and "api_key_env" in message and len(message) < 400
+
+
+def test_judge_settings_without_a_key_are_accepted(monkeypatch):
+    monkeypatch.setenv("JUDGE_API_KEY", "sk-pasted-by-mistake-5e8a1c")
+    cfg = JudgeConfig.from_dict({"base_url": "http://judge-host:8000/v1", "model": "openai/gpt-oss-120b",
+                                 "extra_body": {"reasoning_effort": "low", "max_completion_tokens": 100}})
+    assert cfg.extra_body == {"reasoning_effort": "low", "max_completion_tokens": 100}

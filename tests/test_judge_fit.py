@@ -25,7 +25,8 @@ def _config(tmp_path: Path, judge_url: str, rewards: list[dict], **trainer) -> P
         if r.get("kwargs", {}).get("judge") == "LOOPBACK":
             r["kwargs"]["judge"] = judge
     physics = {"path": str(tmp_path / "physics" / "phyx.parquet"), "reader": "phyx", "split": "test",
-               "generate": {"kind": "physics", "num": 12, "seed": 0}, "reader_args": {"answer_format": "open"}}
+               "generate": {"path": str(tmp_path / "physics" / "phyx.parquet"), "kind": "physics", "num": 12, "seed": 0},
+               "reader_args": {"answer_format": "open"}}
     cfg = {
         "trainer": {"max_steps": 2, "val_check_interval": 2, "limit_val_batches": 1, "logger": {
             "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
@@ -39,7 +40,7 @@ def _config(tmp_path: Path, judge_url: str, rewards: list[dict], **trainer) -> P
             "policy": {"name_or_path": str(tmp_path / "model"), "embedded": {"seed": 0}},
             "rewards": rewards,
             "sampling": {"num_generations": 4, "max_completion_length": 12}}},
-        "data": {"train": {**physics, "rows": "2:"}, "val": {**physics, "rows": ":2"},
+        "data": {"train": {**physics, "rows": "2:"}, "val": {**physics, "rows": ":2"}, "test": {**physics, "rows": ":2"},
                  "batch_size": 2, "eval_batch_size": 2},
     }
     path = tmp_path / "judge.yaml"
@@ -47,7 +48,7 @@ def _config(tmp_path: Path, judge_url: str, rewards: list[dict], **trainer) -> P
     return path
 
 
-def test_fit_with_judge_rewards_never_writes_the_api_key(tmp_path, monkeypatch):
+def test_fit_with_judge_rewards_never_writes_the_api_key(tmp_path, monkeypatch, capfd, caplog):
     monkeypatch.setenv(KEY_ENV, KEY)
     votes = [{"correctness": 2, "principle": 1, "unit": 1, "reasoning": 2},
              {"correctness": 1, "principle": 1, "unit": 0, "reasoning": 1}]
@@ -83,6 +84,72 @@ def test_fit_with_judge_rewards_never_writes_the_api_key(tmp_path, monkeypatch):
     leaked = [str(p) for p in files if KEY.encode() in p.read_bytes()]
     assert leaked == []
     assert KEY_ENV in (tmp_path / "logs" / "judge" / "version_0" / "config.yaml").read_text()
+    out, err = capfd.readouterr()
+    assert KEY not in out + err + caplog.text and "judge/version_0" in out + err + caplog.text
+
+
+def test_a_key_echoed_by_the_server_reaches_no_file_and_no_console(tmp_path, monkeypatch, capfd, caplog):
+    """Every fourth judge call answers HTTP 400 quoting the request's Authorization header: the failures are
+    logged and counted, and the key is in no file of the run and nowhere on the console."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    server_ref = {}
+
+    def script(body, n):
+        if n % 4 == 3:
+            return Reply(status=400, raw_body=f"rejected {server_ref['server'].requests[n].headers['Authorization']}")
+        return votes_by_seed([{"correctness": 2}])(body, n)
+
+    with LoopbackJudgeServer(script) as server:
+        server_ref["server"] = server
+        rewards = [{"name": "open_accuracy", "kwargs": {"judge": "LOOPBACK"}}]
+        cfg = yaml.safe_load(_config(tmp_path, server.base_url, rewards).read_text())
+        cfg["model"]["init_args"]["rewards"][0]["kwargs"]["judge"]["max_failure_fraction"] = 0.5
+        (tmp_path / "judge.yaml").write_text(yaml.safe_dump(cfg))
+        cli = main(["fit", "--config", "configs/demo_phyx_oe.yaml", "--config", str(tmp_path / "judge.yaml")])
+        assert any(r.headers["Authorization"] == f"Bearer {KEY}" for r in server.requests)
+    assert cli.trainer.global_step == 2
+    out, err = capfd.readouterr()
+    console = out + err + caplog.text
+    assert "HTTP 400: rejected Bearer ***" in console
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert [str(p) for p in files if KEY.encode() in p.read_bytes()] == [] and KEY not in console
+
+
+WRONG_PLACES = {
+    "api_key interpolated": ("rewards", {"api_key": "${oc.env:%s}" % KEY_ENV}),
+    "extra_body.api_key": ("rewards", {"extra_body": {"api_key": "${oc.env:%s}" % KEY_ENV}}),
+    "header in extra_body": ("scorer", {"extra_body": {"headers": {"Authorization": "Bearer ${oc.env:%s}" % KEY_ENV}}}),
+    "pasted as the model": ("rewards", {"model": KEY}),
+    "pasted as api_key_env": ("scorer", {"api_key_env": KEY}),
+    "URL password": ("rewards", {"base_url": f"http://judge:{KEY}@127.0.0.1:9/v1"}),
+    "run name": ("logger", KEY),
+}
+
+
+@pytest.mark.parametrize("print_config", [True, False], ids=["print_config", "fit"])
+@pytest.mark.parametrize("place", list(WRONG_PLACES))
+def test_a_key_in_a_config_is_refused_in_one_line_that_does_not_show_it(tmp_path, monkeypatch, capfd, place,
+                                                                         print_config):
+    monkeypatch.setenv(KEY_ENV, KEY)
+    where, value = WRONG_PLACES[place]
+    rewards = [{"name": "open_accuracy", "kwargs": {"judge": "LOOPBACK"}}]
+    cfg = yaml.safe_load(_config(tmp_path, "http://127.0.0.1:9/v1", rewards).read_text())
+    judge = cfg["model"]["init_args"]["rewards"][0]["kwargs"]["judge"]
+    if where == "rewards":
+        judge.update(value)
+    elif where == "scorer":
+        cfg["model"]["init_args"]["evaluation"] = {"judge": {**judge, **value}}
+    else:
+        cfg["trainer"]["logger"]["init_args"]["name"] = value
+    (tmp_path / "judge.yaml").write_text(yaml.safe_dump(cfg))
+    args = ["fit", "--config", "configs/demo_phyx_oe.yaml", "--config", str(tmp_path / "judge.yaml")]
+    with pytest.raises(SystemExit) as exc:
+        main(args + ["--print_config"] * print_config)
+    out, err = capfd.readouterr()
+    assert exc.value.code == 2 and KEY not in out + err
+    assert out == "" and err.startswith("error: ") and err.count("\n") == 1 and len(err) < 330
+    assert "api_key_env" in err and "value not shown" in err
+    assert not (tmp_path / "logs").exists() and not (tmp_path / "model").exists()
 
 
 def _scalars(logdir: Path, tag: str) -> list[tuple[int, float]]:
@@ -107,7 +174,7 @@ def test_failing_judge_stops_the_run_naming_the_endpoint_and_keeps_what_was_writ
     ckpt = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)
     assert ckpt["global_step"] == 1
     logdir = tmp_path / "logs" / "judge" / "version_0"
-    assert _scalars(logdir, "train/reward/open_accuracy") == [(0, 1.0)]
+    assert _scalars(logdir, "train/reward/open_accuracy") == [(1, 1.0)]  # step 1, at x = 1
     assert os.path.isfile(logdir / "hparams.yaml")
 
 
@@ -121,14 +188,14 @@ def test_paper_oe_rubric_condition_reaches_the_judge_named_by_the_environment(tm
         monkeypatch.setenv("JUDGE_BASE_URL", server.base_url)
         extra = tmp_path / "local.yaml"
         data = {"path": str(tmp_path / "physics" / "phyx.parquet"), "split": "test", "rows": ":1",
-                "generate": {"kind": "physics", "num": 2, "seed": 0}}
+                "generate": {"path": str(tmp_path / "physics" / "phyx.parquet"), "kind": "physics", "num": 2, "seed": 0}}
         extra.write_text(yaml.safe_dump({
             "trainer": {"accelerator": "cpu", "max_steps": 1, "limit_val_batches": 0,
                         "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
                                    "init_args": {"save_dir": str(tmp_path / "logs")}}, "callbacks": []},
             "model": {"init_args": {"policy": {"name_or_path": tiny_model_dir, "local_files_only": True},
                                     "sampling": {"max_completion_length": 8}}},
-            "data": {"train": data, "val": data, "test": data, "batch_size": 1}}))
+            "data": {"train": data, "val": data, "test": data, "batch_size": 1, "on_overlap": "allow"}}))
         cli = main(["fit", "--config", "configs/granite_vision_phyx_oe.yaml",
                     "--config", "configs/granite_vision_phyx_oe_rubric.yaml", "--config", str(extra)])
         requests = list(server.requests)

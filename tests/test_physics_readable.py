@@ -3,7 +3,6 @@ hidden quantity measured off the diagram's pixels, options in increasing order, 
 can score, both forms read back (``answer_format: both``), and the SFT reference scoring full marks."""
 
 import io
-import math
 import re
 
 import pytest
@@ -151,9 +150,9 @@ def test_the_sft_reference_earns_every_reward(tmp_path):
     cols = {k: [s.columns()[k] for s in samples] for k in samples[0].columns()}
     assert REWARDS.get("format")(texts) == [1.0] * 12
     acc = REWARDS.get("accuracy")(texts, **cols)
-    assert acc[:6] == [1.0] * 6 and all(math.isnan(v) for v in acc[6:])
+    assert acc[:6] == [1.0] * 6 and acc[6:] == [None] * 6  # None: the term does not apply
     oa = build_reward(RewardSpec("open_accuracy"))(texts, **cols)
-    assert all(math.isnan(v) for v in oa[:6]) and list(oa[6:]) == [1.0] * 6
+    assert list(oa[:6]) == [None] * 6 and list(oa[6:]) == [1.0] * 6
     rubric = build_reward(RewardSpec("rubric", kwargs={"strict": False}))
     out = rubric(texts, **cols, completion_length=[len(t) for t in texts])
     comps = out.components

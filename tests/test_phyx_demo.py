@@ -77,7 +77,8 @@ def _overrides(tmp_path: Path, model_dir: str, fmt: str, rows: dict[str, str], b
                eval_batch_size: int = 3, **trainer) -> Path:
     """Small runs of a demo config: 12 embedded problems (each type once, ids 0-11), G=4, short completions."""
     spec = {"path": str(tmp_path / "physics" / "phyx.parquet"), "reader": "phyx", "split": "test",
-            "generate": {"kind": "physics", "num": 12, "seed": 0}, "reader_args": {"answer_format": fmt}}
+            "generate": {"path": str(tmp_path / "physics" / "phyx.parquet"), "kind": "physics", "num": 12, "seed": 0},
+            "reader_args": {"answer_format": fmt}}
     cfg = {
         "trainer": {"max_steps": 1, "val_check_interval": 1, "limit_val_batches": 1,
                     "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
@@ -89,7 +90,7 @@ def _overrides(tmp_path: Path, model_dir: str, fmt: str, rows: dict[str, str], b
                                   {"class_path": "lit_grpo.callbacks.PredictionsJSONL"}], **trainer},
         "model": {"init_args": {"policy": {"name_or_path": model_dir},
                                 "sampling": {"num_generations": 4, "max_completion_length": 8}}},
-        "data": {**{split: {**spec, "rows": r} for split, r in rows.items()},
+        "data": {**{split: {**spec, "rows": r} for split, r in rows.items()}, "on_overlap": "allow",
                  "batch_size": batch_size, "eval_batch_size": eval_batch_size},
     }
     path = tmp_path / "over.yaml"
@@ -225,8 +226,10 @@ def test_mcq_demo_fit_then_test_writes_the_table_and_predict_writes_jsonl(tmp_pa
     assert cli.trainer.callback_metrics["test/greedy/accuracy"] == pytest.approx(0.5)
 
     cli = main(["predict", *_configs(CONDITIONS["mcq_fmt_acc"], over), "--ckpt_path", ckpt])
-    lines = [json.loads(x) for x in (Path(cli.trainer.logger.log_dir) / "predictions.jsonl").read_text().splitlines()]
+    every = [json.loads(x) for x in (Path(cli.trainer.logger.log_dir) / "predictions.jsonl").read_text().splitlines()]
+    lines = [x for x in every if x["mode"] == "greedy"]  # and the config's 4 sampled completions per problem
     assert [x["id"] for x in lines] == ["0", "1", "2", "3", "4", "5"]
+    assert sorted(x["id"] for x in every if x["mode"] == "sampled") == [str(i) for i in range(6) for _ in range(4)]
     assert lines[3]["domain"] == "Wave/Acoustics" and set(lines[0]["rewards"]) == {"format", "accuracy"}
     assert {"prompt", "completion", "extracted", "correct"} <= set(lines[0])
     assert "<answer>" in lines[0]["prompt"] and "Options:\nA: " in lines[0]["prompt"]

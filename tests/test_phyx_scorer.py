@@ -104,10 +104,48 @@ def test_unknown_answer_format_raises():
         phyx_official_score("A", "A", "multiple")
 
 
-def test_reward_uses_the_stored_gold_and_gives_nan_without_one():
+def test_reward_uses_the_stored_gold_and_does_not_apply_without_one():
     reward = REWARDS.get("phyx_official")
     out = reward(["It is 7.55N", "It is 7.55N", "Answer: A", "x"], answer=["7.55N", "7.55N", "A", None],
                  answer_format=["open", "open", "mcq", "open"],
                  meta=[{"answer_raw": "7.55N "}, {}, {}, {}])
     # stored gold "7.55N " is not in the stripped prediction; without answer_raw the stripped gold is
-    assert out[:3] == [0.0, 1.0, 1.0] and math.isnan(out[3])
+    assert out == [0.0, 1.0, 1.0, None]
+
+
+RECITE_OPEN = "A: 7.55N B: 5.55N C: 7.65N D: 6.65N"
+RECITE_MCQ = "A: 7.55N\nB: 5.55N\nC: 7.65N\nD: 6.65N"
+
+
+@pytest.mark.parametrize("gold", ["7.55N", "5.55N", "7.65N", "6.65N"])
+def test_reciting_every_option_games_the_official_rule(gold):
+    """Why the official rule is a test metric only: the substring test (open) and the ``gold:`` test (MCQ)."""
+    assert phyx_official_score(RECITE_OPEN, gold, "open") == 1.0
+    letter = "ABCD"["7.55N 5.55N 7.65N 6.65N".split().index(gold)]
+    assert phyx_official_score(RECITE_MCQ, letter, "mcq") == 1.0
+
+
+def _module(tiny_model_dir, rewards, scorer=None):
+    from lit_grpo import GRPOModule
+    from lit_grpo.config import EvalConfig
+    from lit_grpo.policy import PolicyConfig
+    from lit_grpo.rewards import RewardSpec
+
+    return GRPOModule(policy=PolicyConfig(name_or_path=tiny_model_dir, local_files_only=True),
+                      rewards=[RewardSpec(**r) for r in rewards], evaluation=EvalConfig(scorer=scorer))
+
+
+@pytest.mark.parametrize("rewards,scorer,warned", [
+    ([{"name": "format"}, {"name": "phyx_official"}], None, ["phyx_official"]),
+    ([{"name": "phyx_official", "alias": "official", "weight": 0.5}], None, ["official"]),
+    ([{"name": "format"}, {"name": "accuracy"}], "phyx_official", []),  # the evaluation scorer: exact, no warning
+    ([{"name": "accuracy"}, {"name": "phyx_official", "weight": 0.0}], None, []),  # weight 0: logged only
+])
+def test_phyx_official_as_a_training_reward_is_named_once_at_startup(tiny_model_dir, caplog, rewards, scorer, warned):
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="lit_grpo.rewards.registry"):
+        _module(tiny_model_dir, rewards, scorer)
+    lines = [r.getMessage() for r in caplog.records if "can be gamed" in r.getMessage()]
+    assert len(lines) == len(warned) and all(f"'{w}'" in line and "reciting every option" in line
+                                             for w, line in zip(warned, lines))

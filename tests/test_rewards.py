@@ -31,31 +31,45 @@ def test_extract_boxed_table(text, first, last):
     assert extract_boxed(text, "last") == last
 
 
-BINARY = [  # (completion, gold, official, last) -- official: first \boxed{ up to the first }, stripped, exact
-    (r"The answer is \boxed{C}.", "C", 1.0, 1.0),
-    (r"\boxed{ C }", "C", 1.0, 1.0),
-    (r"\boxed{(C)}", "C", 0.0, 0.0),
-    (r"\boxed{c}", "C", 0.0, 0.0),
-    ("C", "C", 0.0, 0.0),
-    (r"\boxed{A} ... on reflection \boxed{C}", "C", 0.0, 1.0),
-    (r"\boxed{C} ... no, \boxed{A}", "C", 1.0, 0.0),
-    (r"\boxed{\text{C}}", "C", 0.0, 0.0),
-    (r"\boxed{\text{C}}", r"\text{C", 1.0, 0.0),  # official rule stops at the first }
-    (r"\fbox{C}", "C", 0.0, 1.0),  # official rule only knows \boxed{
-    (r"\boxed {C}", "C", 0.0, 1.0),  # official rule needs \boxed{ exactly
-    (r"\boxed{C", "C", 0.0, 0.0),
-    ("\\boxed{\nC\n}", "C", 1.0, 1.0),
+BINARY = [  # (completion, gold, official, multiline, last) -- official: the regex \\boxed\{(.*?)\} without DOTALL,
+    # stripped, exact; multiline: the same regex with DOTALL; last: the brace-matched last box
+    (r"The answer is \boxed{C}.", "C", 1.0, 1.0, 1.0),
+    (r"\boxed{ C }", "C", 1.0, 1.0, 1.0),
+    (r"\boxed{(C)}", "C", 0.0, 0.0, 0.0),
+    (r"\boxed{c}", "C", 0.0, 0.0, 0.0),
+    ("C", "C", 0.0, 0.0, 0.0),
+    (r"\boxed{A} ... on reflection \boxed{C}", "C", 0.0, 0.0, 1.0),
+    (r"\boxed{C} ... no, \boxed{A}", "C", 1.0, 1.0, 0.0),
+    (r"\boxed{\text{C}}", "C", 0.0, 0.0, 0.0),
+    (r"\boxed{\text{C}}", r"\text{C", 1.0, 1.0, 0.0),  # official rule stops at the first }
+    (r"\fbox{C}", "C", 0.0, 0.0, 1.0),  # official rule only knows \boxed{
+    (r"\boxed {C}", "C", 0.0, 0.0, 1.0),  # official rule needs \boxed{ exactly
+    (r"\boxed{C", "C", 0.0, 0.0, 0.0),
+    # "." does not cross a newline officially: a box spanning lines does not match ...
+    ("\\boxed{\nC\n}", "C", 0.0, 1.0, 1.0),
+    ("\\boxed{C\n}", "C", 0.0, 1.0, 1.0),
+    ("\\boxed{\r\nC}", "C", 0.0, 1.0, 1.0),  # \r is not a newline for ".", \n is
+    # ... and the search goes on to a later box on one line
+    ("\\boxed{\nA\n} so \\boxed{C}", "C", 1.0, 0.0, 1.0),
+    ("\\boxed{A\n} \\boxed{ C }", "C", 1.0, 0.0, 1.0),
 ]
 
 
-@pytest.mark.parametrize("text,gold,official,last", BINARY)
-def test_binary_reward_table(text, gold, official, last):
+@pytest.mark.parametrize("text,gold,official,multiline,last", BINARY)
+def test_binary_reward_table(text, gold, official, multiline, last):
     assert binary_reward([text], answer=[gold]) == [official]
+    assert binary_reward([text], answer=[gold], mode="official") == [official]
+    assert binary_reward([text], answer=[gold], mode="multiline") == [multiline]
     assert binary_reward([text], answer=[gold], mode="last") == [last]
 
 
-def test_binary_reward_missing_gold_is_nan():
-    assert math.isnan(binary_reward([r"\boxed{A}"], answer=[None])[0])
+def test_binary_reward_unknown_mode_raises():
+    with pytest.raises(ValueError, match="multiline"):
+        binary_reward([], answer=[], mode="lenient")
+
+
+def test_binary_reward_missing_gold_does_not_apply():
+    assert binary_reward([r"\boxed{A}"], answer=[None]) == [None]
 
 
 FORMAT = [
@@ -82,7 +96,7 @@ def test_format_reward_custom_tags():
 TAGS = [
     ("<answer>B</answer>", "answer", "B"),
     ("<answer>\n  B \n</answer>", "answer", "B"),
-    ("<answer>A</answer><answer>B</answer>", "answer", "A"),
+    ("<answer>A</answer><answer>B</answer>", "answer", "B"),  # the final pair is graded
     ("<answer>B", "answer", None),
     ("<unit>m/s^2</unit>", "unit", "m/s^2"),
     ("<think>line1\nline2</think>", "think", "line1\nline2"),
@@ -129,8 +143,8 @@ def test_accuracy_reward_table(text, gold, expected):
     assert accuracy_reward([text], answer=[gold], answer_format=["mcq"]) == [expected]
 
 
-def test_accuracy_reward_open_ended_cannot_score():
-    assert math.isnan(accuracy_reward(["<answer>7.55 N</answer>"], answer=["7.55N"], answer_format=["open"])[0])
+def test_accuracy_reward_does_not_apply_to_open_ended_rows():
+    assert accuracy_reward(["<answer>7.55 N</answer>"], answer=["7.55N"], answer_format=["open"]) == [None]
 
 
 def test_registry_rejects_duplicates_and_lists_names():

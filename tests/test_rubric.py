@@ -197,7 +197,8 @@ def test_open_accuracy_jury_and_min_votes():
              [{"correctness": 2}, None, {"correctness": 2}]]
     cols = dict(answer=["7.55N", "7.55N", "B"], answer_format=["open", "open", "mcq"], question=["q"] * 3)
     out = OpenAccuracyReward(judge=FakeJudge(votes))(["a", "b", "c"], **cols)
-    assert out[0] == pytest.approx(5 / 6) and math.isnan(out[1]) and math.isnan(out[2])
+    # row 1: no quorum = failed (NaN); row 2: an MCQ row, where the term does not apply (None)
+    assert out[0] == pytest.approx(5 / 6) and math.isnan(out[1]) and out[2] is None
     lenient = FakeJudge(votes)
     lenient.cfg = type("Cfg", (), {"min_votes": 2})()
     assert OpenAccuracyReward(judge=lenient)(["a", "b", "c"], **cols)[1] == 1.0

@@ -14,7 +14,7 @@ DERIVE = [  # (gold answer text, raw unit string, pint unit or None)
     (r"\( 22.3^{\circ} \)", "°", U.degree),
     ("60°", "°", U.degree),
     (r"3.2 \times 10^{-19} J", "J", U.joule),
-    ("100 Ω", "Ω", U.ohm),  # U+2126 OHM SIGN, which pint itself rejects
+    ("100 \u2126", "\u03a9", U.ohm),  # U+2126 OHM SIGN, which pint itself rejects (shown as Greek omega)
     ("100 Ω", "Ω", U.ohm),  # Greek capital omega
     (r"10 \Omega", "Ω", U.ohm),
     ("5 μF", "μF", U.microfarad),

@@ -1,15 +1,23 @@
-"""DataModule: datasets from readers (generated first when asked), prompt rendering, over-long filtering."""
+"""DataModule: datasets from readers (generated first where a ``generate`` block asks), prompt rendering,
+over-long filtering."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import os
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
 import lightning as L
-from torch.utils.data import DataLoader, Dataset, Subset
+import torch
+from torch.utils.data import Dataset, Subset
+from torchdata.stateful_dataloader import StatefulDataLoader
 
+from lit_grpo.data import overlap
+from lit_grpo.data.io import is_local
 from lit_grpo.data.physics import write_physics
 from lit_grpo.data.phyx import read_phyx
 from lit_grpo.data.puzzles import PuzzleConfig, write_puzzles
@@ -17,8 +25,11 @@ from lit_grpo.data.sample import Sample
 from lit_grpo.data.templates import TEMPLATES, render_messages
 from lit_grpo.data.visualsphinx import read_visualsphinx
 from lit_grpo.registry import Registry
+from lit_grpo.rng import run_seed
 
 log = logging.getLogger(__name__)
+# torchdata's StatefulDataLoader calls a torch function deprecated in torch 2.13, on every loader Lightning makes
+warnings.filterwarnings("ignore", message=".*'set_vital' is deprecated.*", category=UserWarning)
 
 READERS: Registry[Callable[..., Dataset]] = Registry("dataset reader")
 READERS.register("visualsphinx")(read_visualsphinx)
@@ -40,10 +51,16 @@ def _generate_physics(path: str, num: int = 256, seed: int = 0, **cfg: Any) -> P
 
 @dataclasses.dataclass
 class DatasetSpec:
-    """Where one split comes from."""
+    """Where one split comes from: a dataset the user has (``path``), or one generated on purpose (``generate``).
 
-    path: str
-    """Local file or folder, or a hub id."""
+    Only ``generate.path`` is ever generated, so a mistyped ``path`` is an error naming it, never a synthetic
+    set made at the typo: ``path`` defaults to ``generate.path``; a ``path`` that differs from it is the user's
+    own data, which must exist (the ``generate`` block is then not used). The generated file records its
+    settings beside it (``<file>.generate.json``) and is written again when they change.
+    """
+
+    path: str | None = None
+    """Local file or folder, or a hub id ``owner/name``; default: ``generate.path``."""
     reader: str = "visualsphinx"
     """Registered reader: ``visualsphinx`` or ``phyx``."""
     split: str = "train"
@@ -51,19 +68,100 @@ class DatasetSpec:
     rows: str | None = None
     """Python slice of rows to keep, e.g. ``"1000:3000"``."""
     generate: dict[str, Any] | None = None
-    """Write the file first when ``path`` is missing: ``{"kind": "puzzles", "num": 2000, "seed": 0, ...}``
-    (kinds: ``puzzles``, ``physics``)."""
+    """Generate a synthetic set into ``generate.path``: ``{"path": "data/embedded/x.parquet", "kind": "puzzles",
+    "num": 2000, "seed": 0, ...}`` (kinds: ``puzzles``, ``physics``); written when missing or made with other
+    settings."""
     reader_args: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Extra keyword arguments of the reader (phyx: ``answer_format``, ``question_variant``, ``layout``,
     ``image_dir``; both: ``max_pixels``, ``on_bad_row``)."""
 
+    def generated(self) -> bool:
+        """Whether this split reads the file its ``generate`` block writes."""
+        target = (self.generate or {}).get("path")
+        return target is not None and (self.path is None or Path(self.path) == Path(target))
+
+    def check(self, name: str = "data") -> None:
+        """Refuse what would fail or mislead at load time, before any model work (``name``: e.g. ``data.train``).
+
+        Raises:
+            ValueError: no path, a ``generate`` block without ``path`` or of an unknown kind, an unknown reader.
+            FileNotFoundError: a local ``path`` (see :func:`~lit_grpo.data.io.is_local`) that does not exist.
+        """
+        if self.generate is not None:
+            if not self.generate.get("path"):
+                raise ValueError(f"{name}.generate needs path: the file it writes (e.g. data/embedded/x.parquet)")
+            if self.generate.get("kind", "puzzles") not in GENERATORS:
+                raise ValueError(f"{name}.generate.kind: unknown generator {self.generate['kind']!r}; "
+                                 f"registered: {', '.join(GENERATORS.names())}")
+        if self.path is None and self.generate is None:
+            raise ValueError(f"{name}.path is not set (a file, a folder or a hub id)")
+        if self.reader not in READERS:
+            raise ValueError(f"{name}.reader: unknown reader {self.reader!r}; registered: {', '.join(READERS.names())}")
+        if not self.generated() and is_local(self.path) and not Path(self.path).expanduser().exists():
+            made = f" (this config generates only {self.generate['path']}, its generate.path)" if self.generate else ""
+            raise FileNotFoundError(f"{name}.path {self.path} does not exist{made}")
+
     def load(self, on_bad_row: str = "raise") -> Dataset:
-        """The reader's dataset; ``on_bad_row`` (``raise`` | ``skip``) unless ``reader_args`` sets it."""
-        if self.generate is not None and not Path(self.path).exists():
-            args = dict(self.generate)
-            GENERATORS.get(args.pop("kind", "puzzles"))(self.path, **args)
+        """The reader's dataset; ``on_bad_row`` (``raise`` | ``skip``) unless ``reader_args`` sets it. The
+        generated file is written first when missing or stale (:func:`ensure_generated`)."""
+        self.check()
+        path = self.path or self.generate["path"]
+        if self.generated():
+            ensure_generated(self.generate)
         args = {"on_bad_row": on_bad_row, **self.reader_args}
-        return READERS.get(self.reader)(self.path, split=self.split, rows=self.rows, **args)
+        return READERS.get(self.reader)(path, split=self.split, rows=self.rows, **args)
+
+
+def check_datasets(specs: dict[str, DatasetSpec | None]) -> None:
+    """Check every split (``name -> spec``) before any model work (:meth:`DatasetSpec.check`), and that splits
+    generating the same file ask for the same settings (else each would rewrite it for the other).
+
+    Raises:
+        ValueError, FileNotFoundError, KeyError: naming the split (``data.<name>``) and the problem.
+    """
+    made: dict[str, tuple[str, dict]] = {}
+    for name, spec in specs.items():
+        if spec is None:
+            continue
+        spec.check(f"data.{name}")
+        if spec.generated():
+            target, record = str(Path(spec.generate["path"])), generation_record(spec.generate)
+            first = made.setdefault(target, (name, record))
+            if first[1] != record:
+                raise ValueError(f"data.{first[0]} and data.{name} generate {target} with different settings; "
+                                 "give them the same generate block or different paths")
+
+
+def generation_record(generate: dict[str, Any]) -> dict[str, Any]:
+    """The settings a generated file is made from (its ``generate`` block without ``path``, kind filled in)."""
+    return {"kind": "puzzles", **{k: v for k, v in generate.items() if k != "path"}}
+
+
+def ensure_generated(generate: dict[str, Any]) -> Path:
+    """Write ``generate["path"]`` unless it exists with a record (``<file>.generate.json``) of the same settings.
+
+    A file without a record, or made with other settings, is written again (the record goes last, so an
+    interrupted write is redone); what changed is logged.
+    """
+    path, want = Path(generate["path"]), generation_record(generate)
+    record = path.with_name(path.name + ".generate.json")
+    have = json.loads(record.read_text()) if record.is_file() else None
+    if path.exists() and have == json.loads(json.dumps(want)):
+        return path
+    if path.exists():
+        changed = sorted(k for k in set(want) | set(have or {}) if (have or {}).get(k) != want.get(k))
+        log.warning("%s was generated with other settings (%s): generating it again",
+                    path, ", ".join(changed) if have is not None else "no record of them")
+    record.unlink(missing_ok=True)
+    args = dict(want)
+    partial = path.with_name(f".{path.stem}.{os.getpid()}.partial{path.suffix}")  # the suffix picks the layout
+    try:
+        GENERATORS.get(args.pop("kind"))(str(partial), **args)
+        os.replace(partial, path)  # readers (other ranks) never see a half-written file
+    finally:
+        partial.unlink(missing_ok=True)
+    record.write_text(json.dumps(want, sort_keys=True, indent=1))
+    return path
 
 
 @dataclasses.dataclass
@@ -97,6 +195,7 @@ class VLMDataModule(L.LightningDataModule):
         max_prompt_length: int | None = None,
         num_workers: int = 0,
         on_bad_row: str = "raise",
+        on_overlap: str = "refuse",
     ):
         """
         Args:
@@ -110,6 +209,10 @@ class VLMDataModule(L.LightningDataModule):
             on_bad_row: ``raise``: a bad row (missing/undecodable/over-large image, missing answer, answer
                 not among the options, unknown domain, malformed options) stops with an error naming the
                 file, row id and field; ``skip``: bad rows are dropped up front and counted in the log.
+            on_overlap: training rows that are the same problem as a validation or test row (same normalised
+                question text and same image, :mod:`lit_grpo.data.overlap`), checked at ``fit``: ``refuse``
+                stops with an error naming the first pairs; ``drop`` removes them from training and logs the count;
+                ``allow`` keeps them and logs the count (deliberate: a check that a policy fits its own eval set).
         """
         super().__init__()
         TEMPLATES.get(template)  # fail at construction on a typo
@@ -120,14 +223,46 @@ class VLMDataModule(L.LightningDataModule):
         if on_bad_row not in ("raise", "skip"):
             raise ValueError(f"on_bad_row must be 'raise' or 'skip', got {on_bad_row!r}")
         self.on_bad_row = on_bad_row
+        if on_overlap not in overlap.OVERLAP_POLICIES:
+            raise ValueError(f"on_overlap must be one of {overlap.OVERLAP_POLICIES}, got {on_overlap!r}")
+        self.on_overlap, self.overlap_dropped = on_overlap, 0
         self.datasets: dict[str, Dataset] = {}
 
     def setup(self, stage: str | None = None) -> None:
         wanted = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("predict",)}
-        for split in wanted.get(stage, ("train", "val", "test", "predict")):
+        loaded = {split: self.specs[split].load(self.on_bad_row) for split in wanted.get(stage, self.specs)
+                  if self.specs[split] is not None and split not in self.datasets}
+        if "train" in loaded:
+            loaded["train"] = self._without_overlap(loaded["train"], loaded)
+        for split, ds in loaded.items():
+            self.datasets[split] = self._filter(split, ds)
+
+    def _without_overlap(self, train: Dataset, loaded: dict[str, Dataset]) -> Dataset:
+        """``train`` checked against the validation and test rows under ``on_overlap`` (the test split is
+        loaded here too when it is not the validation split)."""
+        evals = {}
+        for split in ("val", "test"):
             spec = self.specs[split]
-            if spec is not None and split not in self.datasets:
-                self.datasets[split] = self._filter(split, spec.load(self.on_bad_row))
+            if spec is None or (split == "test" and spec is self.specs["val"]):
+                continue
+            if split not in loaded and split not in self.datasets:
+                loaded[split] = spec.load(self.on_bad_row)
+            evals[split] = loaded[split] if split in loaded else self.datasets[split]
+        found = overlap.find_overlap(train, evals) if evals else {}
+        if not found:
+            return train
+        what = (f"{len(found)} of {len(train)} training rows are the same problem (normalised question text and "
+                f"image) as a {'/'.join(evals)} row: {overlap.describe(train, found)}")
+        if self.on_overlap == "refuse":
+            raise ValueError(f"{what}. Choose disjoint rows, or set data.on_overlap: drop to train without them")
+        if self.on_overlap == "allow":
+            log.warning("%s; kept for training (on_overlap: allow)", what)
+            return train
+        if len(found) == len(train):
+            raise ValueError(f"{what}: nothing is left to train on (on_overlap: drop); choose other training rows")
+        log.warning("%s; dropped from training (on_overlap: drop)", what)
+        self.overlap_dropped = len(found)
+        return overlap.without(train, found)
 
     def render(self, sample: Sample) -> list[dict]:
         return render_messages(sample, self.template, self.system_prompt)
@@ -149,22 +284,37 @@ class VLMDataModule(L.LightningDataModule):
     def collate(self, samples: list[Sample]) -> PromptBatch:
         return PromptBatch(samples=samples, messages=[self.render(s) for s in samples])
 
-    def _loader(self, split: str, batch_size: int, shuffle: bool) -> DataLoader:
+    def _loader(self, split: str, batch_size: int, shuffle: bool) -> StatefulDataLoader:
+        """A ``StatefulDataLoader``: Lightning saves its position and shuffle state in every checkpoint, so
+        a resumed run sees the prompts an uninterrupted run would have seen, this epoch and the next.
+
+        Making an iterator never draws from the global RNG that sampling uses: the loader's worker seeds
+        and the shuffle each have a generator of their own, seeded from the run's seed
+        (:func:`lit_grpo.rng.run_seed`: the same on every rank, unlike the per-rank sampling stream, so the
+        ranks' shares of the data stay disjoint). They must be two generators: the loader restores the shuffle
+        generator as it was before the epoch's permutation, which would miss the worker-seed draw made after it
+        from a shared generator (the next epoch's order would differ from the uninterrupted run's).
+        """
         if split not in self.datasets:
             raise RuntimeError(f"no {split} dataset configured: set data.{split} in the config")
-        return DataLoader(self.datasets[split], batch_size=batch_size, shuffle=shuffle,
-                          collate_fn=self.collate, num_workers=self.num_workers)
+        seed = run_seed()
+        loader = StatefulDataLoader(self.datasets[split], batch_size=batch_size, shuffle=shuffle,
+                                    collate_fn=self.collate, num_workers=self.num_workers,
+                                    generator=torch.Generator().manual_seed(seed))
+        if shuffle:
+            loader.sampler.generator = torch.Generator().manual_seed(seed)
+        return loader
 
-    def train_dataloader(self) -> DataLoader:
+    def train_dataloader(self) -> StatefulDataLoader:
         return self._loader("train", self.batch_size, shuffle=True)
 
-    def val_dataloader(self) -> DataLoader | list:
+    def val_dataloader(self) -> StatefulDataLoader | list:
         if "val" not in self.datasets and self.specs["val"] is None:
             return []  # no validation configured: Lightning skips it
         return self._loader("val", self.eval_batch_size, shuffle=False)
 
-    def test_dataloader(self) -> DataLoader:
+    def test_dataloader(self) -> StatefulDataLoader:
         return self._loader("test", self.eval_batch_size, shuffle=False)
 
-    def predict_dataloader(self) -> DataLoader:
+    def predict_dataloader(self) -> StatefulDataLoader:
         return self._loader("predict", self.eval_batch_size, shuffle=False)

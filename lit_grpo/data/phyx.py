@@ -47,11 +47,14 @@ MC_INSTRUCTION = ("Please directly answer the question and provide the correct O
 OE_INSTRUCTION = " Please answer the question with step by step reasoning."
 """Official OE instruction, appended right after the question."""
 LAYOUTS = ("default", "raw", "prerendered")
-QUESTION_VARIANTS = {  # variant -> description column of the default and raw layouts (None: question only)
-    "simplified": ("question_description_simplified", "question_simply"),
-    "full": ("question_description", "question_description"),
-    "minimal": (None, None),
+QUESTION_VARIANTS = {  # variant -> its description column, by the names the published files and forks use
+    "simplified": ("question_description_simplified", "question_simply", "question_simplified"),
+    "full": ("question_description", "description"),
+    "minimal": (),  # the question only
 }
+IMAGE_FOLDERS = ("images", "{split}_image", "{split}/{split}_image", "test_image", "test/test_image", ".")
+"""Where the raw layout's images are looked for, relative to the JSONL's folder, in order (mirrors keep them in
+``images/``, next to the file, or under ``test/test_image/``)."""
 _OPTION_START = re.compile(r'\s*A\s*:\s*"')
 
 
@@ -154,9 +157,15 @@ def _text(row: dict, field: str) -> str:
     return "" if value is None else str(value)
 
 
-def problem_text(row: dict, layout: str, variant: str) -> str:
+def description_column(columns: Any, variant: str) -> str | None:
+    """The column holding ``variant``'s description among ``columns`` (the first name of
+    :data:`QUESTION_VARIANTS` present), or ``None`` (``minimal``, or no such column)."""
+    return next((c for c in QUESTION_VARIANTS[variant] if c in columns), None)
+
+
+def problem_text(row: dict, variant: str) -> str:
     """``"{description} {question}"`` of the chosen variant (default or raw layout; empty parts dropped)."""
-    column = QUESTION_VARIANTS[variant][0 if layout == "default" else 1]
+    column = description_column(row, variant)
     parts = [_text(row, column).strip() if column else "", _text(row, "question").strip()]
     return " ".join(p for p in parts if p)
 
@@ -194,7 +203,7 @@ def phyx_fields(row: dict[str, Any], index: int, *, layout: str, where: str, ans
         if layout == "prerendered":
             question, options = _split_prompt(_text(row, "question"))
         else:
-            question = problem_text(row, layout, variant)
+            question = problem_text(row, variant)
             raw = row.get("options")
             options = parse_option_list(raw) if layout == "default" else parse_options_string(_text(row, "options"))
     except ValueError as exc:
@@ -230,12 +239,16 @@ def phyx_fields(row: dict[str, Any], index: int, *, layout: str, where: str, ans
     }
 
 
-def _image_source(row: dict, layout: str, where: str, image_dir: Path | None) -> Any:
+def _image_source(row: dict, layout: str, where: str, image_dirs: list[Path]) -> Any:
     image = row.get("image")
     if layout == "raw" and isinstance(image, str) and image:
         if Path(image).is_absolute() or ".." in Path(image).parts:
             raise BadRowError(f"{where}: field 'image' {image!r} must be a file name inside the image folder")
-        return str((image_dir or Path(".")) / image)
+        found = next((d / image for d in image_dirs if (d / image).is_file()), None)
+        if found is None:
+            raise BadRowError(f"{where}: field 'image': image file {image!r} does not exist in "
+                              f"{', '.join(str(d) for d in image_dirs)}; set reader_args.image_dir")
+        return str(found)
     if layout == "prerendered" and isinstance(image, str) and image:
         try:
             return base64.b64decode(image, validate=True)
@@ -245,20 +258,22 @@ def _image_source(row: dict, layout: str, where: str, image_dir: Path | None) ->
 
 
 def phyx_sample(row: dict[str, Any], index: int, *, layout: str, source: str, answer_format: str | None = None,
-                variant: str = "simplified", image_dir: Path | None = None,
+                variant: str = "simplified", image_dirs: list[Path] | None = None,
                 max_pixels: int = DEFAULT_MAX_PIXELS) -> Sample:
     """One PhyX row -> :class:`Sample` (images decoded; see :func:`phyx_fields` for the errors)."""
     rid = row.get("id", row.get("index", index))
     where = f"{source} row {index} (id {rid})"
     fields = phyx_fields(row, index, layout=layout, where=where, answer_format=answer_format, variant=variant)
-    image = decode_image(_image_source(row, layout, where, image_dir), where=f"{where}: field 'image'",
+    image = decode_image(_image_source(row, layout, where, image_dirs or [Path(".")]), where=f"{where}: field 'image'",
                          max_pixels=max_pixels)
     return Sample(images=[image], **fields)
 
 
-def _default_image_dir(path: str) -> Path:
+def _image_dirs(path: str, split: str) -> list[Path]:
+    """The folders of :data:`IMAGE_FOLDERS` next to ``path`` that exist (its own folder at least)."""
     folder = Path(path).parent if Path(path).is_file() else Path(path)
-    return folder / "images" if (folder / "images").is_dir() else folder
+    found = [folder / f.format(split=split) for f in IMAGE_FOLDERS]
+    return [d for d in found if d.is_dir()] or [folder]
 
 
 def read_phyx(path: str, split: str = "test", rows: str | None = None, answer_format: str | None = None,
@@ -274,8 +289,9 @@ def read_phyx(path: str, split: str = "test", rows: str | None = None, answer_fo
         question_variant: ``simplified`` (PhyX's default, Text-DeRedundancy), ``full`` (full description)
             or ``minimal`` (question only); pre-rendered files hold the variant they were rendered with.
         layout: ``default`` | ``raw`` | ``prerendered``; ``None`` detects it from the columns.
-        image_dir: image folder of the raw layout; ``None`` = ``images/`` next to the JSONL when it
-            exists, else the JSONL's own folder.
+        image_dir: image folder of the raw layout; ``None`` = look, for each row, in the folders of
+            :data:`IMAGE_FOLDERS` next to the JSONL (``images/``, ``test/test_image/``, its own folder, ...);
+            a missing image's error lists the folders looked in.
         on_bad_row: ``raise`` (text fields of every row validated up front, images decoded lazily, both
             with an error naming the row) or ``skip`` (every row decoded up front, bad ones dropped and
             counted in the log).
@@ -297,23 +313,26 @@ def read_phyx(path: str, split: str = "test", rows: str | None = None, answer_fo
     layout = layout or detect_layout(list(table.column_names))
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-    column = QUESTION_VARIANTS[question_variant][0 if layout == "default" else 1]
-    if layout != "prerendered" and column and column not in table.column_names:
-        raise ValueError(f"{path}: question_variant {question_variant!r} reads the column {column!r}, which this "
-                         f"{layout}-layout file lacks; choose another question_variant (e.g. 'minimal')")
+    names = QUESTION_VARIANTS[question_variant]
+    if layout != "prerendered" and names and description_column(table.column_names, question_variant) is None:
+        raise ValueError(f"{path}: question_variant {question_variant!r} reads one of the columns {list(names)}, "
+                         f"which this {layout}-layout file lacks; choose another question_variant (e.g. 'minimal')")
     source = f"{path}[{split}]"
-    folder = Path(image_dir) if image_dir else _default_image_dir(path)
+    folders = [Path(image_dir)] if image_dir else _image_dirs(path, split)
     kw = dict(layout=layout, answer_format=answer_format, variant=question_variant)
 
     def to_sample(row: dict, i: int) -> Sample:
-        return phyx_sample(row, i, source=source, image_dir=folder, max_pixels=max_pixels, **kw)
+        return phyx_sample(row, i, source=source, image_dirs=folders, max_pixels=max_pixels, **kw)
 
-    def check_text(row: dict, i: int) -> None:
+    def check_text(row: dict, i: int) -> dict:
         rid = row.get("id", row.get("index", i))
-        phyx_fields(row, i, where=f"{source} row {i} (id {rid})", **kw)
+        return phyx_fields(row, i, where=f"{source} row {i} (id {rid})", **kw)
+
+    def images(row: dict, i: int) -> list:
+        return [_image_source(row, kw["layout"], f"{source} row {i}", folders)]
 
     return load_rows(table, to_sample, name=source, on_bad_row=on_bad_row,
-                     check_text=check_text, text_rows=_without(table, "image"))
+                     check_text=check_text, text_rows=_without(table, "image"), image_sources=images)
 
 
 def _without(table: Any, column: str) -> Any:

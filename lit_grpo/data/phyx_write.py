@@ -40,7 +40,7 @@ def raw_row(item: dict[str, Any]) -> dict[str, Any]:
 def prerendered_row(item: dict[str, Any], form: str, variant: str = "simplified") -> dict[str, Any]:
     """The pre-rendered MC (``form="mc"``) or OE (``"oe"``) evaluation row of an item (base64 image)."""
     options = parse_option_list(item["options"])
-    problem = problem_text(item, "default", variant)
+    problem = problem_text(item, variant)
     if form == "mc":
         question, answer = f"{problem}{MC_INSTRUCTION}{render_options(options)}", item["answer"]
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
 import logging
 from pathlib import Path
@@ -86,17 +87,37 @@ def decode_image(obj: Any, *, where: str, base_dir: str | Path | None = None,
     return img.convert("RGB") if img.mode != "RGB" else img
 
 
+BAD_BYTES_COLUMN = "__bad_row__"
+"""A row the table opener could not read (e.g. non-UTF-8 bytes) holds its reason here; readers raise it as a
+:class:`BadRowError` under the bad-row policy, so the rows after it keep their numbers."""
+
+
+def check_unreadable(row: Any, where: str) -> None:
+    """Raise :class:`BadRowError` for a row marked unreadable by the table opener (``BAD_BYTES_COLUMN``)."""
+    reason = row.get(BAD_BYTES_COLUMN) if isinstance(row, dict) else None
+    if reason:
+        raise BadRowError(f"{where}: {reason}")
+
+
 class SampleDataset(Dataset):
     """Rows turned into :class:`Sample` on access (images decoded lazily, one row at a time).
 
     ``indices`` keeps a subset of the rows (after skipping bad ones); errors still name the original row.
+    ``text_fields(row, j)``, when given, returns the text fields of row ``j`` without decoding images, and
+    ``image_sources(row, j)`` its images as stored (bytes, a file path, an HF image dict): :meth:`fields` and
+    :meth:`image_digest` use them, e.g. for the train/evaluation overlap check. ``known`` maps a row to its
+    ``id`` and ``question`` when the loader has read them already.
     """
 
     def __init__(self, rows: Sequence[Any], to_sample: Callable[[Any, int], Sample], name: str = "dataset",
-                 indices: list[int] | None = None):
+                 indices: list[int] | None = None, text_rows: Sequence[Any] | None = None,
+                 text_fields: Callable[[Any, int], dict] | None = None,
+                 image_sources: Callable[[Any, int], list] | None = None, known: dict[int, dict] | None = None):
         self.rows, self.to_sample, self.name = rows, to_sample, name
         self.indices = indices
         self.skipped = 0 if indices is None else len(rows) - len(indices)
+        self.text_rows, self.text_fields = text_rows if text_rows is not None else rows, text_fields
+        self.image_sources, self.known = image_sources, known or {}
 
     def __len__(self) -> int:
         return len(self.rows) if self.indices is None else len(self.indices)
@@ -105,39 +126,85 @@ class SampleDataset(Dataset):
         j = i if self.indices is None else self.indices[i]
         return self.to_sample(self.rows[j], j)
 
+    def fields(self, i: int) -> dict[str, Any]:
+        """The text fields of sample ``i`` (``id``, ``question``, ...), images left undecoded when possible."""
+        j = i if self.indices is None else self.indices[i]
+        if j in self.known:
+            return self.known[j]
+        return self.text_fields(self.text_rows[j], j) if self.text_fields else self[i].columns()
+
+    def image_digest(self, i: int) -> str:
+        """sha1 of sample ``i``'s images as stored (their bytes), or of the decoded pixels when the reader does not
+        say where its images are stored."""
+        j = i if self.indices is None else self.indices[i]
+        h = hashlib.sha1()
+        for src in self.image_sources(self.rows[j], j) if self.image_sources else self[i].images:
+            if isinstance(src, dict):
+                src = src.get("bytes") or src.get("path")
+            if isinstance(src, Image.Image):
+                h.update(f"{src.size}".encode() + src.convert("RGB").tobytes())
+            else:
+                h.update(bytes(src) if isinstance(src, (bytes, bytearray)) else Path(str(src)).read_bytes())
+        return h.hexdigest()
+
 
 def load_rows(rows: Sequence[Any], to_sample: Callable[[Any, int], Sample], *, name: str,
-              on_bad_row: str = "raise", check_text: Callable[[Any, int], None] | None = None,
-              text_rows: Sequence[Any] | None = None) -> SampleDataset:
+              on_bad_row: str = "raise", check_text: Callable[[Any, int], dict | None] | None = None,
+              text_rows: Sequence[Any] | None = None,
+              image_sources: Callable[[Any, int], list] | None = None) -> SampleDataset:
     """A :class:`SampleDataset` over ``rows`` under a bad-row policy.
 
     ``raise``: ``check_text`` runs on every row of ``text_rows`` (the rows without their image columns,
     cheap to read) so a bad text field fails at setup; images are decoded lazily and a bad one raises
     :class:`BadRowError` naming the row when it is first read. ``skip``: every row is turned into a
     sample up front (images decoded), rows raising :class:`BadRowError` are dropped, and the count
-    with the first few reasons is logged.
+    with the first few reasons is logged. ``image_sources`` is passed to the dataset. Under both, a row the
+    table opener could not read (``BAD_BYTES_COLUMN``) and a row repeating an earlier row's ``id`` are bad rows.
     Raises:
         ValueError: unknown ``on_bad_row``.
         BadRowError: the first bad text field (``raise``).
     """
     if on_bad_row not in BAD_ROW_POLICIES:
         raise ValueError(f"on_bad_row must be one of {BAD_ROW_POLICIES}, got {on_bad_row!r}")
+    seen: dict[str, int] = {}
+
+    def unique(row_id: str, i: int) -> None:
+        first = seen.setdefault(row_id, i)
+        if first != i:
+            raise BadRowError(f"{name} row {i} (id {row_id}): field 'id' repeats row {first}; ids must be unique")
+
+    def checked(row: Any, i: int) -> Sample:
+        check_unreadable(row, f"{name} row {i}")
+        return to_sample(row, i)
+
+    def text(row: Any, i: int) -> dict | None:
+        check_unreadable(row, f"{name} row {i}")
+        return check_text(row, i) if check_text is not None else None
+
+    fields = text if check_text is not None else None
+    known: dict[int, dict] = {}
     if on_bad_row == "raise":
-        if check_text is not None:
-            for i, row in enumerate(text_rows if text_rows is not None else rows):
-                check_text(row, i)
-        return SampleDataset(rows, to_sample, name)
+        for i, row in enumerate(text_rows if text_rows is not None else rows):
+            found = text(row, i)
+            if found is not None and found.get("id") is not None:
+                unique(str(found["id"]), i)
+                known[i] = {"id": str(found["id"]), "question": found.get("question", "")}
+        return SampleDataset(rows, checked, name, text_rows=text_rows, text_fields=fields, image_sources=image_sources,
+                             known=known)
     keep, reasons = [], []
     for i in range(len(rows)):
         try:
-            to_sample(rows[i], i)
+            sample = checked(rows[i], i)
+            unique(sample.id, i)
             keep.append(i)
+            known[i] = {"id": sample.id, "question": sample.question}
         except BadRowError as exc:
             reasons.append(str(exc))
     if reasons:
         log.warning("%s: skipped %d of %d bad rows (on_bad_row: skip); first: %s", name, len(reasons),
                     len(rows), " | ".join(reasons[:3]))
-    return SampleDataset(rows, to_sample, name, indices=keep)
+    return SampleDataset(rows, checked, name, indices=keep, text_rows=text_rows, text_fields=fields,
+                         image_sources=image_sources, known=known)
 
 
 def collate_samples(batch: list[Sample]) -> list[Sample]:

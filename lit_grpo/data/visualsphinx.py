@@ -20,13 +20,23 @@ def visualsphinx_fields(row: dict[str, Any], where: str) -> dict[str, Any]:
     """Every :class:`Sample` field of one row except the images, validated.
 
     Raises:
-        BadRowError: malformed ``choice``, missing answer or one not among the options; the message
-        names ``where`` (source, row index and id) and the field.
+        BadRowError: ``choice`` not a JSON object of at least two options (a JSON list, one option), a missing
+        or empty ``problem``, a missing answer or one not among the options; the message names ``where``
+        (source, row index and id) and the field.
     """
     try:
-        choice = json.loads(row["choice"]) if isinstance(row.get("choice"), str) else dict(row["choice"])
+        choice = json.loads(row["choice"]) if isinstance(row.get("choice"), str) else row["choice"]
+        if not isinstance(choice, dict):
+            raise TypeError(f"it is a {type(choice).__name__}, not an object of label -> text")
+        choice = dict(choice)
     except (TypeError, ValueError, KeyError) as exc:
         raise BadRowError(f"{where}: field 'choice' is not a JSON object of options ({exc})") from None
+    if len(choice) < 2:
+        raise BadRowError(f"{where}: field 'choice' holds {len(choice)} option(s); a puzzle needs at least two")
+    problem = row.get("problem")
+    question = "" if problem is None else str(problem).replace("<image>", "").strip()
+    if not question:
+        raise BadRowError(f"{where}: field 'problem' is {'missing' if problem is None else 'empty'}")
     answer = row.get("answer")
     if answer is None or str(answer).strip() == "":
         raise BadRowError(f"{where}: field 'answer' is missing")
@@ -34,7 +44,7 @@ def visualsphinx_fields(row: dict[str, Any], where: str) -> dict[str, Any]:
         raise BadRowError(f"{where}: field 'answer' {answer!r} is not one of the options {sorted(choice)}")
     return dict(
         id=str(row.get("id", "")),
-        question=str(row.get("problem", "")).replace("<image>", "").strip(),
+        question=question,
         options={str(k): str(v) for k, v in choice.items()},
         answer=str(answer).strip(),
         answer_format="mcq",
@@ -75,9 +85,10 @@ def read_visualsphinx(path: str, split: str = "train", rows: str | None = None,
     source = f"{path}[{split}]"
     text_rows = table.remove_columns([c for c in ("images", "image") if c in table.column_names])
 
-    def check_text(row: dict, i: int) -> None:
-        visualsphinx_fields(row, _where(source, row, i))
+    def check_text(row: dict, i: int) -> dict:
+        return {**visualsphinx_fields(row, _where(source, row, i)), "id": str(row.get("id", i))}
 
     return load_rows(table, lambda row, i: visualsphinx_sample(row, i, source=source, max_pixels=max_pixels),
-                     name=source, on_bad_row=on_bad_row, check_text=check_text, text_rows=text_rows)
+                     name=source, on_bad_row=on_bad_row, check_text=check_text, text_rows=text_rows,
+                     image_sources=lambda row, i: row.get("images") or [row.get("image")])
 

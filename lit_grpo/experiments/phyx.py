@@ -125,15 +125,18 @@ class PhyxExperiment:
     """Write the bar chart (needs matplotlib, the ``notebook`` extra)."""
 
     def runs(self) -> list[Run]:
-        """The SFT row per format, each condition per format and seed, then the controls."""
+        """The SFT row per format, each condition per format for the first seed, the controls, then the other
+        seeds (in this order, so that an interrupted invocation has the first table and the controls)."""
         out = [Run(f"sft_{f.key}", f.key, "SFT", None, [f.config, *f.overlays]) for f in self.formats]
         fmts = {f.key: f for f in self.formats}
         conds = {c.key: c for c in self.conditions}
-        for seed in self.seeds:
+        later = []
+        for i, seed in enumerate(self.seeds):
             for f in self.formats:
                 for c in self.conditions:
-                    out.append(Run(f"{f.key}_{c.key}_s{seed}", f.key, c.name, seed,
-                                   [f.config, *c.overlays.get(f.key, []), *f.overlays], list(self.fit_args)))
+                    (out if i == 0 else later).append(
+                        Run(f"{f.key}_{c.key}_s{seed}", f.key, c.name, seed,
+                            [f.config, *c.overlays.get(f.key, []), *f.overlays], list(self.fit_args)))
         for k in self.controls:
             if k.format not in fmts or k.condition not in conds:
                 raise ValueError(f"control {k}: unknown format or condition (formats {sorted(fmts)}, "
@@ -142,7 +145,7 @@ class PhyxExperiment:
             out.append(Run(f"{k.format}_{c.key}_{k.name.replace(' ', '')}_s{k.seed}", k.format, f"{c.name}, {k.name}",
                            k.seed, [fmts[k.format].config, *c.overlays.get(k.format, []), *fmts[k.format].overlays],
                            [*self.fit_args, *k.args]))
-        return out
+        return out + later
 
     def path(self, *parts: str) -> Path:
         return Path(self.output, *parts)
@@ -161,7 +164,7 @@ def fit_overlay(exp: PhyxExperiment, run: Run) -> dict[str, Any]:
         "seed_everything": run.seed,
         "trainer": {
             "enable_checkpointing": False,
-            "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+            "logger": {"class_path": "lit_grpo.loggers.TensorBoardLogger",
                        "init_args": {"save_dir": str(exp.path("tb")), "name": run.name, "version": "",
                                      "default_hp_metric": False}},
             "callbacks": [
@@ -270,7 +273,7 @@ def ensure_warm_start(exp: PhyxExperiment) -> dict[str, Any] | None:
     if not exp.sft_config:
         raise FileNotFoundError(f"no warm start in {exp.warm_start} and no sft_config to make it")
     overlay = _write_yaml(exp.path("configs", "sft.fit.yaml"), {"trainer": {"logger": {
-        "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+        "class_path": "lit_grpo.loggers.TensorBoardLogger",
         "init_args": {"save_dir": str(exp.path("tb")), "name": "sft", "version": "", "default_hp_metric": False}}}})
     args = ["fit", *_configs([exp.sft_config, overlay])]
     rc, wall = launch(args, exp.path("runs", "sft", "fit.log"), exp.launcher)

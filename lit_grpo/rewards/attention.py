@@ -17,20 +17,21 @@ from lit_grpo.rewards.registry import REWARDS
 
 @REWARDS.register("attention")
 def attention_reward(completions: list[str], asm: list[float] | None = None, **_) -> list[float]:
-    """ASM of each completion, in [0, 1]; NaN ("cannot score") where the completion has no valid token.
+    """ASM of each completion, in [0, 1]; ``None`` (the term does not apply) where the completion has no valid
+    token, so an empty completion keeps the total of its other terms (e.g. format 0).
 
     Raises:
         ValueError: no ``asm`` column, i.e. the reward runs outside a trainer that captures attention.
 
     >>> attention_reward(["a", "b"], asm=[0.25, float("nan")])
-    [0.25, nan]
+    [0.25, None]
     """
     if asm is None:
         raise ValueError("the attention reward needs the scoring pass's 'asm' column; run it in GRPOModule, "
                          "which captures the final layer's attention whenever this reward is configured")
     if len(asm) != len(completions):
         raise ValueError(f"'asm' has {len(asm)} values for {len(completions)} completions")
-    return [math.nan if a is None or math.isnan(a) else float(a) for a in asm]
+    return [None if a is None or math.isnan(a) else float(a) for a in asm]
 
 
 attention_reward.columns = ("asm",)

@@ -7,39 +7,45 @@ paper (Granite Vision on PhyX: format reward R1 over four tag pairs, accuracy re
 
 from __future__ import annotations
 
-import math
-
-from lit_grpo.rewards.parsing import count_tag, extract_answer_letter, extract_boxed, extract_boxed_official
+from lit_grpo.rewards.parsing import (count_tag, extract_answer_letter, extract_boxed, extract_boxed_official,
+                                     outside_think, think_blocks)
 from lit_grpo.rewards.registry import REWARDS
 
 DEFAULT_TAGS = ("think", "answer", "unit", "principle")
 
 
+BOXED_MODES = ("official", "multiline", "first", "last")
+
+
 def boxed_answer(text: str, mode: str = "official") -> str | None:
-    """The boxed answer under ``mode``: ``official`` (VisualSphinx regex), ``first`` or ``last`` (brace-matched)."""
-    if mode == "official":
-        return extract_boxed_official(text)
+    """The boxed answer under ``mode``: ``official`` (the VisualSphinx regex, ``.`` not crossing a newline),
+    ``multiline`` (the same regex with ``.`` crossing newlines), ``first`` or ``last`` (brace-matched)."""
+    if mode in ("official", "multiline"):
+        return extract_boxed_official(text, multiline=mode == "multiline")
     if mode in ("first", "last"):
         return extract_boxed(text, which=mode)
-    raise ValueError(f"mode must be 'official', 'first' or 'last', got {mode!r}")
+    raise ValueError(f"mode must be one of {BOXED_MODES}, got {mode!r}")
 
 
 @REWARDS.register("binary")
-def binary_reward(completions: list[str], answer: list[str], mode: str = "official", **_) -> list[float]:
+def binary_reward(completions: list[str], answer: list[str], mode: str = "official", **_) -> list[float | None]:
     """VisualSphinx binary reward: 1.0 when the boxed answer equals the gold exactly, else 0.0.
 
-    ``mode="official"`` (default) reproduces the official scorer: the first ``\\boxed{``, non-greedy
-    up to the first ``}``, stripped, compared case-sensitively with ``answer`` (``\\boxed{C}`` scores,
-    ``\\boxed{(C)}`` and ``\\boxed{c}`` do not; no box scores 0). ``mode="last"`` / ``"first"`` use the
-    brace-matching :func:`~lit_grpo.rewards.extract_boxed` instead. A missing gold gives NaN.
+    ``mode="official"`` (default) reproduces the official scorer: the regex ``\\boxed{(.*?)}`` without
+    DOTALL (first match; ``.`` does not cross a newline, so ``\\boxed{\\nC\\n}`` does not match and a later
+    box may), stripped, compared case-sensitively with ``answer`` (``\\boxed{C}`` scores, ``\\boxed{(C)}``
+    and ``\\boxed{c}`` do not; no box scores 0). ``mode="multiline"`` is the lenient variant whose ``.``
+    crosses newlines; ``"last"`` / ``"first"`` use the brace-matching :func:`~lit_grpo.rewards.extract_boxed`.
+    A missing gold gives ``None`` (the term does not apply).
 
     >>> binary_reward([r"\\boxed{C}", r"\\boxed{c}", "C"], answer=["C", "C", "C"])
     [1.0, 0.0, 0.0]
     """
-    out = []
+    boxed_answer("", mode)  # an unknown mode fails even on an empty batch
+    out: list[float | None] = []
     for text, gold in zip(completions, answer):
         if gold is None:
-            out.append(math.nan)
+            out.append(None)
             continue
         pred = boxed_answer(text, mode)
         out.append(1.0 if pred is not None and pred == str(gold).strip() else 0.0)
@@ -47,11 +53,18 @@ def binary_reward(completions: list[str], answer: list[str], mode: str = "offici
 
 
 def format_score(text: str, tags: tuple[str, ...] | list[str] = DEFAULT_TAGS) -> float:
-    """Fraction of ``tags`` whose pair is well formed: ``<t>`` and ``</t>`` each exactly once, in order."""
+    """Fraction of ``tags`` whose pair is well formed: ``<t>`` and ``</t>`` each exactly once, in order.
+
+    Tags quoted inside the ``<think>`` block are reasoning and do not count; ``think`` itself is well formed
+    when there is exactly one complete ``<think>...</think>`` block and no stray think tag outside it.
+    """
+    outside = outside_think(text)
     good = 0
     for tag in tags:
         opens, closes = count_tag(text, tag)
-        if opens == 1 and closes == 1 and text.index(f"<{tag}>") < text.index(f"</{tag}>"):
+        if tag == "think":
+            good += len(think_blocks(text)) == 1 and opens == closes == 0
+        elif opens == 1 and closes == 1 and outside.index(f"<{tag}>") < outside.index(f"</{tag}>"):
             good += 1
     return good / len(tags)
 
@@ -70,24 +83,29 @@ def format_reward(completions: list[str], tags: list[str] = list(DEFAULT_TAGS), 
 
 @REWARDS.register("accuracy")
 def accuracy_reward(
-    completions: list[str], answer: list[str], answer_format: list[str] | None = None, tag: str = "answer", **_
-) -> list[float]:
-    """Multiple-choice accuracy r_a: the option letter in ``<answer>`` equals the gold letter (case-insensitive).
+    completions: list[str], answer: list[str], answer_format: list[str] | None = None, tag: str = "answer",
+    options: list[dict] | None = None, **_
+) -> list[float | None]:
+    """Multiple-choice accuracy r_a: the option letter of the graded ``<answer>`` block equals the gold letter.
 
-    The letter is read with :func:`~lit_grpo.rewards.parsing.extract_answer_letter` (``B``, ``(B)``, ``B.``,
-    ``B)``, ``Answer: B``; never a capital inside a word). No ``<answer>`` tag scores 0. Rows whose
-    ``answer_format`` is not ``mcq`` (open-ended, graded by a judge) give NaN here.
+    The block is the final ``<answer>`` pair outside ``<think>``; its letter is read with
+    :func:`~lit_grpo.rewards.parsing.extract_answer_letter` (``B``, ``(B)``, ``B.``, ``Answer: B``, ``I think
+    it is B``; never a capital inside a word or a sentence), among the row's option labels when ``options``
+    is given. No ``<answer>`` tag scores 0. Rows whose ``answer_format`` is not ``mcq`` (open-ended, graded
+    by a judge) or that lack a gold give ``None``: the term does not apply there.
 
     >>> accuracy_reward(["<answer>(b)</answer>", "<answer>Based on</answer>"], answer=["B", "B"])
     [1.0, 0.0]
     """
     formats = answer_format or ["mcq"] * len(completions)
-    out = []
-    for text, gold, fmt in zip(completions, answer, formats):
+    opts = options or [None] * len(completions)
+    out: list[float | None] = []
+    for text, gold, fmt, row_options in zip(completions, answer, formats, opts):
         if fmt != "mcq" or gold is None:
-            out.append(math.nan)
+            out.append(None)
             continue
-        letter = extract_answer_letter(text, tag)
+        labels = "".join(str(k) for k in row_options) if row_options else "ABCDEFGHIJ"
+        letter = extract_answer_letter(text, tag, labels)
         out.append(1.0 if letter is not None and letter == str(gold).strip().upper() else 0.0)
     return out
 

@@ -6,7 +6,8 @@ rubric reward (R3.A rule-based for MCQ, R3.B one structured judge call for open-
 :func:`~lit_grpo.rewards.rubric.combine_rubric`). The judge is configured by the ``judge`` kwarg (a
 :class:`~lit_grpo.rewards.judge.JudgeConfig` as a dict; no ``base_url`` = the offline judge) or given
 as any object with the :class:`~lit_grpo.rewards.judge.Judge` interface (tests pass fakes here).
-A failed jury gives NaN ("cannot score"), never 0.
+Rows a reward does not apply to give ``None``; a failed jury gives NaN ("failed": the completion's total
+cannot be scored), never 0.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def _item(i: int, completions: list[str], cols: dict[str, list]) -> JudgeItem:
 def _columns(completions: list[str], columns: dict[str, list]) -> dict[str, list]:
     n = len(completions)
     return {k: _column(columns, k, n, "open" if k == "answer_format" else None)
-            for k in ("answer", "answer_format", "question", "unit", "principle", "completion_length")}
+            for k in ("answer", "answer_format", "question", "unit", "principle", "completion_length", "options")}
 
 
 @REWARDS.register("open_accuracy")
@@ -51,7 +52,8 @@ class OpenAccuracyReward:
     """Open-ended accuracy r_a: a jury of K judge calls scores correctness 0/1/2; ``mean / 2`` in [0, 1].
 
     Rows whose ``answer_format`` is not ``open`` (multiple choice: use ``accuracy``) or that lack a gold
-    answer give NaN, as does a jury with fewer than ``judge.min_votes`` successful calls. Judge
+    answer give ``None`` (the term does not apply); a jury with fewer than ``judge.min_votes`` successful
+    calls gives NaN (failed: the completion's total cannot be scored). Judge
     statistics (latency, failures, tokens, ...) are returned as metrics for logging.
 
     Args:
@@ -67,7 +69,7 @@ class OpenAccuracyReward:
         cols = _columns(completions, columns)
         rows = [i for i in range(len(completions))
                 if cols["answer_format"][i] == "open" and cols["answer"][i] is not None]
-        out = [NAN] * len(completions)
+        out: list[float | None] = [None] * len(completions)
         if rows:
             votes = self.judge.grade([_item(i, completions, cols) for i in rows], ACCURACY)
             for i, row_votes in zip(rows, votes):
@@ -122,9 +124,10 @@ class RubricReward:
             self._judge = _judge(self._judge_arg)
         return self._judge
 
-    def _mcq(self, text: str, gold: str, principle: str | None, unit: str | None) -> dict[str, float]:
+    def _mcq(self, text: str, gold: str, principle: str | None, unit: str | None,
+             options: dict | None) -> dict[str, float]:
         return {
-            "accuracy": accuracy_reward([text], answer=[gold], answer_format=["mcq"])[0],
+            "accuracy": accuracy_reward([text], answer=[gold], answer_format=["mcq"], options=[options])[0],
             "principle": principle_match(extract_tag(text, "principle"), principle, self.strict) if principle else NAN,
             "unit": unit_match(extract_tag(text, "unit"), unit, self.strict),
             "reasoning": 0.0,
@@ -155,8 +158,9 @@ class RubricReward:
         n, cols = len(completions), _columns(completions, columns)
         names = ("format", "accuracy", "principle", "unit", "reasoning", "length_penalty", "reasoning_absent")
         comps = {k: [NAN] * n for k in names}
-        totals = [NAN] * n
-        scored = {i: self._mcq(completions[i], cols["answer"][i], cols["principle"][i], cols["unit"][i])
+        totals: list[float | None] = [None] * n  # None: not applicable (no gold); NaN below: a failed jury
+        scored = {i: self._mcq(completions[i], cols["answer"][i], cols["principle"][i], cols["unit"][i],
+                               cols["options"][i])
                   for i in range(n) if cols["answer_format"][i] == "mcq" and cols["answer"][i] is not None}
         scored.update(self._open(completions, [i for i in range(n) if cols["answer_format"][i] == "open"
                                                and cols["answer"][i] is not None], cols))
@@ -166,6 +170,7 @@ class RubricReward:
                          length_penalty=length_penalty(length, self.length_scale, self.length_cap))
             for k in names:
                 comps[k][i] = parts[k]
+            totals[i] = NAN
             if not math.isnan(parts["reasoning_absent"]):
                 totals[i] = combine_rubric(parts, self.weights, reasoning_absent=bool(parts["reasoning_absent"]),
                                            length=length, absent_factor=self.absent_factor,

@@ -22,7 +22,6 @@ reasoning APIs and scores its API-failure message 0; completions here are plain 
 
 from __future__ import annotations
 
-import math
 import re
 
 from lit_grpo.data.sample import ANSWER_FORMATS
@@ -105,7 +104,7 @@ def phyx_official_score(prediction: str, gold: str, answer_format: str) -> float
 @REWARDS.register("phyx_official")
 def phyx_official_reward(completions: list[str], answer: list[str], answer_format: list[str] | None = None,
                          meta: list[dict] | None = None, **_) -> list[float]:
-    """The official PhyX rule-mode scorer as a reward (1.0 / 0.0; a missing gold gives NaN).
+    """The official PhyX rule-mode scorer as a reward (1.0 / 0.0; a missing gold gives ``None``: does not apply).
 
     The gold is ``meta["answer_raw"]`` when the reader kept it (the answer exactly as stored, e.g. with
     the trailing space 175 PhyX OE answers have), else ``answer``.
@@ -115,5 +114,12 @@ def phyx_official_reward(completions: list[str], answer: list[str], answer_forma
     out = []
     for text, gold, fmt, m in zip(completions, answer, formats, metas):
         gold = (m or {}).get("answer_raw", gold)
-        out.append(math.nan if gold is None else phyx_official_score(text, str(gold), fmt))
+        out.append(None if gold is None else phyx_official_score(text, str(gold), fmt))
     return out
+
+
+phyx_official_reward.gameable = (
+    "PhyX's official rule scores 1 whenever the gold text is a substring of the completion (open-ended) or "
+    "'<gold>:' occurs in it (multiple choice), so reciting every option scores 1 for any gold; keep it as the "
+    "evaluation scorer (evaluation.scorer: phyx_official) and train on accuracy / open_accuracy / rubric")
+"""Why a policy trained on this reward learns to recite the options (a warning names it as a training reward)."""

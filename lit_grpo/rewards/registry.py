@@ -1,9 +1,13 @@
 """Reward registry, reward specs from the config, and the weighted sum that makes the total reward.
 
-A reward is a callable ``(completions: list[str], **columns) -> list[float]`` where every column is a
-list aligned with ``completions`` (``answer``, ``answer_format``, ``options``, ``principle``,
-``unit``, ``domain``, ``id``, ``meta``, ``images`` and any extras of the scoring pass). NaN means
-"cannot score" (missing gold, failed judge) and is never replaced by 0.
+A reward is a callable ``(completions: list[str], **columns) -> list[float | None]`` where every column
+is a list aligned with ``completions`` (``answer``, ``answer_format``, ``options``, ``principle``,
+``unit``, ``domain``, ``id``, ``meta``, ``images`` and any extras of the scoring pass). Two values are
+not numbers, as in TRL: ``None`` means "does not apply" (``accuracy`` on an open-ended row, a missing
+gold): the term is left out of that completion's total. NaN means "failed" (a judge call that failed, a
+jury without quorum): that completion's total cannot be scored, it gets advantage 0 and is counted in
+``train/rollout/frac_unscorable``, never read as 0. Any other non-finite value (``inf``) is a bug in the reward:
+a failure too, with a warning naming the reward.
 
 A composite reward may return a :class:`RewardOutput` (a list of its per-completion totals) that also
 carries ``components`` (per-completion values logged next to the total, not added to it) and
@@ -15,14 +19,18 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import logging
 import math
 from typing import Any, Callable
 
 import torch
+from lightning.pytorch.utilities import rank_zero_only
 
 from lit_grpo.registry import Registry
 
-RewardFn = Callable[..., list[float]]
+log = logging.getLogger(__name__)
+
+RewardFn = Callable[..., list[float | None]]
 REWARDS: Registry[Callable[..., Any]] = Registry("reward")
 """Reward functions and reward classes by name."""
 
@@ -60,10 +68,34 @@ class RewardOutput(list):
         self.metrics = dict(metrics or {})
 
 
-def _column(label: str, values, n: int) -> torch.Tensor:
+def _column(label: str, values, n: int, warn: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(values, applies, failed)``: float32 ``[N]`` values with NaN where the term does not apply or failed,
+    and the bool ``[N]`` masks of the two cases (``None`` = does not apply; NaN, +-inf, or a value beyond
+    float32's range = failed). ``warn``: log failures (terms; a component's NaN is routine)."""
     if len(values) != n:
         raise ValueError(f"reward {label!r} returned {len(values)} values for {n} completions")
-    return torch.tensor([math.nan if v is None else float(v) for v in values], dtype=torch.float32)
+    applies = torch.tensor([v is not None for v in values], dtype=torch.bool)
+    raw = torch.tensor([math.nan if v is None else float(v) for v in values], dtype=torch.float32)
+    failed = applies & ~torch.isfinite(raw)
+    if warn and failed.any():
+        _warn_failures(label, raw, failed)
+    return torch.where(failed, torch.nan, raw), applies, failed
+
+
+def _warn_failures(label: str, raw: torch.Tensor, failed: torch.Tensor) -> None:
+    """Every +-inf (a bug in the reward), and a reward's first NaN (a failed score, e.g. a judge call)."""
+    infinite, n = int(torch.isinf(raw).sum()), len(raw)
+    if infinite:
+        log.warning("reward %r returned %d infinite value(s) (or beyond float32) for %d completions; they count as "
+                    "failed scores (total NaN, advantage 0), never as numbers: fix the reward", label, infinite, n)
+    elif label not in _WARNED_NAN:
+        _WARNED_NAN.add(label)
+        log.warning("reward %r failed (NaN) on %d of %d completions: their totals cannot be scored (advantage 0, "
+                    "counted in frac_unscorable); '%s/frac_failed' reports later failures", label,
+                    int(failed.sum()), n, label)
+
+
+_WARNED_NAN: set[str] = set()
 
 
 def build_reward(spec: RewardSpec) -> RewardFn:
@@ -74,14 +106,26 @@ def build_reward(spec: RewardSpec) -> RewardFn:
     return functools.partial(entry, **spec.kwargs)
 
 
-def build_rewards(specs: list[RewardSpec]) -> dict[str, RewardFn]:
-    """Label -> callable for every spec; duplicate labels raise (use ``alias``)."""
+def build_rewards(specs: list[RewardSpec], training: bool = False) -> dict[str, RewardFn]:
+    """Label -> callable for every spec; duplicate labels raise (use ``alias``).
+
+    ``training``: the specs are the training rewards; one that a policy can game (a registered reward with a
+    ``gameable`` note, e.g. ``phyx_official``) and that has a non-zero weight is named in one warning line.
+    """
     out: dict[str, RewardFn] = {}
     for spec in specs:
         if spec.label in out:
             raise ValueError(f"reward {spec.label!r} appears twice; give one an alias")
         out[spec.label] = build_reward(spec)
+        note = getattr(REWARDS.get(spec.name), "gameable", None)
+        if training and note and spec.weight != 0:
+            _warn_gameable(spec.label, note)
     return out
+
+
+@rank_zero_only
+def _warn_gameable(label: str, note: str) -> None:
+    log.warning("training reward %r can be gamed: %s", label, note)
 
 
 def required_columns(specs: list[RewardSpec]) -> set[str]:
@@ -96,24 +140,41 @@ def score_completions(
     """Run every reward and form the weighted total.
 
     Shape: ``N`` completions -> per-reward ``[N]`` float32 tensors and a total ``[N]``.
-    The total is the weighted sum over the rewards that could score the row (NaN terms are skipped,
-    as TRL does); a row no reward could score is NaN (its advantage becomes 0). The components of a
-    :class:`RewardOutput` are added to the returned dict as ``"<label>/<component>"`` (after the
-    terms; never in the total), and its metrics go into ``metrics`` (when given) as ``"<label>/<name>"``.
+    Per reward, NaN marks a completion the term did not apply to or failed on (so its mean is over the
+    rows where it applied and succeeded). The total of a completion is the weighted sum of the terms that
+    apply to it (``None`` terms are skipped, as TRL does); it is NaN ("cannot score": advantage 0,
+    counted in ``frac_unscorable``) when a term of non-zero weight failed (NaN or +-inf), or when no term
+    applies at all. A term of weight 0 (an evaluation-only metric) never changes the total. The
+    components of a :class:`RewardOutput` are added to the returned dict as ``"<label>/<component>"``
+    (after the terms; never in the total), and its metrics go into ``metrics`` (when given) as
+    ``"<label>/<name>"``, with ``"<label>/frac_failed"`` for a reward that failed on some completion.
     Raises:
         ValueError: a reward returned the wrong number of values (names the reward).
     """
+    n = len(completions)
     per: dict[str, torch.Tensor] = {}
     extra: dict[str, torch.Tensor] = {}
+    total = torch.zeros(n, dtype=torch.float32)
+    applied, unscorable = torch.zeros(n, dtype=torch.bool), torch.zeros(n, dtype=torch.bool)
     for label, fn in fns.items():
         values = fn(completions, **columns)
-        per[label] = _column(label, values, len(completions))
+        per[label], applies, failed = _column(label, values, n)
+        weight = float(weights[label])
+        ok = applies & ~failed
+        total += torch.where(ok, weight * torch.nan_to_num(per[label]), torch.zeros_like(total))
+        applied |= applies
+        if weight != 0:
+            unscorable |= failed
         for name, comp in getattr(values, "components", {}).items():
-            extra[f"{label}/{name}"] = _column(f"{label}/{name}", comp, len(completions))
+            extra[f"{label}/{name}"] = _column(f"{label}/{name}", comp, n, warn=False)[0]
         if metrics is not None:
             metrics.update({f"{label}/{k}": float(v) for k, v in getattr(values, "metrics", {}).items()})
-    stacked = torch.stack([weights[k] * v for k, v in per.items()])  # (R, N)
-    total = torch.nansum(stacked, 0)
-    total[torch.isnan(stacked).all(0)] = math.nan
+            if failed.any():
+                metrics[f"{label}/frac_failed"] = failed.float().mean().item()
+    overflow = applied & ~unscorable & ~torch.isfinite(total)
+    if overflow.any():
+        log.warning("the weighted total overflowed float32 on %d of %d completions; they count as unscorable",
+                    int(overflow.sum()), n)
+    total[unscorable | ~applied | overflow] = math.nan
     per.update(extra)
     return per, total

@@ -8,7 +8,9 @@ an OpenAI-compatible HTTP client (:class:`~lit_grpo.rewards.judge.client.OpenAIJ
 is not.
 
 The API key is never a configuration value: ``api_key_env`` holds the *name* of an environment
-variable, read by the client when it opens its connection.
+variable, read by the client for each request. A judge setting that holds a key (a field named like a
+credential under ``extra_body``, a value equal to the key or shaped like one) is refused, naming the
+field and never the value (:mod:`lit_grpo.secrets`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import math
 from typing import Any, Protocol
 
 from lit_grpo.rewards.judge.jury import Vote
+from lit_grpo.secrets import find_credentials
 from lit_grpo.rewards.judge.prompts import JudgeItem, JudgeTask
 
 
@@ -90,11 +93,13 @@ class JudgeConfig:
                 raise ValueError(f"judge {name} must be a positive finite number of seconds, got {value!r}")
         if self.concurrency < 1:
             raise ValueError(f"judge concurrency must be >= 1, got {self.concurrency}")
+        _refuse_credentials(dataclasses.asdict(self))
 
     @classmethod
     def from_dict(cls, values: dict[str, Any] | None) -> "JudgeConfig":
         """Build from a reward's ``judge`` kwargs; unknown keys (an ``api_key`` above all) raise a clear error."""
         values = dict(values or {})
+        _refuse_credentials(values)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
@@ -102,6 +107,14 @@ class JudgeConfig:
                     if any("key" in k and k != "api_key_env" for k in unknown) else "")
             raise ValueError(f"unknown judge settings {unknown}; valid: {sorted(known)}.{hint}")
         return cls(**values)
+
+
+def _refuse_credentials(values: dict[str, Any]) -> None:
+    """Raise when judge settings hold an API key; the message names the fields, never the value."""
+    held = find_credentials({"judge": values})
+    if held:
+        raise ValueError(f"{'; '.join(held[:3])}: an API key never goes into a config (it would be printed and "
+                         "saved); export it and set judge.api_key_env to the variable's NAME")
 
 
 class Judge(Protocol):

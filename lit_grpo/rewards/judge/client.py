@@ -13,8 +13,10 @@ What it guarantees (the known failure modes of judge servers):
 - identical requests (same body, same juror) are sent once and cached for the run;
 - a failed call is ``None`` (NaN downstream) and counted; more than ``max_failure_fraction`` failed
   calls in one step raise :class:`~lit_grpo.rewards.judge.base.JudgeUnavailableError` naming the endpoint;
-- the API key is read from the environment variable named by ``api_key_env`` when the connection is
-  opened and lives only in the HTTP client's headers: never in the config, ``repr``, pickles or logs.
+- the API key is read from the environment variable named by ``api_key_env`` for each request and
+  lives only in that request's headers: never in the config, the HTTP client, ``repr``, pickles or logs;
+  every error text (a server's error body echoing the request, an exception) is masked with
+  :func:`lit_grpo.secrets.redact` before it is kept, logged or raised.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import httpx
 from lit_grpo.rewards.judge.base import JudgeConfig, JudgeUnavailableError
 from lit_grpo.rewards.judge.jury import Vote, VerdictError, parse_vote_strict, parse_vote_tolerant
 from lit_grpo.rewards.judge.prompts import JudgeItem, JudgeTask, messages
+from lit_grpo.secrets import KEY_VARIABLE, redact
 
 log = logging.getLogger(__name__)
 POOL_SIZE = 8
@@ -123,23 +126,28 @@ class OpenAIJudge:
 
     # ------------------------------------------------------------------ requests
     def _headers(self) -> dict[str, str]:
+        """The ``Authorization`` header of one request, read from the environment now (never stored)."""
         name = self.cfg.api_key_env
         key = os.environ.get(name) if name else None
-        if name and not key:
+        if name and not key and not getattr(self, "_warned_no_key", False):
+            self._warned_no_key = True
             log.warning("judge %s: environment variable %s is not set; sending requests without an API key",
                         self.endpoint, name)
         return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def _redact(self, text: str) -> str:
+        """``text`` with the API key (and anything shaped like a credential) masked."""
+        return redact(text, [KEY_VARIABLE] + ([self.cfg.api_key_env] if self.cfg.api_key_env else []))
 
     def _client_in_loop(self, slot: int) -> httpx.AsyncClient:
         """The connection pool serving concurrency slot ``slot``: one pool per ``POOL_SIZE`` slots, because
         httpcore scans every connection of a pool on each request event (cost grows with pool size)."""
         if not self._clients:
-            headers, tls = self._headers(), httpx.create_ssl_context()  # one TLS context
+            tls = httpx.create_ssl_context()  # one TLS context
             for start in range(0, self.cfg.concurrency, POOL_SIZE):
                 size = min(POOL_SIZE, self.cfg.concurrency - start)
                 limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
-                self._clients.append(httpx.AsyncClient(headers=headers, limits=limits, timeout=self.cfg.timeout_s,
-                                                       verify=tls))
+                self._clients.append(httpx.AsyncClient(limits=limits, timeout=self.cfg.timeout_s, verify=tls))
         return self._clients[slot // POOL_SIZE]
 
     def request_body(self, item: JudgeItem, task: JudgeTask, juror: int) -> dict[str, Any]:
@@ -167,12 +175,12 @@ class OpenAIJudge:
                 return CallResult(None, f"call deadline of {cfg.call_deadline_s:g}s passed ({error})", retries=retries)
             retry_after, attempt_limit = None, min(cfg.timeout_s, remaining)
             try:
-                resp = await asyncio.wait_for(client.post(self.endpoint, json=body, timeout=attempt_limit),
-                                              attempt_limit)
+                resp = await asyncio.wait_for(client.post(self.endpoint, json=body, headers=self._headers(),
+                                                          timeout=attempt_limit), attempt_limit)
             except (httpx.TimeoutException, asyncio.TimeoutError):
                 error = f"timeout after {attempt_limit:.3g}s"
             except httpx.TransportError as exc:
-                error = f"connection error ({type(exc).__name__}: {exc})"
+                error = self._redact(f"connection error ({type(exc).__name__}: {exc})")
             else:
                 if resp.status_code == 200:
                     result = self._read(resp, task)
@@ -182,7 +190,7 @@ class OpenAIJudge:
                 if resp.status_code in (401, 403):
                     error += f" (is the API key in ${cfg.api_key_env} right?)"
                 if resp.status_code != 429 and resp.status_code < 500:
-                    return CallResult(None, f"{error}: {resp.text[:200]}", retries=retries)
+                    return CallResult(None, f"{error}: {self._redact(resp.text)[:200]}", retries=retries)
                 retry_after = parse_retry_after(resp.headers.get("retry-after"))
             if retries >= cfg.max_retries:
                 return CallResult(None, f"{error} after {retries} retries", retries=retries)
@@ -201,7 +209,7 @@ class OpenAIJudge:
             content, finish = choice["message"]["content"], choice.get("finish_reason")
             tokens = int((data.get("usage") or {}).get("total_tokens") or 0)
         except (ValueError, KeyError, IndexError, TypeError) as exc:
-            return CallResult(None, f"malformed response body ({type(exc).__name__}: {exc})")
+            return CallResult(None, self._redact(f"malformed response body ({type(exc).__name__}: {exc})"))
         if finish != "stop":
             return CallResult(None, f"reply not finished (finish_reason={finish!r}); raise judge.max_tokens?",
                               tokens=tokens)
@@ -212,7 +220,8 @@ class OpenAIJudge:
         try:
             return CallResult(parse_vote_tolerant(content, task), tokens=tokens, fallback=True)
         except VerdictError as exc:
-            return CallResult(None, f"invalid verdict ({exc}); reply starts {str(content)[:80]!r}", tokens=tokens)
+            return CallResult(None, self._redact(f"invalid verdict ({exc}); reply starts {str(content)[:80]!r}"),
+                              tokens=tokens)
 
     async def _dispatch(self, bodies: dict[str, dict[str, Any]], task: JudgeTask) -> dict[str, CallResult]:
         free: asyncio.Queue[int] = asyncio.Queue()
@@ -236,7 +245,7 @@ class OpenAIJudge:
             if t in done and t.exception() is None:
                 out[key] = t.result()
             elif t in done:
-                out[key] = CallResult(None, f"unexpected {type(t.exception()).__name__}: {t.exception()}")
+                out[key] = CallResult(None, self._redact(f"unexpected {type(t.exception()).__name__}: {t.exception()}"))
             else:
                 out[key] = CallResult(None, f"step deadline of {self.cfg.step_deadline_s:g}s passed")
         return out
@@ -297,8 +306,8 @@ class OpenAIJudge:
         if not failed:
             return
         errors = "; ".join(f"{e} (x{n})" for e, n in collections.Counter(failed).most_common(3))
-        message = (f"judge {self.endpoint} (model {self.cfg.model!r}): {len(failed)} of {len(results)} calls "
-                   f"failed in this step: {errors}")
+        message = self._redact(f"judge {self.endpoint} (model {self.cfg.model!r}): {len(failed)} of {len(results)} "
+                               f"calls failed in this step: {errors}")
         if len(failed) > self.cfg.max_failure_fraction * len(results):
             raise JudgeUnavailableError(f"{message}. More than judge.max_failure_fraction="
                                         f"{self.cfg.max_failure_fraction:g} failed, so the run stops: check the "

@@ -33,7 +33,7 @@ from lit_grpo.rewards.judge.jury import Vote
 from lit_grpo.rewards.judge.prompts import JudgeItem, JudgeTask
 from lit_grpo.rewards.parsing import extract_answer, extract_boxed, extract_tag
 from lit_grpo.rewards.rubric import principle_match, unit_match
-from lit_grpo.units import convert, parse_unit, split_quantity
+from lit_grpo.units import convert, looks_symbolic, normalise_unit_text, parse_unit, split_quantity
 
 
 def _math_verify_number(text: str) -> float | None:
@@ -71,6 +71,7 @@ def read_quantity(text: str | None) -> tuple[float | None, str]:
         return None, ""
     s = _strip_answer(text)
     value, rest = split_quantity(s)
+    rest = rest if normalise_unit_text(rest) else ""  # "4.0 \hat{k}": markup only, no unit
     if value is not None and (not rest or parse_unit(rest) is not None):
         return value, rest
     tokens = s.split()
@@ -81,7 +82,9 @@ def read_quantity(text: str | None) -> tuple[float | None, str]:
         number = _math_verify_number(expr)
         if number is not None:
             return number, unit
-    return (value, rest) if value is not None else (None, "")
+    if value is not None and not looks_symbolic(rest):  # a number with a unit word pint does not know
+        return value, rest
+    return None, ""  # symbolic (2 w \cos \alpha): no number, no unit
 
 
 def _symbolic_equal(predicted: str, gold: str) -> bool:
@@ -133,8 +136,8 @@ def _converted(value: float, unit_text: str, gold_unit_text: str) -> float | Non
     dimension; a gold unit pint cannot read is compared as text."""
     if gold_unit_text and parse_unit(gold_unit_text) is None:
         return value if unit_text.replace(" ", "") == gold_unit_text.replace(" ", "") else None
-    if gold_unit_text and not unit_text:
-        return None
+    if gold_unit_text and not unit_text:  # a bare number is an answer only for a dimensionless gold (25 % = 0.25)
+        return convert(value, "", gold_unit_text) if parse_unit(gold_unit_text).dimensionless else None
     return convert(value, unit_text, gold_unit_text)
 
 

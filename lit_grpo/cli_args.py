@@ -1,0 +1,338 @@
+"""Command-line and config-file keys checked against the option types before jsonargparse sees them, and its
+errors made one line.
+
+Every key of a ``--config`` file and every ``--a.b.c`` override is resolved against the types it configures
+(the model class's ``__init__``, its dataclass option groups, ``VLMDataModule``, ``Trainer``): a key that
+does not exist is refused naming it, the closest valid key and the valid choices (jsonargparse would
+silently drop some of them under a ``class_path`` model). Below a ``dict`` option (``kwargs``,
+``extra_body``, ``generate``, ``reader_args``) one more key may be set, which updates that key of the dict.
+A model override whose value is ``null`` (or holds one) is passed as a nested dict, which jsonargparse
+parses without the string round trip that turns ``null`` into ``"None"``.
+
+:func:`short_error` turns a jsonargparse message (a union of attempts, the parsed namespace) into one line
+naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib
+import inspect
+import json
+import re
+import types
+import typing
+from pathlib import Path
+from typing import Any, Union
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A mistake in the configuration or the command line: shown as one ``error:`` line, exit status 2."""
+
+
+ROOT_KEYS = ("seed_everything", "trainer", "model", "data", "ckpt_path", "weights_only", "verbose",
+             "return_predictions")
+"""Top-level keys of a ``fit`` / ``validate`` / ``test`` / ``predict`` config."""
+SUBCOMMANDS = ("fit", "validate", "test", "predict")
+OPTIMIZER_HINT = ("the optimizer and its scheduler are part of the model: set them with "
+                  "--model.init_args.optimizer (e.g. --model.init_args.optimizer torch.optim.SGD "
+                  "--model.init_args.optimizer.init_args.lr 0.5) and --model.init_args.lr_scheduler")
+_OPAQUE = object()
+"""A type whose sub-keys are not checked here (a ``class_path`` value, a union, a list, ...)."""
+
+
+def _without_none(tp: Any) -> Any:
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return args[0] if len(args) == 1 else _OPAQUE
+    return tp
+
+
+def _hints(obj: Any) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(obj)
+    except Exception:  # an annotation that does not resolve here: its keys are still known
+        return {}
+
+
+def options_of(tp: Any, root: bool = False) -> dict[str, Any] | None:
+    """Sub-options of ``tp`` and their types: a dataclass's fields, or (``root``) a class's ``__init__``
+    parameters; ``None`` when ``tp`` has none that can be checked."""
+    tp = _without_none(tp)
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        hints = _hints(tp)
+        return {f.name: hints.get(f.name, _OPAQUE) for f in dataclasses.fields(tp)}
+    if root and inspect.isclass(tp):
+        hints = _hints(tp.__init__)
+        params = inspect.signature(tp.__init__).parameters.values()
+        return {p.name: hints.get(p.name, _OPAQUE) for p in params
+                if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    return None
+
+
+def _is_dict(tp: Any) -> bool:
+    tp = _without_none(tp)
+    return tp is dict or typing.get_origin(tp) is dict
+
+
+def _unknown(where: str, key: str, valid: list[str], tp: Any = None) -> ConfigError:
+    from lit_grpo.rollout import SamplingConfig, refuse_sampling_option
+
+    if _without_none(tp) is SamplingConfig:  # a generation option the loss cannot model: refused with the reason
+        return ConfigError(refuse_sampling_option(key))
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    listed = ", ".join(sorted(valid)) if len(valid) <= 16 else "see --help"
+    return ConfigError(f"{where}: unknown option {key!r}{hint}; valid: {listed}")
+
+
+def check_key(root_type: Any, parts: list[str], where: str) -> None:
+    """Resolve the dotted key ``parts`` below ``root_type`` (a class: its ``__init__`` parameters).
+
+    Raises:
+        ConfigError: a part that is no option there (naming the valid ones), or more than one key below a
+            ``dict`` option.
+    """
+    tp, root, done = root_type, True, []
+    for i, part in enumerate(parts):
+        options = options_of(tp, root=root)
+        if options is None:
+            if _is_dict(tp) and len(parts) - i > 1:
+                dict_key = ".".join(done)
+                if parts[i] == "judge" and dict_key.endswith("scorer_kwargs"):
+                    raise ConfigError(f"{where}: the scorer's judge is set with "
+                                      f"{where.replace('scorer_kwargs.judge', 'judge')}")
+                raise ConfigError(f"{where}: {dict_key} is a dict: set one of its keys (--{dict_key}.{parts[i]}=...) "
+                                  f"or give it whole (--{dict_key}='{{...}}')")
+            return
+        if part not in options:
+            raise _unknown(where, part, list(options), tp)
+        tp, root = options[part], False
+        done.append(part)
+
+
+def _import(class_path: str) -> Any:
+    module, _, name = class_path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module or "lit_grpo"), name)
+    except (ImportError, AttributeError, ValueError):
+        return None
+
+
+def _roots(model_class: Any) -> dict[str, Any]:
+    from lightning.pytorch import Trainer
+
+    from lit_grpo.data.datamodule import VLMDataModule
+
+    return {"trainer": Trainer, "data": VLMDataModule, "model": model_class}
+
+
+def check_override(key: str, model_class: Any) -> None:
+    """Check one ``--key`` of the command line (without the dashes).
+
+    Raises:
+        ConfigError: an unknown key, or a top-level ``--optimizer`` / ``--lr_scheduler``.
+    """
+    key = key.rstrip("+")
+    head, *rest = key.split(".")
+    if head in ("optimizer", "lr_scheduler"):
+        raise ConfigError(f"--{key}: {OPTIMIZER_HINT}")
+    root_type = _roots(model_class).get(head)
+    if root_type is None or not rest:
+        return
+    if head == "model":
+        if rest[0] in ("class_path", "dict_kwargs"):
+            return
+        rest = rest[1:] if rest[0] == "init_args" else rest
+        if model_class is None:
+            return
+    check_key(root_type, rest, f"--{key}")
+
+
+def check_config_file(path: str, model_class: Any) -> Any:
+    """Parse ``path`` (a YAML file, or YAML text given inline as jsonargparse allows: ``--config "{model: ...}"``)
+    and check every key in it; returns the model class it sets (or ``model_class``).
+
+    Raises:
+        ConfigError: the file is missing or not valid YAML (naming line and column), or holds an unknown key.
+    """
+    inline = not Path(path).is_file() and path.lstrip().startswith("{") or "\n" in path
+    try:
+        tree = yaml.safe_load(path if inline else Path(path).read_text())
+    except (FileNotFoundError, IsADirectoryError):
+        raise ConfigError(f"config file {path} does not exist") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{path}{at}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+    if tree is None:
+        return model_class
+    if not isinstance(tree, dict):
+        raise ConfigError(f"{path}: a config is a mapping of {', '.join(ROOT_KEYS)}")
+    if set(tree) & set(SUBCOMMANDS):
+        for sub in set(tree) & set(SUBCOMMANDS):
+            model_class = _check_tree(tree[sub] or {}, model_class, f"{path}: {sub}.")
+        return model_class
+    return _check_tree(tree, model_class, f"{path}: ")
+
+
+def _check_tree(tree: dict, model_class: Any, where: str) -> Any:
+    for key in tree:
+        if key in ("optimizer", "lr_scheduler"):
+            raise ConfigError(f"{where}{key}: {OPTIMIZER_HINT}")
+        if key not in ROOT_KEYS:
+            raise _unknown(where.rstrip(". "), str(key), list(ROOT_KEYS))
+    model = tree.get("model")
+    if isinstance(model, dict):
+        if isinstance(model.get("class_path"), str):
+            model_class = _import(model["class_path"]) or model_class
+        body = model.get("init_args") if "init_args" in model or "class_path" in model else model
+        if model_class is not None and isinstance(body, dict):
+            _check_mapping(body, model_class, True, f"{where}model.init_args")
+    elif isinstance(model, str):
+        model_class = _import(model) or model_class
+    for key in ("data", "trainer"):
+        if isinstance(tree.get(key), dict):
+            _check_mapping(tree[key], _roots(model_class)[key], True, f"{where}{key}")
+    return model_class
+
+
+def _check_mapping(tree: dict, tp: Any, root: bool, where: str) -> None:
+    options = options_of(tp, root=root)
+    if options is None:
+        if _is_dict(tp) and where.endswith("scorer_kwargs") and "judge" in tree:
+            raise ConfigError(f"{where}.judge: the scorer's judge is set with {where.rsplit('.', 1)[0]}.judge")
+        return
+    for key, value in tree.items():
+        if key not in options:
+            raise _unknown(where, str(key), list(options), tp)
+        if isinstance(value, dict):
+            _check_mapping(value, options[key], False, f"{where}.{key}")
+
+
+def model_class_of(args: list[str]) -> Any:
+    """The model class the arguments configure (the last ``class_path`` given), default ``GRPOModule``."""
+    from lit_grpo.module import GRPOModule
+
+    cls: Any = GRPOModule
+    for key, value, _ in iter_options(args):
+        if key in ("config", "c") and value:
+            try:
+                tree = yaml.safe_load(Path(value).read_text()) or {}
+            except (OSError, yaml.YAMLError):
+                continue
+            trees = [tree.get(s) or {} for s in SUBCOMMANDS if isinstance(tree.get(s), dict)] or [tree]
+            for t in trees:
+                model = t.get("model") if isinstance(t, dict) else None
+                path = model.get("class_path") if isinstance(model, dict) else model
+                cls = (_import(path) or cls) if isinstance(path, str) else cls
+        elif key in ("model", "model.class_path") and value:
+            cls = _import(value) or cls
+    return cls
+
+
+def iter_options(args: list[str]):
+    """``(key, value, (start, end))`` of every ``--key value`` / ``--key=value`` / ``-c value`` in ``args``."""
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg.startswith("--") and "=" in arg:
+            key, value = arg[2:].split("=", 1)
+            yield key, value, (i, i + 1)
+            i += 1
+        elif arg.startswith("-") and arg not in ("-", "--"):
+            has_value = i + 1 < len(args) and not args[i + 1].startswith("--")
+            yield arg.lstrip("-"), args[i + 1] if has_value else None, (i, i + 2 if has_value else i + 1)
+            i += 2 if has_value else 1
+        else:
+            i += 1
+
+
+def prepare_args(args: list[str]) -> list[str]:
+    """Check every config file and override key of ``args``; pass model overrides holding ``null`` as a
+    nested dict. Returns the arguments to parse.
+
+    Raises:
+        ConfigError: see :func:`check_config_file` and :func:`check_override`.
+    """
+    model_class = model_class_of(args)
+    out: list[str] = []
+    last = 0
+    current = model_class
+    for key, value, (start, end) in iter_options(args):
+        out += args[last:start]
+        last = end
+        if key in ("config", "c") and value:
+            current = check_config_file(value, current)
+        elif key not in ("print_config", "help", "h"):
+            check_override(key, current)
+        out += _as_nested(key, value) or args[start:end]
+    return out + args[last:]
+
+
+def _as_nested(key: str, value: str | None) -> list[str] | None:
+    """``--model.init_args.a.b=null`` -> ``--model={"init_args": {"a": {"b": null}}}`` (for values holding
+    ``null``, which jsonargparse's nested-key path would read back as the string ``"None"``)."""
+    if value is None or not key.startswith("model.") or key.endswith("+") or key == "model.class_path":
+        return None
+    try:
+        parsed = yaml.safe_load(value)
+    except yaml.YAMLError:
+        return None
+    if not _holds_none(parsed):
+        return None
+    parts = key.split(".")[1:]
+    parts = parts if parts[0] in ("init_args", "dict_kwargs") else ["init_args", *parts]
+    nested: Any = parsed
+    for part in reversed(parts):
+        nested = {part: nested}
+    return ["--model=" + json.dumps(nested)]
+
+
+def _holds_none(value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, dict):
+        return any(_holds_none(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_holds_none(v) for v in value)
+    return False
+
+
+_KEY = re.compile(r'(?:Parser key|Key) "([^"]+)"')
+_CLASS = re.compile(r"<class '(?:[\w.]+\.)?(\w+)'>")
+_BOILERPLATE = re.compile(r"^(Does not validate against any of the Union subtypes|Subtypes:|Errors:|Given value"
+                          r"|- Expected a NoneType|Expected a NoneType|Problem with given class_path)")
+
+
+def short_error(message: str) -> str:
+    """One line from a jsonargparse error: the full key, then the innermost explanation.
+
+    >>> short_error('Parser key "model":\\n  Errors:\\n    - Problem with given class_path \\'x.M\\':\\n'
+    ...             '      Parser key "grpo.beta":\\n        Expected a <class \\'float\\'>. Got value: abc')
+    'model.init_args.grpo.beta: expected a float. Got value: abc'
+    """
+    keys, detail = [], ""
+    for raw in message.splitlines():
+        line = raw.strip().lstrip("- ").strip()
+        if not line:
+            continue
+        found = _KEY.search(line)
+        if found and line.rstrip().endswith(":"):
+            keys.append(found.group(1))
+            continue
+        if line.startswith("Problem with given class_path") and keys and keys[-1] == "model":
+            keys.append("init_args")
+            continue
+        if _BOILERPLATE.match(_CLASS.sub(r"\1", line)):
+            continue
+        if not detail:
+            detail = line
+    detail = _CLASS.sub(r"\1", detail or message.strip().splitlines()[0])
+    detail = detail[0].lower() + detail[1:] if detail[:1].isupper() and not detail[1:2].isupper() else detail
+    key = ".".join(keys)
+    text = f"{key}: {detail}" if key else detail
+    return text if len(text) <= 300 else text[:297] + "..."

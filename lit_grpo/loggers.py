@@ -1,0 +1,153 @@
+"""TensorBoard laid out for reading a GRPO run: the learning curves first, validation with its standard-error
+band, diagnostics after them.
+
+Tag scheme (TensorBoard's Time Series tab groups cards by the text before the first ``/``, sorts groups
+and cards by name and opens only the first two groups):
+
+- ``train/reward``, ``train/reward/<name>``, ``train/reward_std``: the training curves (first group);
+  ``train/rollout/...`` (advantages, completion lengths, zero-std groups, throughput, attention overlays)
+  and ``train/update/...`` (loss, KL, clipping, entropy, gradient norm, learning rate) sort after them.
+- ``val/<mode>/...``: validation means over prompts (second group).
+- ``val_band/<mode>/.../lower`` and ``/upper``: mean -+ its standard error over prompts, the band the
+  Custom Scalars tab draws around each validation curve (a third, closed group).
+
+The module logs ``<key>`` and ``<key>_se`` (what ``trainer.callback_metrics``, the closing summary and
+``eval_curves.csv`` hold); :class:`TensorBoardLogger` writes the SE as that band, adds the Custom Scalars
+layout (validation curves with their bands, training rewards, diagnostics), and leaves out Lightning's
+``epoch`` scalar while it says nothing (during the first pass over the training data; from the second
+on it is written as ``train/rollout/epoch``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from lightning.pytorch.loggers import TensorBoardLogger as _LightningTensorBoardLogger
+from lightning.pytorch.utilities import rank_zero_only
+
+EVAL_STAGES = ("val", "test")
+SE_SUFFIX = "_se"
+EPOCH_TAG = "train/rollout/epoch"
+
+
+def band_tags(key: str) -> tuple[str, str]:
+    """``val/greedy/reward`` -> ``("val_band/greedy/reward/lower", "val_band/greedy/reward/upper")``."""
+    stage, rest = key.split("/", 1)
+    return f"{stage}_band/{rest}/lower", f"{stage}_band/{rest}/upper"
+
+
+def tensorboard_scalars(metrics: Mapping[str, float]) -> dict[str, float]:
+    """The scalars to write for one ``log_metrics`` call: each ``<stage>/<key>_se`` whose ``<stage>/<key>`` is in
+    ``metrics`` (stage ``val`` or ``test``) becomes the band ``<stage>_band/<key>/lower`` = mean - SE and
+    ``/upper`` = mean + SE; Lightning's ``epoch`` is dropped while 0 and written as ``train/rollout/epoch`` after."""
+    out = {}
+    for key, value in metrics.items():
+        mean_key = key[: -len(SE_SUFFIX)]
+        if key.endswith(SE_SUFFIX) and key.split("/", 1)[0] in EVAL_STAGES and mean_key in metrics:
+            lower, upper = band_tags(mean_key)
+            out[lower], out[upper] = metrics[mean_key] - value, metrics[mean_key] + value
+        elif key == "epoch":
+            if value > 0:
+                out[EPOCH_TAG] = value
+        else:
+            out[key] = value
+    return out
+
+
+def curve_order(key: str) -> tuple:
+    """Sort key of validation curves: accuracy, the total reward, each reward, completion length, the rest."""
+    rest = key.split("/", 2)[-1]  # drop "<stage>/<mode>/"
+    rank = 0 if rest == "accuracy" else 1 if rest == "reward" else 2 if rest.startswith("reward/") else \
+        3 if rest == "completion_length" else 4
+    return rank, rest, key
+
+
+def is_curve(key: str) -> bool:
+    """A validation key worth a chart: not a judge's call statistic."""
+    return "/judge/" not in key
+
+
+def _multiline(title: str, regex: str) -> dict[str, Any]:
+    return {"title": title, "multiline": {"tag": [regex]}}
+
+
+TRAIN_CHARTS = [
+    _multiline("train/reward (total, weighted sum)", r"^train/reward$"),
+    _multiline("train/reward/<name> (each reward, before weighting)", r"^train/reward/[^/]+(?<!_std)$"),
+    _multiline("signal: within-group reward std, fraction of groups with zero std",
+               r"^train/(reward_std|rollout/frac_reward_zero_std)$"),
+]
+DIAGNOSTIC_CHARTS = [
+    _multiline("update: loss and KL", r"^train/update/(loss|kl)$"),
+    _multiline("update: clipped fraction of tokens", r"^train/update/clip_ratio"),
+    _multiline("update: entropy (nats per token)", r"^train/update/entropy$"),
+    _multiline("update: gradient norm before clipping", r"^train/update/grad_norm$"),
+    _multiline("rollout: completion length (tokens)", r"^train/rollout/completion_length/(mean|max)$"),
+    _multiline("rollout: fractions truncated and unscorable",
+               r"^train/rollout/(completion_length/frac_truncated|frac_unscorable)$"),
+    _multiline("update: learning rate", r"^train/update/lr$"),
+]
+
+
+def custom_scalars_layout(curves: list[str]) -> dict[str, Any]:
+    """The Custom Scalars layout (as the ``layout_pb2.Layout`` JSON form): validation ``curves`` (mean keys with
+    an SE, e.g. ``val/greedy/reward``) as margin charts, one per key and mode, each with its SE band; then the
+    training rewards; then the diagnostics (closed)."""
+    charts = []
+    for key in sorted(filter(is_curve, curves), key=curve_order):
+        lower, upper = band_tags(key)
+        charts.append({"title": f"{key} (mean +- SE over prompts)",
+                       "margin": {"series": [{"value": key, "lower": lower, "upper": upper}]}})
+    charts.reverse()  # TensorBoard's Custom Scalars tab draws a category's margin charts last first (2.21, seen)
+    categories = []
+    if charts:
+        stage = curves[0].split("/", 1)[0]
+        categories.append({"title": f"{'validation' if stage == 'val' else stage}: mean +- SE over prompts",
+                           "chart": charts})
+    categories.append({"title": "training reward (mean over the step's completions)", "chart": TRAIN_CHARTS})
+    categories.append({"title": "training diagnostics", "chart": DIAGNOSTIC_CHARTS, "closed": True})
+    return {"category": categories}
+
+
+class TensorBoardLogger(_LightningTensorBoardLogger):
+    """Lightning's ``TensorBoardLogger`` with the lit_grpo layout (see the module docstring): validation SEs
+    written as bands, a Custom Scalars layout, and no ``epoch`` scalar while it is 0. Same arguments."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._curves: list[str] = []
+        self._layout_written = False
+
+    @rank_zero_only
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        scalars = tensorboard_scalars(metrics)
+        new = [k[: -len(SE_SUFFIX)] for k in metrics if k.endswith(SE_SUFFIX) and k[: -len(SE_SUFFIX)] in metrics
+               and k.split("/", 1)[0] in EVAL_STAGES and k[: -len(SE_SUFFIX)] not in self._curves]
+        if scalars:
+            super().log_metrics(scalars, step)
+        if new or (scalars and not self._layout_written):
+            self._curves += new
+            self.write_layout(step or 0)
+
+    @rank_zero_only
+    def write_layout(self, step: int) -> None:
+        """(Re)write the Custom Scalars layout for the curves seen so far (TensorBoard shows the latest)."""
+        self.experiment._get_file_writer().add_summary(layout_summary(custom_scalars_layout(self._curves)), step)
+        self._layout_written = True
+
+
+def layout_summary(layout: dict[str, Any]):
+    """A layout (the JSON form of the custom-scalars plugin's ``Layout`` proto) as the summary the plugin reads
+    (what ``SummaryWriter.add_custom_scalars`` writes, with closed categories and several series per margin
+    chart allowed)."""
+    from google.protobuf import json_format
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.compat.proto.tensor_pb2 import TensorProto
+    from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
+    from tensorboard.plugins.custom_scalar import layout_pb2, metadata
+
+    proto = json_format.ParseDict(layout, layout_pb2.Layout())
+    tensor = TensorProto(dtype="DT_STRING", string_val=[proto.SerializeToString()], tensor_shape=TensorShapeProto())
+    return Summary(value=[Summary.Value(tag=metadata.CONFIG_SUMMARY_TAG, tensor=tensor,
+                                        metadata=metadata.create_summary_metadata())])
+

@@ -1,0 +1,147 @@
+"""Inputs checked before any model work starts and before any log folder is made.
+
+:func:`check_config` takes the parsed configuration of one subcommand (a plain nested dict: ``model``,
+``data``, ``trainer``) and refuses, in one line naming the key and the valid choices: an API key anywhere
+in it (:mod:`lit_grpo.secrets`; the value is never shown), unknown reward / metric / scorer names, reward
+options the reward does not take, judge settings, GRPO and sampling settings out of range, an unknown
+prompt template, reader or generator, a data path that does not exist (a path is generated only where a
+``generate`` block names it), and a model folder that does not exist (see
+:func:`lit_grpo.policy.check_model_path`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import os
+import re
+from typing import Any
+
+from lit_grpo.cli_args import ConfigError
+from lit_grpo.secrets import find_credentials
+
+SPLITS = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("predict",)}
+"""The splits each subcommand reads (``test`` falls back to ``val``, ``predict`` to ``test`` then ``val``)."""
+
+
+def check_config(config: dict[str, Any], subcommand: str | None) -> None:
+    """Raise :class:`~lit_grpo.cli_args.ConfigError` for the first problems found (see the module docstring)."""
+    held = find_credentials(config)
+    if held:
+        raise ConfigError(f"{held[0]}: an API key never goes into a config (it would be printed and saved); "
+                          "export it and set the judge's api_key_env to the variable's NAME (value not shown)")
+    problems: list[str] = []
+    ckpt = config.get("ckpt_path")
+    if ckpt and ckpt not in ("last", "best", "hpc", "registry") and not os.path.isfile(ckpt):
+        problems.append(f"ckpt_path {ckpt} is not a file")
+    model = config.get("model") or {}
+    init = model.get("init_args") or {} if isinstance(model, dict) else {}
+    for check, arg in ((_check_rewards, init), (_check_evaluation, init), (_check_settings, init),
+                       (_check_data, (config.get("data") or {}, subcommand)), (_check_policy, init)):
+        try:
+            check(arg)
+        except (ValueError, KeyError, FileNotFoundError, TypeError) as exc:
+            problems.append(str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc))
+    if problems:
+        more = f" (and {len(problems) - 1} more problem{'s' * (len(problems) > 2)})" if len(problems) > 1 else ""
+        raise ConfigError(problems[0] + more)
+
+
+def _reward_options(entry: Any) -> set[str] | None:
+    """The keyword options a registered reward takes (``None``: any)."""
+    from lit_grpo.data.sample import Sample
+
+    target = entry.__init__ if inspect.isclass(entry) else entry
+    params = inspect.signature(target).parameters.values()
+    if inspect.isclass(entry) and any(p.kind == p.VAR_KEYWORD for p in params):
+        return None
+    columns = set(Sample.__dataclass_fields__) | {"completions", "truncated", "completion_length", "asm", "self"}
+    return {p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in columns}
+
+
+def _check_reward(spec: dict[str, Any], where: str) -> None:
+    from lit_grpo.rewards.judge.base import JudgeConfig
+    from lit_grpo.rewards.registry import REWARDS
+
+    name = spec.get("name")
+    if name not in REWARDS:
+        close = difflib.get_close_matches(str(name), REWARDS.names(), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise ValueError(f"{where}.name: unknown reward {name!r}{hint}; registered: {', '.join(REWARDS.names())}")
+    kwargs = spec.get("kwargs") or {}
+    valid = _reward_options(REWARDS.get(name))
+    unknown = sorted(set(kwargs) - valid) if valid is not None else []
+    if unknown:
+        raise ValueError(f"{where}.kwargs: reward {name!r} takes no option {unknown[0]!r}; "
+                         f"its options: {', '.join(sorted(valid)) or 'none'}")
+    if isinstance(kwargs.get("judge"), dict):
+        try:
+            JudgeConfig.from_dict(kwargs["judge"])
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"{where}.kwargs.judge: {exc}") from None
+
+
+def _check_rewards(init: dict[str, Any]) -> None:
+    for key in ("rewards",):
+        for i, spec in enumerate(init.get(key) or []):
+            _check_reward(spec, f"model.init_args.{key}[{i}]")
+    for i, spec in enumerate((init.get("evaluation") or {}).get("metrics") or []):
+        _check_reward(spec, f"model.init_args.evaluation.metrics[{i}]")
+
+
+def _check_evaluation(init: dict[str, Any]) -> None:
+    from lit_grpo.rewards.judge.base import JudgeConfig
+
+    evaluation = init.get("evaluation") or {}
+    where = "model.init_args.evaluation"
+    if "judge" in (evaluation.get("scorer_kwargs") or {}):
+        raise ValueError(f"{where}.scorer_kwargs.judge: the scorer's judge is set with {where}.judge")
+    if evaluation.get("scorer") is not None:
+        _check_reward({"name": evaluation["scorer"], "kwargs": evaluation.get("scorer_kwargs") or {}},
+                      f"{where}.scorer")
+    if evaluation.get("judge") is not None:
+        try:
+            JudgeConfig(**evaluation["judge"])
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"{where}.judge: {exc}") from None
+
+
+def _check_settings(init: dict[str, Any]) -> None:
+    from lit_grpo.config import GRPOConfig, check_settings
+    from lit_grpo.rollout import SamplingConfig
+
+    if "grpo" in init and "sampling" in init:
+        try:
+            check_settings(GRPOConfig(**init["grpo"]), SamplingConfig(**init["sampling"]))
+        except ValueError as exc:
+            raise ValueError(re.sub(r"(^|; )(grpo|sampling)\.", r"\1model.init_args.\2.", str(exc))) from None
+
+
+def _check_policy(init: dict[str, Any]) -> None:
+    from lit_grpo.policy import DTYPES, check_model_path
+
+    policy = init.get("policy") or {}
+    if policy.get("dtype", "float32") not in DTYPES:
+        raise ValueError(f"model.init_args.policy.dtype: must be one of {', '.join(DTYPES)}, got {policy['dtype']!r}")
+    if policy.get("name_or_path") and policy.get("embedded") is None:
+        check_model_path(policy["name_or_path"], policy.get("local_files_only", False),
+                         "model.init_args.policy.name_or_path")
+
+
+def _check_data(arg: tuple[dict[str, Any], str | None]) -> None:
+    from lit_grpo.data.datamodule import DatasetSpec, check_datasets
+    from lit_grpo.data.templates import TEMPLATES
+
+    data, subcommand = arg
+    if data.get("template") is not None and data["template"] not in TEMPLATES:
+        raise ValueError(f"data.template: unknown prompt template {data['template']!r}; "
+                         f"registered: {', '.join(TEMPLATES.names())}")
+    specs = {k: DatasetSpec(**data[k]) if isinstance(data.get(k), dict) else None
+             for k in ("train", "val", "test", "predict")}
+    specs["test"] = specs["test"] or specs["val"]
+    specs["predict"] = specs["predict"] or specs["test"]
+    wanted = SPLITS.get(subcommand or "", tuple(specs))
+    missing = [k for k in wanted if specs[k] is None and k != "val"]
+    if missing:
+        raise ValueError(f"data.{missing[0]} is not set: {subcommand} reads it")
+    check_datasets({k: specs[k] for k in wanted})

@@ -1,0 +1,357 @@
+"""Runs that never lose work: checks before the first step, a checkpoint and a resume command on a stop
+signal, and resumes that continue the same run.
+
+- :func:`check_checkpoint_folders`: every folder a ``ModelCheckpoint`` will write into is created and
+  written to before the first step (Lightning's atomic save swallows a ``PermissionError``: without the
+  check a run whose folder cannot be written trains to the end and saves nothing, without a word).
+- :func:`check_checkpoint_file`: a ``--ckpt_path`` file that is empty, truncated or not a checkpoint is
+  refused with its path and what is wrong (torch alone says ``EOFError`` and names no file).
+- :class:`StopAndResume` (added to every run by the CLI): SIGTERM or SIGINT finishes the current
+  training step, writes a checkpoint, prints the command that resumes the run and exits with
+  128 + the signal number; a checkpoint resumes where its run stopped, inside an epoch (also when
+  ``max_steps`` or ``max_time`` ended it there) or at an epoch's end.
+- :func:`written_checkpoints`: the checkpoint files a run really wrote, for its closing message.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import sys
+import tempfile
+import threading
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+
+def check_writable(folder: str | os.PathLike) -> None:
+    """Create ``folder`` (with its parents) and write and delete a small file in it.
+
+    Raises:
+        PermissionError / OSError: naming the folder and the reason, when either fails.
+    """
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write_test_"):
+            pass
+    except OSError as exc:
+        raise type(exc)(exc.errno, f"checkpoint folder {folder} cannot be written ({exc.strerror or exc}): "
+                        "make it writable or point the ModelCheckpoint's dirpath elsewhere") from None
+
+
+def checkpoint_folders(trainer: L.Trainer) -> list[str]:
+    """The folders the trainer's ``ModelCheckpoint`` callbacks will write into: ``dirpath``, else
+    Lightning's default ``<logger save_dir>/<name>/<version>/checkpoints`` (``<default_root_dir>/checkpoints``
+    without a logger)."""
+    folders = []
+    for cb in trainer.checkpoint_callbacks:
+        if not isinstance(cb, ModelCheckpoint):
+            continue
+        if cb.dirpath is not None:
+            folders.append(str(cb.dirpath))
+        elif trainer.loggers:
+            logger = trainer.loggers[0]
+            version = logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
+            folders.append(os.path.join(logger.save_dir or trainer.default_root_dir, str(logger.name), version,
+                                        "checkpoints"))
+        else:
+            folders.append(os.path.join(trainer.default_root_dir, "checkpoints"))
+    return folders
+
+
+def check_checkpoint_folders(trainer: L.Trainer) -> None:
+    """:func:`check_writable` on every local folder of :func:`checkpoint_folders`."""
+    for folder in checkpoint_folders(trainer):
+        if "://" not in folder:
+            check_writable(folder)
+
+
+def check_checkpoint_file(path: str | os.PathLike | None) -> None:
+    """Refuse a ``--ckpt_path`` file that cannot be a whole checkpoint.
+
+    Lightning writes checkpoints with ``torch.save`` (a zip archive); an empty file, a copy cut short (its
+    central directory missing) is named here instead of failing inside ``torch.load``.
+    Special values (``last``, ``best``, ``hpc``, ``registry...``) and remote URLs are left to Lightning.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: the file is empty or truncated, naming the file and its size.
+    """
+    if path is None or str(path) in ("last", "best", "hpc") or str(path).startswith("registry") \
+            or "://" in str(path):
+        return
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {path} does not exist" + (" (it is a folder)" if path.is_dir() else ""))
+    size = path.stat().st_size
+    if size == 0:
+        raise ValueError(f"checkpoint {path} is empty (0 bytes): it was never written completely; "
+                         "use an earlier checkpoint")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = archive.infolist()
+    except (zipfile.BadZipFile, OSError, EOFError):
+        members = []
+    if not members or any(m.header_offset + m.compress_size > size for m in members):
+        raise ValueError(f"checkpoint {path} ({size} bytes) is truncated or not a checkpoint: a checkpoint is a zip "
+                         "archive written by torch.save, and this file holds no complete one (a copy cut short, a "
+                         "save that was interrupted?); use an earlier checkpoint or copy it again")
+
+
+def check_trainable_weights(state_dict: dict[str, Any], trainable: set[str], prefix: str = "") -> None:
+    """The checkpoint's weights under ``prefix`` must be exactly the run's ``trainable`` names: checkpoints hold
+    only trainable weights and load non-strictly, so a mismatch would silently leave weights untrained (missing)
+    or keep weights the run neither trains nor saves again (unexpected, e.g. LoRA on q,k,v,o loaded into q,v).
+
+    Raises:
+        ValueError: the counts and a few names of the missing and of the unexpected weights.
+    """
+    saved = {k for k in state_dict if k.startswith(prefix)}
+    missing, unexpected = sorted(trainable - saved), sorted(saved - trainable)
+    if not missing and not unexpected:
+        return
+    parts = [f"lacks {len(missing)} weights this run trains, e.g. {missing[:3]}"] if missing else []
+    if unexpected:
+        parts.append(f"holds {len(unexpected)} weights this run does not train, e.g. {unexpected[:3]}")
+    raise ValueError(f"checkpoint {'; '.join(parts)}: it was written with another model or another trainable set "
+                     "(model.policy: lora and its target_modules, freeze_vision_tower); configure this run as the "
+                     "one that wrote it")
+
+
+def written_checkpoints(trainer: L.Trainer) -> list[str]:
+    """The last and best checkpoint files of the trainer's ``ModelCheckpoint`` callbacks that exist on disk."""
+    paths = []
+    for cb in trainer.checkpoint_callbacks:
+        for p in (getattr(cb, "last_model_path", ""), getattr(cb, "best_model_path", "")):
+            if p and p not in paths and os.path.isfile(p):
+                paths.append(p)
+    return paths
+
+
+def resume_where_stopped(checkpoint: dict[str, Any]) -> None:
+    """Make Lightning resume a checkpoint's training loop where the run stopped, in place.
+
+    - An epoch that training left early (``max_steps``, ``max_time`` or a stop request) is marked unfinished
+      again. Lightning ends such an epoch anyway, and a checkpoint written at the end of training
+      (``ModelCheckpoint(save_last=True)`` does) or of the epoch records it as ended: resumed with a higher
+      ``max_steps`` the run would skip the rest of the epoch, or train 0 steps once ``max_epochs`` is
+      reached. Recognised by an ended epoch whose last batch was never reached; reopened, it is restored as
+      a mid-epoch checkpoint and the data loader's saved position continues it.
+    - An epoch whose last batch was reached: the train loader's saved iterator is marked finished, so the
+      next epoch starts a new one (with the shuffle generator where the uninterrupted run's would be).
+      Lightning does not restart the iterator of the first epoch after a resume, and the iterator's state
+      does not say it is finished (Lightning stops at the loader's length, before its ``StopIteration``):
+      the next epoch would have no batch at all. Written after the epoch's end (at the end of training or
+      of the epoch), the batch count of the epoch is cleared too: Lightning would count the next epoch's
+      batches on from it and end that epoch early.
+    """
+    loop = checkpoint.get("loops", {}).get("fit_loop", {})
+    batches, epochs = loop.get("epoch_loop.batch_progress"), loop.get("epoch_progress")
+    if not batches or not epochs or not batches["current"]["completed"]:
+        return
+    current = epochs["current"]
+    ended = current["ready"] == current["started"] == current["processed"] > 0  # written after the epoch's end
+    if batches.get("is_last_batch", False):
+        for state in loop.get("state_dict", {}).get("combined_loader", []):
+            if "_iterator_finished" in state:  # torchdata StatefulDataLoader
+                state["_iterator_finished"] = True
+        if ended:  # the next epoch starts at its first batch
+            batches["current"] = dict.fromkeys(batches["current"], 0)
+            batches["is_last_batch"] = False
+    elif ended:
+        for progress in (epochs["current"], epochs["total"]):
+            progress["processed"] = progress["completed"] = progress["started"] - 1
+        checkpoint["epoch"] = current["started"] - 1
+
+
+def resume_command(command: list[str], ckpt_path: str) -> str:
+    """``command`` with any ``--ckpt_path`` replaced by ``ckpt_path``, quoted for a shell."""
+    args, skip = [], False
+    for a in command:
+        if skip:
+            skip = False
+        elif a == "--ckpt_path":
+            skip = True
+        elif not a.startswith("--ckpt_path="):
+            args.append(a)
+    return shlex.join([*args, "--ckpt_path", ckpt_path])
+
+
+class StopAndResume(L.Callback):
+    """A stopped run is a resumable run.
+
+    - SIGTERM (what a scheduler sends at a time limit) or SIGINT (Ctrl+C) during training: the current step
+      finishes (Lightning's own SIGTERM handling, which SIGINT joins), a checkpoint is written
+      (``last.ckpt`` in the first ``ModelCheckpoint``'s folder), the command that resumes the run is printed,
+      and the CLI exits with 128 + the signal number (143, 130). A second SIGINT abandons the step at once
+      and writes nothing more. During evaluation the run stops at the next batch; outside a trainer run (model
+      loading) SIGTERM stops at once; either way with the same exit status, and nothing trained is lost.
+    - A checkpoint resumes where the run stopped, inside an epoch or at its end (:func:`resume_where_stopped`).
+
+    The handlers are installed by :meth:`install` (the CLI calls it first thing) or at the first ``setup``.
+    Lightning forgets a SIGTERM that arrives between two trainer runs (e.g. during the last batch of the
+    validation before ``fit``); this callback remembers it and stops the next run at its start.
+
+    Args:
+        command: the command line of the run (``python -m lit_grpo fit ...``), for the resume command.
+    """
+
+    def __init__(self, command: list[str] | None = None):
+        self.command = command
+        self.signum: int | None = None
+        self._in_run = self._forwarding = False
+        self._previous: dict[int, Any] = {}
+        self._unsaved: set[str] = set()
+
+    @property
+    def exit_code(self) -> int:
+        """128 + the signal that stopped the run (SIGTERM when none was seen here)."""
+        return 128 + int(self.signum or signal.SIGTERM)
+
+    # ------------------------------------------------------------------ signals
+    def install(self) -> None:
+        """Handle SIGTERM and SIGINT from now on (main thread only; once)."""
+        if not self._previous and threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+            for s in self._previous:
+                signal.signal(s, self._on_signal)
+
+    def uninstall(self) -> None:
+        """Put back the handlers :meth:`install` replaced."""
+        for s, handler in self._previous.items():
+            if handler is not None and threading.current_thread() is threading.main_thread():
+                signal.signal(s, handler)
+        self._previous = {}
+
+    def _on_signal(self, signum: int, frame) -> None:
+        if self._forwarding:  # our own call into Lightning's handler, which calls this one last
+            return
+        again, name = self.signum is not None, signal.Signals(signum).name
+        self.signum = self.signum or signum
+        if not self._in_run:
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            self._say(f"{name} received outside training: stopping now, nothing trained is lost "
+                      f"(exit status {self.exit_code})")
+            raise SystemExit(self.exit_code)
+        if signum == signal.SIGINT:
+            if again:
+                raise KeyboardInterrupt  # Ctrl+C again: abandon the step now
+            self._forward(frame)  # Lightning's SIGTERM handling: the step finishes, then the loop stops
+        if not again:
+            self._say(f"{name} received: the run stops after the current step (or evaluation batch) and writes "
+                      "a checkpoint" + (" (Ctrl+C again abandons the step)" if signum == signal.SIGINT else ""))
+
+    def _forward(self, frame) -> None:
+        handler = signal.getsignal(signal.SIGTERM)
+        if callable(handler) and handler != self._on_signal:
+            self._forwarding = True
+            try:
+                handler(signal.SIGTERM, frame)
+            finally:
+                self._forwarding = False
+
+    # ------------------------------------------------------------------ hooks
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self.install()
+        self._in_run = True
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._in_run = False
+
+    def _stop_if_signalled(self) -> None:
+        """A signal Lightning did not see (it arrived before this trainer run registered its handler)."""
+        if self.signum is not None:
+            raise SIGTERMException
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._stop_if_signalled()
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.state.fn != TrainerFn.FITTING:
+            self._stop_if_signalled()
+
+    def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._stop_if_signalled()
+
+    def on_predict_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._stop_if_signalled()
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        self._warn_if_not_saved(trainer)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._warn_if_not_saved(trainer)
+
+    def _warn_if_not_saved(self, trainer: L.Trainer) -> None:
+        """Lightning's save swallows a ``PermissionError``: say so when a recorded checkpoint is not on disk."""
+        for cb in trainer.checkpoint_callbacks:
+            for path in (getattr(cb, "last_model_path", ""), getattr(cb, "best_model_path", "")):
+                if path and not os.path.isfile(path) and path not in self._unsaved:
+                    self._unsaved.add(path)
+                    rank_zero_warn(f"checkpoint {path} was not written (is {os.path.dirname(path)} still "
+                                   "writable?); the run goes on, but this checkpoint does not exist")
+
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        if trainer.state.fn == TrainerFn.FITTING:
+            resume_where_stopped(checkpoint)
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        self._in_run = False
+        if isinstance(exception, KeyboardInterrupt):
+            self._say(f"Interrupted after step {trainer.global_step}; nothing more is written. "
+                      + self._newest(trainer))
+        elif isinstance(exception, SIGTERMException):
+            self._stop(trainer)
+
+    # ------------------------------------------------------------------ the stop
+    def _stop(self, trainer: L.Trainer) -> None:
+        name = signal.Signals(self.signum or signal.SIGTERM).name
+        if trainer.state.fn != TrainerFn.FITTING or trainer.global_step == 0:
+            stage = trainer.state.fn.value if trainer.state.fn is not None else "the run"
+            self._say(f"Stopped by {name} during {stage}, before any training step finished: nothing to resume "
+                      f"(exit status {self.exit_code}).")
+            return
+        path = self._stop_path(trainer)
+        trainer.save_checkpoint(path)
+        if not os.path.isfile(path):
+            self._say(f"Stopped by {name} after step {trainer.global_step}, but the checkpoint {path} could not "
+                      "be written. " + self._newest(trainer))
+            return
+        resume = (resume_command(self.command, path) if self.command
+                  else f"trainer.fit(model, datamodule, ckpt_path={path!r})")
+        self._say(f"Stopped by {name} after step {trainer.global_step}"
+                  + (f" of max_steps {trainer.max_steps}" if trainer.max_steps > 0 else "")
+                  + f"; checkpoint written: {path}\nResume the run (same prompts, completions and weights as "
+                  f"if it had not stopped; a higher --trainer.max_steps trains further) with:\n  {resume}")
+
+    def _stop_path(self, trainer: L.Trainer) -> str:
+        for cb in trainer.checkpoint_callbacks:
+            if isinstance(cb, ModelCheckpoint) and cb.dirpath is not None:
+                path = os.path.join(cb.dirpath, cb.CHECKPOINT_NAME_LAST + cb.FILE_EXTENSION)
+                if cb.save_last:  # the checkpoint's own record of the last file, for the resumed run
+                    cb.last_model_path = path
+                return path
+        return os.path.join(trainer.log_dir or trainer.default_root_dir, "checkpoints", "last.ckpt")
+
+    @staticmethod
+    def _newest(trainer: L.Trainer) -> str:
+        written = written_checkpoints(trainer)
+        if not written:
+            return "No checkpoint of this run exists."
+        return f"The newest checkpoint is {max(written, key=os.path.getmtime)}."
+
+    @staticmethod
+    @rank_zero_only
+    def _say(text: str) -> None:
+        print(f"\n{text}\n", file=sys.stderr, flush=True)

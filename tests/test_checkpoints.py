@@ -1,0 +1,206 @@
+"""Checkpoints are never lost or half-loaded without a word: a checkpoint folder that cannot be written is
+refused before the first step, the closing message names only files that exist, a damaged --ckpt_path file
+is named with what is wrong, and weights that do not match the run's trainable set are refused."""
+
+import contextlib
+import logging
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+import yaml
+
+from lit_grpo.cli import main
+
+
+class CountSteps(L.Callback):
+    steps = 0
+
+    def on_train_batch_end(self, *args, **kwargs):
+        CountSteps.steps += 1
+
+
+class LockFolder(L.Callback):
+    """Makes ``folder`` unwritable once training has started (after the startup check)."""
+
+    def __init__(self, folder: str):
+        self.folder = folder
+
+    def on_train_start(self, trainer, pl_module):
+        _lock(Path(self.folder))
+
+
+def _lock(folder: Path) -> None:
+    """Nobody can write into ``folder``: immutable for root (who ignores permission bits), else read-only."""
+    if os.geteuid() == 0:
+        if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(folder)]).returncode:
+            pytest.skip("running as root without chattr +i: cannot make a folder unwritable")
+    else:
+        folder.chmod(0o555)
+
+
+def _unlock(folder: Path) -> None:
+    if folder.exists():
+        if os.geteuid() == 0:
+            subprocess.run(["chattr", "-i", str(folder)], check=False)
+        folder.chmod(0o755)
+
+
+@contextlib.contextmanager
+def _locked(*folders: Path):
+    try:
+        yield
+    finally:
+        for folder in folders:
+            _unlock(folder)
+
+
+def _config(tmp_path: Path, ckpt: dict | None = None, callbacks: list | None = None, **model) -> Path:
+    checkpoint = {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                  "init_args": ckpt if ckpt is not None else {"dirpath": str(tmp_path / "ckpt")}}
+    cfg = {
+        "trainer": {"max_steps": 1, "val_check_interval": 100, "enable_progress_bar": False,
+                    "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                               "init_args": {"save_dir": str(tmp_path / "logs"), "name": "t",
+                                             "default_hp_metric": False}},
+                    "callbacks": [checkpoint, {"class_path": "test_checkpoints.CountSteps"}, *(callbacks or [])]},
+        "model": {"init_args": {
+            "policy": {"name_or_path": str(tmp_path / "model"), "embedded": {"seed": 0}, **model},
+            "sampling": {"num_generations": 2, "max_completion_length": 6},
+            "evaluation": {"before_fit": False, "num_samples": 0}}},
+        "data": {"train": {"generate": {"path": str(tmp_path / "train.parquet"), "kind": "puzzles", "num": 4}},
+                 "val": {"generate": {"path": str(tmp_path / "val.parquet"), "kind": "puzzles", "num": 2, "seed": 1}},
+                 "batch_size": 2, "eval_batch_size": 2},
+    }
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _run(subcommand: str, tmp_path: Path, *args: str, **kwargs):
+    return main([subcommand, "--config", "configs/demo.yaml", "--config", str(_config(tmp_path, **kwargs)), *args])
+
+
+# ---------------------------------------------------------------------------------------------- folders
+@pytest.mark.parametrize("case", ["existing_folder", "missing_folder_in_a_locked_one", "under_a_file",
+                                  "default_folder_under_a_locked_logger_folder"])
+def test_a_checkpoint_folder_that_cannot_be_written_is_refused_before_the_first_step(tmp_path, case):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    ckpt = {"existing_folder": locked, "missing_folder_in_a_locked_one": locked / "ckpt",
+            "under_a_file": tmp_path / "a_file" / "ckpt"}.get(case)
+    (tmp_path / "a_file").write_text("not a folder")
+    if case == "default_folder_under_a_locked_logger_folder":  # no dirpath: <logs>/t/version_0/checkpoints
+        (locked / "t").mkdir()
+    CountSteps.steps = 0
+    with _locked(locked):
+        if case != "under_a_file":
+            _lock(locked / "t" if case.startswith("default") else locked)
+        if case.startswith("default"):
+            over = _config(tmp_path, ckpt={})
+            cfg = yaml.safe_load(over.read_text())
+            cfg["trainer"]["logger"]["init_args"]["save_dir"] = str(locked)
+            over.write_text(yaml.safe_dump(cfg))
+            folder = locked / "t" / "version_0" / "checkpoints"
+            with pytest.raises(OSError, match=f"checkpoint folder {re.escape(str(folder))} cannot be written"):
+                main(["fit", "--config", "configs/demo.yaml", "--config", str(over)])
+        else:
+            with pytest.raises(OSError, match=f"checkpoint folder {re.escape(str(ckpt))} cannot be written"):
+                _run("fit", tmp_path, ckpt={"dirpath": str(ckpt)})
+        _unlock(locked / "t")
+    assert CountSteps.steps == 0
+
+
+def test_the_closing_message_names_only_checkpoints_that_exist(tmp_path, caplog):
+    """The folder becomes unwritable after the startup check: every save fails (Lightning swallows the
+    PermissionError); the run warns and its closing message names no checkpoint file."""
+    caplog.set_level(logging.INFO)
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    with _locked(ckpt), pytest.warns(UserWarning, match=f"checkpoint {re.escape(str(ckpt / 'last.ckpt'))} was not "
+                                                          "written"):
+        cli = _run("fit", tmp_path, "--trainer.max_steps", "2",
+                   ckpt={"dirpath": str(ckpt), "save_last": True, "every_n_train_steps": 1},
+                   callbacks=[{"class_path": "test_checkpoints.LockFolder", "init_args": {"folder": str(ckpt)}}])
+    assert cli.trainer.global_step == 2 and not any(ckpt.iterdir())
+    assert "checkpoints:           none written" in caplog.text and "last.ckpt" not in caplog.text.split("Done.")[1]
+
+
+# ---------------------------------------------------------------------------------------------- files
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """One step of full fine-tuning: (its folder, its last.ckpt)."""
+    folder = tmp_path_factory.mktemp("trained")
+    _run("fit", folder, ckpt={"dirpath": str(folder / "ckpt"), "save_last": True})
+    return folder, folder / "ckpt" / "last.ckpt"
+
+
+def _damaged(kind: str, good: Path, folder: Path) -> Path:
+    data = good.read_bytes()
+    cut = {"empty": b"", "truncated_in_half": data[: len(data) // 2], "truncated_after_the_header": data[:100],
+           "a_text_file": b"step: 3\n"}[kind]
+    path = folder / f"{kind}.ckpt"
+    path.write_bytes(cut)
+    return path
+
+
+@pytest.mark.parametrize("subcommand,kind", [("fit", "empty"), ("validate", "truncated_in_half"),
+                                             ("test", "truncated_after_the_header"), ("predict", "a_text_file")])
+def test_an_empty_or_truncated_checkpoint_is_named_with_what_is_wrong(trained, tmp_path, subcommand, kind):
+    folder, good = trained
+    bad = _damaged(kind, good, tmp_path)
+    what = "is empty (0 bytes)" if kind == "empty" else f"({bad.stat().st_size} bytes) is truncated or not a checkpoint"
+    with pytest.raises(ValueError, match=re.escape(f"checkpoint {bad} {what}")):
+        _run(subcommand, folder, "--ckpt_path", str(bad))
+
+
+# ---------------------------------------------------------------------------------------------- weights
+LORA = {"r": 4, "alpha": 8}
+QKVO = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj)"
+
+
+@pytest.fixture(scope="module")
+def lora_qkvo(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("lora")
+    _run("fit", folder, ckpt={"dirpath": str(folder / "ckpt"), "save_last": True},
+         lora={**LORA, "target_modules": QKVO})
+    return folder, folder / "ckpt" / "last.ckpt"
+
+
+@pytest.mark.parametrize("subcommand,targets,dropped", [
+    ("validate", r".*language_model.*\.(q_proj|v_proj)", ("k_proj", "o_proj")),
+    ("fit", r".*language_model.*\.(q_proj)", ("k_proj", "v_proj", "o_proj")),
+])
+def test_lora_weights_the_run_does_not_train_are_refused(lora_qkvo, subcommand, targets, dropped):
+    folder, ckpt = lora_qkvo
+    saved = torch.load(ckpt, weights_only=False)["state_dict"]
+    extra = sorted(k for k in saved if any(f".{d}." in k for d in dropped))
+    assert extra
+    with pytest.raises(ValueError) as err:
+        _run(subcommand, folder, "--ckpt_path", str(ckpt), lora={**LORA, "target_modules": targets})
+    message = str(err.value)
+    assert f"holds {len(extra)} weights this run does not train, e.g. {extra[:3]}" in message
+    assert "lacks" not in message and "target_modules" in message
+
+
+def test_a_trained_vision_tower_loaded_into_a_run_that_freezes_it_is_refused(tmp_path):
+    _run("fit", tmp_path, ckpt={"dirpath": str(tmp_path / "ckpt"), "save_last": True}, freeze_vision_tower=False)
+    saved = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)["state_dict"]
+    tower = sorted(k for k in saved if "vision_tower" in k)
+    assert tower
+    with pytest.raises(ValueError, match=re.escape(f"holds {len(tower)} weights this run does not train")):
+        _run("validate", tmp_path, "--ckpt_path", str(tmp_path / "ckpt" / "last.ckpt"))
+
+
+def test_a_matching_checkpoint_still_loads(lora_qkvo):
+    folder, ckpt = lora_qkvo
+    cli = _run("validate", folder, "--ckpt_path", str(ckpt), lora={**LORA, "target_modules": QKVO})
+    saved = torch.load(ckpt, weights_only=False)["state_dict"]
+    for name, value in cli.model.state_dict().items():
+        if name in saved:
+            assert torch.equal(value, saved[name]), name

@@ -1,0 +1,342 @@
+"""What a user's input gets: every documented option settable on the command line, a mistake as one short
+``error:`` line naming the key and the valid choices (before any model work or log folder), generated data
+only where a config asks for it and never stale, one way to set the optimizer, and model folders told apart
+from hub ids."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lit_grpo.cli import main
+from lit_grpo.data.datamodule import DatasetSpec
+
+ROOT = Path(__file__).parents[1]
+
+
+def run(capsys, *args):
+    """``(exit status, stdout, stderr)`` of ``python -m lit_grpo`` run in this process."""
+    code = 0
+    try:
+        main(list(args))
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_line_error(code, err, *must):
+    """The run failed with status 2 and a single ``error:`` line holding each of ``must``."""
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert len(lines[0]) < 330, lines[0]
+    for text in must:
+        assert text in lines[0], (text, lines[0])
+    return lines[0]
+
+
+# ----------------------------------------------------------------- every option group from the command line
+SETTINGS = {
+    "policy": (["--model.init_args.policy.dtype=bfloat16", "--model.init_args.policy.freeze_vision_tower=false"],
+               lambda c: (c["model"]["init_args"]["policy"]["dtype"], c["model"]["init_args"]["policy"]["freeze_vision_tower"]),
+               ("bfloat16", False)),
+    "lora": (["--model.init_args.policy.lora.r=4", "--model.init_args.policy.lora.alpha=8"],
+             lambda c: {k: c["model"]["init_args"]["policy"]["lora"][k] for k in ("r", "alpha", "dropout")},
+             {"r": 4, "alpha": 8, "dropout": 0.0}),
+    "rewards": (["--model.init_args.rewards=[{name: format}, {name: accuracy, weight: 2.0}]"],
+                lambda c: [(r["name"], r["weight"]) for r in c["model"]["init_args"]["rewards"]],
+                [("format", 1.0), ("accuracy", 2.0)]),
+    "grpo": (["--model.init_args.grpo.beta=0.04", "--model.init_args.grpo.loss_type=grpo",
+              "--model.init_args.grpo.micro_batch_size=4"],
+             lambda c: {k: c["model"]["init_args"]["grpo"][k] for k in ("beta", "loss_type", "micro_batch_size")},
+             {"beta": 0.04, "loss_type": "grpo", "micro_batch_size": 4}),
+    "sampling": (["--model.init_args.sampling.temperature=0.7", "--model.init_args.sampling.top_k=5"],
+                 lambda c: (c["model"]["init_args"]["sampling"]["temperature"], c["model"]["init_args"]["sampling"]["top_k"]),
+                 (0.7, 5)),
+    "evaluation": (["--model.init_args.evaluation.num_samples=2", "--model.init_args.evaluation.scorer=accuracy",
+                    "--model.init_args.evaluation.judge.num_judges=5",
+                    "--model.init_args.evaluation.judge.extra_body.reasoning_effort=low"],
+                   lambda c: (c["model"]["init_args"]["evaluation"]["num_samples"],
+                              c["model"]["init_args"]["evaluation"]["scorer"],
+                              c["model"]["init_args"]["evaluation"]["judge"]["num_judges"],
+                              c["model"]["init_args"]["evaluation"]["judge"]["extra_body"],
+                              c["model"]["init_args"]["evaluation"]["judge"]["max_tokens"]),
+                   (2, "accuracy", 5, {"reasoning_effort": "low"}, 2048)),
+    "attention": (["--model.init_args.attention.background_threshold=200", "--model.init_args.attention.grid=tiles"],
+                  lambda c: (c["model"]["init_args"]["attention"]["background_threshold"],
+                             c["model"]["init_args"]["attention"]["grid"]),
+                  (200, "tiles")),
+    "perf": (["--model.init_args.perf.share_prefix=false"],
+             lambda c: c["model"]["init_args"]["perf"]["share_prefix"], False),
+    "optimizer": (["--model.init_args.optimizer.init_args.lr=0", "--model.init_args.lr_scheduler=null"],
+                  lambda c: (c["model"]["init_args"]["optimizer"]["init_args"]["lr"], c["model"]["init_args"]["lr_scheduler"]),
+                  (0.0, None)),
+    "data": (["--data.batch_size=3", "--data.train.rows=:10", "--data.val.generate.num=32",
+              "--data.template=visualsphinx_official"],
+             lambda c: (c["data"]["batch_size"], c["data"]["train"]["rows"], c["data"]["val"]["generate"],
+                        c["data"]["template"]),
+             (3, ":10", {"path": "data/embedded/red_count_val.parquet", "kind": "puzzles", "num": 32, "seed": 1,
+                         "rules": ["red_count"], "fixed_option_order": True, "panel_size": 16},
+              "visualsphinx_official")),
+    "trainer": (["--trainer.max_steps=7", "--trainer.logger.init_args.name=other"],
+                lambda c: (c["trainer"]["max_steps"], c["trainer"]["logger"]["init_args"]["name"]), (7, "other")),
+}
+
+
+@pytest.fixture(scope="module")
+def overridden():
+    """configs/demo.yaml printed once with every group's overrides."""
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exc:
+        main(["fit", "--config", "configs/demo.yaml", *[a for args, *_ in SETTINGS.values() for a in args],
+              "--print_config"])
+    assert exc.value.code == 0
+    return yaml.safe_load(out.getvalue())
+
+
+@pytest.mark.parametrize("group", list(SETTINGS))
+def test_every_option_group_is_set_from_the_command_line(overridden, group):
+    _, read, expected = SETTINGS[group]
+    assert read(overridden) == expected
+
+
+def test_lora_turned_off_and_the_judge_reset_from_the_command_line(capsys):
+    code, out, err = run(capsys, "fit", "--config", "configs/demo.yaml", "--model.init_args.policy.lora.r=4",
+                         "--model.init_args.policy.lora=null", "--model.init_args.evaluation.judge.num_judges=5",
+                         "--model.init_args.evaluation.judge", "null", "--print_config")
+    assert code == 0, err
+    printed = yaml.safe_load(out)["model"]["init_args"]
+    assert printed["policy"]["lora"] is None and printed["evaluation"]["judge"] is None
+
+
+def test_an_override_reaches_the_judge_a_later_overlay_interpolates(capsys):
+    """The rubric overlay's reward judge is ``${....evaluation.judge}``: one override sets both."""
+    code, out, err = run(capsys, "fit", "--config", "configs/granite_vision_phyx_oe.yaml", "--config",
+                         "configs/granite_vision_phyx_oe_rubric.yaml", "--model.init_args.evaluation.judge.num_judges=5",
+                         "--print_config")
+    assert code == 0, err
+    init = yaml.safe_load(out)["model"]["init_args"]
+    assert init["evaluation"]["judge"]["num_judges"] == 5 and init["rewards"][0]["kwargs"]["judge"]["num_judges"] == 5
+    assert init["evaluation"]["judge"]["model"] == "openai/gpt-oss-120b"  # the rest of the judge is kept
+
+
+# ----------------------------------------------------------------- one-line errors naming the key and the choices
+@pytest.mark.parametrize("args, must", [
+    (["--model.init_args.grpo.loss_typ=dapo"], ["--model.init_args.grpo.loss_typ", "did you mean loss_type", "beta"]),
+    (["--model.init_args.polcy.dtype=float32"], ["'polcy'", "did you mean policy"]),
+    (["--model.init_args.policy.lora.rank=4"], ["'rank'", "alpha"]),
+    (["--data.train.pth=x.parquet"], ["--data.train.pth", "did you mean path"]),
+    (["--trainer.max_stepz=3"], ["--trainer.max_stepz", "did you mean max_steps"]),
+    (["--model.init_args.evaluation.scorer_kwargs.judge.num_judges=5"],
+     ["--model.init_args.evaluation.judge.num_judges"]),
+    (["--model.init_args.evaluation.judge.num_judgez=5"], ["'num_judgez'", "did you mean num_judges"]),
+    (["--model.init_args.grpo.beta=abc"], ["model.init_args.grpo.beta", "float", "abc"]),
+    (["--model.init_args.grpo.loss_type=foo"], ["model.init_args.grpo.loss_type", "dapo"]),
+    (["--model.init_args.rewards=[{name: binarry}]"], ["rewards[0].name", "'binarry'", "did you mean binary", "rubric"]),
+    (["--model.init_args.rewards=[{name: format, kwargs: {tagz: [a]}}]"], ["rewards[0].kwargs", "'tagz'", "tags"]),
+    (["--model.init_args.evaluation.scorer=acuracy"], ["evaluation.scorer", "did you mean accuracy"]),
+    (["--data.template=visualsphinx_sed"], ["data.template", "visualsphinx_seed"]),
+    (["--data.train.reader=phy"], ["data.train.reader", "phyx"]),
+    (["--optimizer", "torch.optim.SGD", "--optimizer.lr", "0.5"], ["--optimizer", "--model.init_args.optimizer"]),
+    (["--lr_scheduler", "torch.optim.lr_scheduler.StepLR"], ["--lr_scheduler", "--model.init_args.lr_scheduler"]),
+    (["--config", "configs/nope.yaml"], ["configs/nope.yaml does not exist"]),
+], ids=lambda v: v[0] if isinstance(v, list) and v and v[0].startswith("-") else None)
+def test_a_mistake_is_one_line_naming_the_key(capsys, tmp_path, args, must):
+    code, out, err = run(capsys, "fit", "--config", "configs/demo.yaml", *args,
+                         "--trainer.logger.init_args.save_dir", str(tmp_path / "logs"))
+    one_line_error(code, err, *must)
+    assert not (tmp_path / "logs").exists()
+
+
+@pytest.mark.parametrize("text, must", [
+    ("trainer:\n  max_steps: 3\n   val_check_interval: 2\n", ["line 3, column 22", "not valid YAML"]),
+    ("model:\n  init_args:\n    rewards: [{name: format}\n", ["line 4", "not valid YAML"]),
+    ("model:\n  init_args:\n    grpo:\n      loss_typ: dapo\n", ["model.init_args.grpo", "'loss_typ'", "loss_type"]),
+    ("optimizer:\n  class_path: torch.optim.SGD\n", ["optimizer", "--model.init_args.optimizer"]),
+    ("trainr:\n  max_steps: 3\n", ["'trainr'", "did you mean trainer"]),
+    ("model:\n  init_args:\n    evaluation:\n      scorer_kwargs: {judge: {num_judges: 5}}\n",
+     ["scorer_kwargs.judge", "evaluation.judge"]),
+])
+def test_a_config_file_mistake_is_one_line_naming_the_file(capsys, tmp_path, text, must):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    code, _, err = run(capsys, "fit", "--config", "configs/demo.yaml", "--config", str(bad))
+    one_line_error(code, err, str(bad), *must)
+
+
+def test_the_real_command_prints_the_message_first(tmp_path):
+    """``python -m lit_grpo`` with a YAML typo: status 2, the error on the first line, nothing else."""
+    bad = tmp_path / "typo.yaml"
+    bad.write_text("trainer:\n  max_steps: 3\n   val_check_interval: 2\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "lit_grpo", "fit", "--config", "configs/demo.yaml", "--config",
+                           str(bad)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith(f"error: {bad}, line 3, column 22: not valid YAML") and len(proc.stderr) < 200
+
+
+def test_help_names_the_command_users_type(capsys):
+    code, out, _ = run(capsys, "fit", "--help")
+    assert code == 0 and out.startswith("usage: python -m lit_grpo [options] fit")
+
+
+# ----------------------------------------------------------------- no silent substitutes for the user's input
+def _small(tmp_path: Path, **data) -> Path:
+    """configs/demo.yaml shrunk: an embedded model and logs under ``tmp_path``, small generated sets."""
+    gen = {"kind": "puzzles", "rules": ["red_count"], "fixed_option_order": True, "panel_size": 16}
+    cfg = {"trainer": {"max_steps": 1, "val_check_interval": 1, "limit_val_batches": 1,
+                       "logger": {"init_args": {"save_dir": str(tmp_path / "logs")}},
+                       "callbacks": [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                                      "init_args": {"dirpath": str(tmp_path / "ckpt"), "save_last": True}}]},
+           "model": {"init_args": {"policy": {"name_or_path": str(tmp_path / "model"), "embedded": {"seed": 0}},
+                                   "evaluation": {"before_fit": True, "num_samples": 0},
+                                   "sampling": {"num_generations": 2, "max_completion_length": 4}}},
+           "data": {"train": {"generate": {"path": str(tmp_path / "train.parquet"), "num": 4, **gen}},
+                    "val": {"generate": {"path": str(tmp_path / "val.parquet"), "num": 2, "seed": 1, **gen}},
+                    "batch_size": 2, "eval_batch_size": 2, **data}}
+    path = tmp_path / "small.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@pytest.mark.parametrize("config, key, typo", [
+    ("configs/demo.yaml", "data.train.path", "data/embedded/red_count_tarin.parquet"),
+    ("configs/demo.yaml", "data.val.path", "data/embedded/red_count_vla.parquet"),
+    ("configs/demo_phyx_oe.yaml", "data.train.path", "data/embedded/physics/phyx_tset.parquet"),
+    ("configs/demo_phyx_mcq.yaml", "data.train.path", "phyx.parquet"),
+    ("configs/granite_vision_phyx_mcq.yaml", "data.train.path", "/data/PhyX/phyx_tset.parquet"),
+])
+def test_a_mistyped_data_path_is_an_error_naming_it_and_nothing_is_generated(capsys, tmp_path, config, key, typo):
+    typo_path = typo if typo.startswith("/") else str(tmp_path / typo)
+    code, _, err = run(capsys, "fit", "--config", config, f"--{key}={typo_path}",
+                       "--trainer.logger.init_args.save_dir", str(tmp_path / "logs"),
+                       f"--model.init_args.policy.name_or_path={tmp_path / 'model'}")
+    one_line_error(code, err, key, typo_path, "does not exist")
+    assert not Path(typo_path).exists() and not (tmp_path / "logs").exists() and not (tmp_path / "model").exists()
+
+
+def test_a_wrong_test_path_fails_before_the_model_is_built(capsys, tmp_path):
+    code, _, err = run(capsys, "test", "--config", "configs/demo.yaml", "--config", str(_small(tmp_path)),
+                       "--data.test.path", str(tmp_path / "tset"))
+    one_line_error(code, err, "data.test.path", "does not exist")
+    assert not (tmp_path / "model").exists() and not (tmp_path / "logs").exists()
+
+
+def test_generate_needs_its_own_path():
+    with pytest.raises(ValueError, match="data.train.generate needs path"):
+        DatasetSpec(path="data/x.parquet", generate={"kind": "puzzles", "num": 4}).check("data.train")
+
+
+def test_a_path_other_than_the_generated_one_is_the_users_data(tmp_path):
+    """``path`` and ``generate.path`` differ: ``path`` is read as is (and must exist), nothing is generated."""
+    from lit_grpo.data.datamodule import ensure_generated
+
+    own = tmp_path / "own.parquet"
+    ensure_generated({"path": str(own), "kind": "puzzles", "num": 3, "seed": 5})
+    spec = DatasetSpec(path=str(own), generate={"path": str(tmp_path / "gen.parquet"), "kind": "puzzles", "num": 6})
+    assert len(spec.load()) == 3 and not (tmp_path / "gen.parquet").exists()
+
+
+@pytest.mark.parametrize("path", ["chekpoints/demo", "checkpoint/demo", "./missing/model", "checkpoints/nope",
+                                  "a/b/c", "/abs/missing/model"])
+def test_a_missing_model_folder_is_an_error_naming_it(path, monkeypatch):
+    from lit_grpo.policy import check_model_path
+
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(FileNotFoundError) as exc:
+        check_model_path(path)
+    assert path in str(exc.value)
+    if path.startswith(("chekpoints", "checkpoint/")):
+        assert "did you mean checkpoints/demo?" in str(exc.value)
+
+
+def test_a_hub_id_is_owner_slash_name_and_offline_it_must_be_cached(monkeypatch, tmp_path):
+    from lit_grpo.policy import check_model_path
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(FileNotFoundError, match="not in the local hub cache"):
+        check_model_path("someowner/somemodel")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    check_model_path("someowner/somemodel")  # online: left to the hub
+    check_model_path(str(ROOT / "checkpoints" / "demo"))
+
+
+def test_the_optimizer_set_on_the_model_is_what_runs_and_is_logged(tmp_path):
+    cli = main(["fit", "--config", "configs/demo.yaml", "--config", str(_small(tmp_path)),
+                "--model.init_args.evaluation.before_fit=false", "--trainer.limit_val_batches=0",
+                "--model.init_args.optimizer", "torch.optim.SGD", "--model.init_args.optimizer.init_args.lr", "0.5"])
+    optimizer = cli.model.optimizers().optimizer
+    assert type(optimizer).__name__ == "SGD" and optimizer.defaults["lr"] == 0.5
+    assert type(cli.trainer.lr_scheduler_configs[0].scheduler).__name__ == "LinearLR"  # the scheduler is kept
+    hparams = yaml.safe_load((tmp_path / "logs" / "demo" / "version_0" / "hparams.yaml").read_text())
+    assert hparams["optimizer.class_path"] == "torch.optim.SGD" and hparams["optimizer.init_args.lr"] == 0.5
+    assert hparams["lr_scheduler.class_path"] == "torch.optim.lr_scheduler.LinearLR"
+
+
+# ----------------------------------------------------------------- generated data records its settings
+def _rows(path):
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path).to_pylist()
+
+
+@pytest.mark.parametrize("change", [{"num": 6}, {"seed": 7}, {"panel_size": 24}, {"rules": ["red_count", "count"]}])
+def test_changed_generate_settings_regenerate_the_file(tmp_path, caplog, change):
+    base = {"path": str(tmp_path / "p.parquet"), "kind": "puzzles", "num": 4, "seed": 0, "rules": ["red_count"],
+            "panel_size": 16}
+    first = DatasetSpec(generate=base).load()
+    before = _rows(base["path"])
+    second = DatasetSpec(generate={**base, **change}).load()
+    after = _rows(base["path"])
+    assert len(first) == 4 and len(second) == change.get("num", 4)
+    assert before != after and sorted(change) == [k for k in sorted(change) if k in caplog.text]
+    record = json.loads(Path(base["path"] + ".generate.json").read_text())
+    assert record == {k: v for k, v in {**base, **change}.items() if k != "path"}
+
+
+def test_unchanged_settings_reuse_the_file_and_a_file_without_a_record_is_regenerated(tmp_path):
+    from lit_grpo.data.datamodule import ensure_generated
+
+    gen = {"path": str(tmp_path / "physics" / "phyx.jsonl"), "kind": "physics", "num": 3, "seed": 0}
+    ensure_generated(gen)
+    stamp = os.stat(gen["path"]).st_mtime_ns
+    ensure_generated(dict(gen))
+    assert os.stat(gen["path"]).st_mtime_ns == stamp  # the same settings: not written again
+    Path(gen["path"] + ".generate.json").unlink()  # a file made by an older version, or by hand
+    ensure_generated({**gen, "num": 5})
+    assert len(Path(gen["path"]).read_text().splitlines()) == 5
+    spec = DatasetSpec(reader="phyx", split="test", generate={**gen, "num": 5}, reader_args={"answer_format": "mcq"})
+    assert len(spec.load()) == 5
+
+
+def test_two_splits_generating_one_file_must_agree(capsys, tmp_path):
+    small = _small(tmp_path)
+    code, _, err = run(capsys, "fit", "--config", "configs/demo.yaml", "--config", str(small),
+                       f"--data.val.generate.path={tmp_path / 'train.parquet'}")
+    one_line_error(code, err, "data.train and data.val generate", "different settings")
+
+
+# ----------------------------------------------------------------- README commands that users copy
+def test_the_readme_lr0_control_has_its_own_run_folder_and_checkpoints(capsys):
+    readme = (ROOT / "README.md").read_text()
+    control = re.search(r"With `(--model\.init_args\.optimizer\.init_args\.lr 0[^`]*)`", readme).group(1).split()
+    printed = []
+    for extra in ([], control):
+        code, out, err = run(capsys, "fit", "--config", "configs/demo.yaml", *extra, "--print_config")
+        assert code == 0, err
+        cfg = yaml.safe_load(out)
+        printed.append((cfg["trainer"]["logger"]["init_args"]["name"], cfg["trainer"]["callbacks"][0]["init_args"]["dirpath"],
+                        cfg["model"]["init_args"]["optimizer"]["init_args"]["lr"]))
+    (run_name, run_ckpt, lr), (control_name, control_ckpt, control_lr) = printed
+    assert control_lr == 0 and lr > 0
+    assert control_name != run_name and control_ckpt != run_ckpt and control_name in control_ckpt

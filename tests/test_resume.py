@@ -1,0 +1,236 @@
+"""A stopped run is the same run: resumes (mid-epoch, at an epoch boundary, past max_steps) give the prompts,
+completions and weights of an uninterrupted run; stop signals write a checkpoint and say how to resume."""
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+import yaml
+
+from lit_grpo.cli import main
+
+ROOT = Path(__file__).parents[1]
+
+
+class Record(L.Callback):
+    """Per training step: the step number after it, the prompt ids and the completions."""
+
+    steps: list = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        Record.steps.append((trainer.global_step, [s.id for s in batch.samples], outputs["completions"]))
+
+
+class SignalAt(L.Callback):
+    """Sends ``signum`` to this process at the start of training step ``step`` (1-based), or in the
+    validation before training (``step=0``); ``times`` signals in a row."""
+
+    def __init__(self, signum: int = int(signal.SIGTERM), step: int = 1, times: int = 1):
+        self.signum, self.step, self.times = signum, step, times
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step + 1 == self.step:
+            for _ in range(self.times):
+                os.kill(os.getpid(), self.signum)
+
+    def on_validation_start(self, trainer, pl_module):
+        if self.step == 0:
+            os.kill(os.getpid(), self.signum)
+
+
+def _config(folder: Path, every_n: int = 1, **extra) -> Path:
+    """The demo on 8 puzzles (4 steps of 2 prompts an epoch, at most 2 epochs), no validation."""
+    cfg = {
+        "trainer": {"max_steps": 6, "max_epochs": 2, "val_check_interval": 100, "enable_progress_bar": False,
+                    "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                               "init_args": {"save_dir": str(folder / "logs"), "name": "t",
+                                             "default_hp_metric": False}},
+                    "callbacks": [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                                   "init_args": {"dirpath": str(folder / "ckpt"), "save_last": True,
+                                                 "every_n_train_steps": every_n}},
+                                  {"class_path": "test_resume.Record"}]},
+        "model": {"init_args": {
+            "policy": {"name_or_path": str(folder / "model"), "embedded": {"seed": 0}},
+            "sampling": {"num_generations": 4, "max_completion_length": 12},
+            "evaluation": {"before_fit": False},
+            "optimizer": {"class_path": "torch.optim.AdamW", "init_args": {"lr": 1e-3, "weight_decay": 0.0}}}},
+        "data": {"train": {"generate": {"path": str(folder / "train.parquet"), "kind": "puzzles", "num": 8}},
+                 "val": {"generate": {"path": str(folder / "val.parquet"), "kind": "puzzles", "num": 2, "seed": 1}},
+                 "batch_size": 2, "eval_batch_size": 2},
+    }
+    for key, value in extra.items():
+        node = cfg
+        *parents, leaf = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    path = folder / "overrides.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _fit(folder: Path, *args: str, **extra):
+    """Runs ``fit`` on the demo config with :func:`_config`; returns (cli, recorded steps)."""
+    Record.steps = []
+    cli = main(["fit", "--config", "configs/demo.yaml", "--config", str(_config(folder, **extra)), *args])
+    return cli, list(Record.steps)
+
+
+def _weights(cli) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in cli.model.policy.named_parameters() if p.requires_grad}
+
+
+def _assert_same_run(steps, weights, reference):
+    ref_steps, ref_weights = reference
+    assert [s[0] for s in steps] == [s[0] for s in ref_steps]
+    assert [s[1] for s in steps] == [s[1] for s in ref_steps]  # the same prompts at every step
+    assert [s[2] for s in steps] == [s[2] for s in ref_steps]  # the same completions
+    for name, value in ref_weights.items():
+        torch.testing.assert_close(weights[name], value, rtol=0, atol=1e-6, msg=name)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """6 uninterrupted steps: 1.5 epochs of 4 steps."""
+    cli, steps = _fit(tmp_path_factory.mktemp("reference"))
+    assert cli.trainer.global_step == 6 and len(steps) == 6
+    assert len({i for s in steps[:4] for i in s[1]}) == 8  # the first epoch sees every prompt once
+    return steps, _weights(cli)
+
+
+def test_stop_and_resume_mid_epoch_is_the_same_run(tmp_path, reference):
+    """3 + 3 steps (the stop inside the first epoch) = 6 uninterrupted steps."""
+    _, first = _fit(tmp_path, "--trainer.max_steps", "3")
+    cli, second = _fit(tmp_path, "--ckpt_path", str(tmp_path / "ckpt" / "last.ckpt"))
+    assert cli.trainer.global_step == 6
+    _assert_same_run(first + second, _weights(cli), reference)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stop", [4, 5], ids=["at_epoch_end", "inside_second_epoch"])
+def test_stop_and_resume_elsewhere_is_the_same_run(tmp_path, reference, stop):
+    _, first = _fit(tmp_path, "--trainer.max_steps", str(stop))
+    cli, second = _fit(tmp_path, "--ckpt_path", str(tmp_path / "ckpt" / "last.ckpt"))
+    _assert_same_run(first + second, _weights(cli), reference)
+
+
+EPOCH_END_SAVE = {"every_n_train_steps": 0, "every_n_epochs": 1, "save_on_train_epoch_end": True}
+
+
+@pytest.mark.parametrize("stop,max_epochs,until,saves", [
+    (3, 1, 4, {"every_n_train_steps": 100}), (3, 2, 4, {"every_n_train_steps": 100}),
+    pytest.param(4, 2, 6, {"every_n_train_steps": 100}, marks=pytest.mark.slow),
+    pytest.param(5, 2, 6, EPOCH_END_SAVE, marks=pytest.mark.slow),
+], ids=["mid_epoch_max_epochs_1", "mid_epoch", "at_epoch_end", "mid_epoch_saved_at_epoch_end"])
+def test_a_higher_max_steps_continues_where_max_steps_stopped(tmp_path, reference, stop, max_epochs, until, saves):
+    """No checkpoint at the step: last.ckpt is the one written when training (or the epoch) ends, its epoch
+    recorded as ended."""
+    ref_steps, _ = reference
+    callbacks = [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                  "init_args": {"dirpath": str(tmp_path / "ckpt"), "save_last": True, **saves}},
+                 {"class_path": "test_resume.Record"}]
+    epochs = ("--trainer.max_epochs", str(max_epochs))
+    _, first = _fit(tmp_path, "--trainer.max_steps", str(stop), *epochs, **{"trainer.callbacks": callbacks})
+    assert torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)["global_step"] == stop
+    cli, second = _fit(tmp_path, "--trainer.max_steps", str(until), *epochs, "--ckpt_path",
+                       str(tmp_path / "ckpt" / "last.ckpt"), **{"trainer.callbacks": callbacks})
+    assert cli.trainer.global_step == until
+    assert [s[1] for s in first + second] == [s[1] for s in ref_steps[:until]]
+    assert cli.trainer.fit_loop.epoch_loop._batches_that_stepped == until  # the x-axis goes on from the stop
+
+
+def test_a_run_that_max_time_stopped_mid_epoch_resumes_inside_that_epoch(tmp_path, reference):
+    ref_steps, _ = reference
+    last = tmp_path / "ckpt" / "last.ckpt"
+    _, first = _fit(tmp_path, "--trainer.max_time", "00:00:00:01", "--trainer.max_epochs", "1", every_n=100)
+    stopped = torch.load(last, weights_only=False)["global_step"]
+    if stopped >= 4:
+        pytest.skip("the whole epoch ran within max_time")
+    cli, second = _fit(tmp_path, "--trainer.max_time", "00:01:00:00", "--trainer.max_steps", str(stopped + 1),
+                       "--trainer.max_epochs", "1", "--ckpt_path", str(last), every_n=100)
+    assert cli.trainer.global_step == stopped + 1
+    assert [s[1] for s in first + second] == [s[1] for s in ref_steps[:stopped + 1]]
+
+
+def test_sigterm_in_process_finishes_the_step_checkpoints_and_resumes_as_the_same_run(tmp_path, reference, capsys):
+    """The signal arrives at the start of step 3: step 3 finishes, last.ckpt holds it, exit status 143."""
+    kill = {"class_path": "test_resume.SignalAt", "init_args": {"signum": int(signal.SIGTERM), "step": 3}}
+    with pytest.raises(SystemExit) as stopped:
+        _fit(tmp_path, "--trainer.callbacks+", json.dumps(kill), every_n=100)
+    assert stopped.value.code == 143
+    last = tmp_path / "ckpt" / "last.ckpt"
+    assert torch.load(last, weights_only=False)["global_step"] == 3
+    err = capsys.readouterr().err
+    assert f"Stopped by SIGTERM after step 3 of max_steps 6; checkpoint written: {last}" in err
+    command = shlex.split(err.split("Resume the run", 1)[1].splitlines()[1])
+    assert command[:4] == ["python", "-m", "lit_grpo", "fit"] and command[-2:] == ["--ckpt_path", str(last)]
+    first = list(Record.steps)
+    Record.steps = []
+    cli = main(command[3:])  # the printed command, as it stands
+    _assert_same_run(first + Record.steps, _weights(cli), reference)
+
+
+def test_a_signal_before_training_exits_nonzero_and_says_nothing_is_lost(tmp_path, capsys):
+    kill = {"class_path": "test_resume.SignalAt", "init_args": {"signum": int(signal.SIGTERM), "step": 0}}
+    with pytest.raises(SystemExit) as stopped:
+        _fit(tmp_path, "--trainer.callbacks+", json.dumps(kill), "--model.init_args.evaluation.before_fit",
+             "true")
+    assert stopped.value.code == 143
+    assert "Stopped by SIGTERM during validate, before any training step finished: nothing to resume" \
+        in capsys.readouterr().err
+    assert not (tmp_path / "ckpt").exists() or not any((tmp_path / "ckpt").iterdir())
+
+
+def test_a_second_ctrl_c_abandons_the_step_and_writes_nothing(tmp_path, capsys):
+    kill = {"class_path": "test_resume.SignalAt", "init_args": {"signum": int(signal.SIGINT), "step": 2, "times": 2}}
+    with pytest.raises(SystemExit) as stopped:
+        _fit(tmp_path, "--trainer.callbacks+", json.dumps(kill))
+    assert stopped.value.code != 0
+    assert torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)["global_step"] == 1
+    assert f"Interrupted after step 1; nothing more is written. The newest checkpoint is {tmp_path / 'ckpt'}" \
+        in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_to_a_real_fit_checkpoints_says_how_to_resume_and_exits_nonzero(tmp_path, signum):
+    """``python -m lit_grpo fit`` in its own process, signalled once its step-2 checkpoint exists."""
+    over = _config(tmp_path, **{
+        "trainer.max_steps": 1000, "trainer.max_epochs": 1,
+        "trainer.callbacks": [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                               "init_args": {"dirpath": str(tmp_path / "ckpt"), "filename": "{step}",
+                                             "every_n_train_steps": 2, "save_top_k": -1}}],
+        "data.train": {"generate": {"path": str(tmp_path / "train.parquet"), "kind": "puzzles", "num": 600}}})
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    command = [sys.executable, "-m", "lit_grpo", "fit", "--config", "configs/demo.yaml", "--config", str(over)]
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(3000):
+            if (tmp_path / "ckpt" / "step=2.ckpt").exists() or proc.poll() is not None:
+                break
+            subprocess.run(["sleep", "0.1"])
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signum, err[-3000:]
+    last = tmp_path / "ckpt" / "last.ckpt"
+    step = torch.load(last, weights_only=False)["global_step"]
+    assert 2 <= step < 300
+    name = signal.Signals(signum).name
+    assert f"Stopped by {name} after step {step} of max_steps 1000; checkpoint written: {last}" in err
+    resume = shlex.split(err.split("Resume the run", 1)[1].splitlines()[1])
+    assert resume == ["python", "-m", "lit_grpo", *command[3:], "--ckpt_path", str(last)]
+    Record.steps = []
+    cli = main([*resume[3:], "--trainer.max_steps", str(step + 1)])
+    assert cli.trainer.global_step == step + 1
+    optimizer_state = cli.trainer.optimizers[0].state_dict()["state"]
+    assert all(s["step"] == step + 1 for s in optimizer_state.values())  # continued from the saved optimizer
