@@ -12,7 +12,7 @@ import yaml
 
 from lit_grpo.experiments import parse
 from lit_grpo.experiments.phyx import execute
-from lit_grpo.experiments.report import (paired_change, per_problem, reward_of, row_cells, seed_table,
+from lit_grpo.experiments.report import (paired_change, per_problem, pooled, reward_of, row_cells, seed_table,
                                          table_markdown)
 from lit_grpo.experiments.spread import GroupSpread, group_spread
 from lit_grpo.module import GRPOModule
@@ -58,6 +58,18 @@ def test_seed_table_ranks_and_spread():
     assert "| a | 0.600 ± 0.020 (#1) | 0.550 ± 0.020 (#2) | 0.050 |" in md
     assert "| b | 0.500 ± 0.020 (#2) | 0.580 ± 0.020 (#1) | 0.080 |" in md
     assert seed_table({0: by_seed[0], 1: {"a": (0.7, 0, 9), "b": (0.1, 0, 9)}})[1]
+    # a seed still missing a condition: a dash, and the ranking compared on what both seeds have
+    md, same = seed_table({0: {"a": (0.6, 0.02, 9), "b": (0.5, 0.02, 9), "c": (0.4, 0, 9)}, 1: {"a": (0.7, 0, 9), "b": (0.2, 0, 9)}})
+    assert same and "| c | 0.400 ± 0.000 (#3) | – | – |" in md and "| b | 0.500 ± 0.020 (#2) | 0.200 ± 0.000 (#2) | 0.300 |" in md
+
+
+def test_pooled_averages_each_problem_over_seeds_on_shared_problems():
+    s0 = {"0": ("Optics", 1.0), "1": ("Mechanics", 0.5), "2": ("Optics", 0.0)}
+    s1 = {"0": ("Optics", 0.5), "1": ("Mechanics", 0.0)}  # problem 2 not scored in this seed
+    assert pooled([s0, s1]) == {"0": ("Optics", 0.75), "1": ("Mechanics", 0.25)}
+    assert pooled([s0]) == s0 and pooled([]) == {}
+    base = {"0": ("Optics", 0.25), "1": ("Mechanics", 0.25)}  # differences 0.5 and 0: mean 0.25, SE 0.25
+    assert paired_change(pooled([s0, s1]), base) == pytest.approx((0.25, 0.25, 2))
 
 
 def test_group_spread_by_hand():
@@ -203,3 +215,23 @@ def test_runner_end_to_end_on_a_tiny_model(tmp_path, tiny_model_dir, scripted_po
     stamps = {p: p.stat().st_mtime for p in (out / "runs").glob("*/*.json")}
     execute(exp)
     assert {p: p.stat().st_mtime for p in (out / "runs").glob("*/*.json")} == stamps
+
+
+def test_seeds_section_ranks_per_seed_and_pools_over_seeds():
+    """The report's seed part from hand-made per-problem accuracies (MCQ: SFT 0.25 per problem; seed 0: Fmt + Acc
+    1, 0.5; seed 1: Fmt + Acc 0.5, 0.5, Rubric not run yet)."""
+    from lit_grpo.experiments.summary import _seeds_section
+
+    exp = parse(["phyx", "--config", "configs/experiments/phyx_demo.yaml", "--seeds", "[0, 1]"])
+    exp.formats = exp.formats[:1]
+    runs = exp.runs()
+    two = lambda a, b: {"correct": {"0": ("Optics", a), "1": ("Mechanics", b)}}  # noqa: E731
+    data = {"sft_mcq": two(0.25, 0.25), "mcq_fmt_acc_s0": two(1.0, 0.5), "mcq_rubric_s0": two(0.0, 0.0),
+            "mcq_asm_s0": two(0.5, 0.5), "mcq_fmt_acc_s1": two(0.5, 0.5), "mcq_asm_s1": two(0.0, 0.5)}
+    md = "\n".join(_seeds_section(exp, runs, data))
+    assert "| GRPO (Fmt + Acc) | 0.750 ± 0.250 (#1) | 0.500 ± 0.000 (#1) | 0.250 |" in md
+    assert "| GRPO (Rubric) | 0.000 ± 0.000 (#3) | – | – |" in md
+    assert "Same ranking for every seed: yes." in md
+    # pooled Fmt + Acc: problems 0.75, 0.5 against 0.25, 0.25 -> differences 0.5, 0.25: mean 0.375, SE 0.125
+    assert "| GRPO (Fmt + Acc) | 2 | 0.625 ± 0.125 | +0.375 ± 0.125 (+3.0 SE) |" in md
+    assert "| GRPO (Rubric) | 1 |" not in md  # one seed: nothing to pool

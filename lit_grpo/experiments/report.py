@@ -65,6 +65,15 @@ def per_problem(records: Iterable[dict[str, Any]], value: Callable[[dict[str, An
     return {k: (d, s / n) for k, (d, s, n) in sums.items() if n}
 
 
+def pooled(maps: list[dict[str, tuple[str, float]]]) -> dict[str, tuple[str, float]]:
+    """Per problem, the mean of its values over several runs (e.g. training seeds); only problems every run
+    scored. ``[{"0": ("Optics", 1.0)}, {"0": ("Optics", 0.5), "1": ...}] -> {"0": ("Optics", 0.75)}``."""
+    if not maps:
+        return {}
+    shared = set(maps[0]).intersection(*maps[1:])
+    return {k: (maps[0][k][0], sum(m[k][1] for m in maps) / len(maps)) for k in maps[0] if k in shared}
+
+
 def cell(values: list[float]) -> Cell:
     """Mean, SE over problems and count of per-problem values."""
     if not values:
@@ -144,17 +153,19 @@ def seed_table(by_seed: dict[int, dict[str, Cell]]) -> tuple[str, bool]:
     """Markdown of each condition's overall figure per training seed with its rank, the spread (max - min)
     across seeds, and whether the ranking is the same for every seed; ``(markdown, same ranking)``."""
     seeds = sorted(by_seed)
-    names = list(next(iter(by_seed.values())).keys()) if by_seed else []
+    names = list(dict.fromkeys(k for s in seeds for k in by_seed[s]))  # a seed may lack a condition (not run yet)
     ranks = {s: ranking({k: c[0] for k, c in by_seed[s].items()}) for s in seeds}
     heads = ["Condition", *(f"seed {s}" for s in seeds), "spread (max − min)"]
     out = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     for name in names:
-        means = [by_seed[s][name][0] for s in seeds]
-        cells = [f"{fmt_cell(by_seed[s][name])} (#{ranks[s].index(name) + 1})" for s in seeds]
+        means = [by_seed[s][name][0] for s in seeds if name in by_seed[s]]
+        cells = [f"{fmt_cell(by_seed[s][name])} (#{ranks[s].index(name) + 1})" if name in by_seed[s] else "–"
+                 for s in seeds]
         ok = [m for m in means if not math.isnan(m)]
         spread = f"{max(ok) - min(ok):.3f}" if len(ok) > 1 else "–"
         out.append("| " + " | ".join([name, *cells, spread]) + " |")
-    same = len({tuple(r) for r in ranks.values()}) <= 1
+    common = set(names).intersection(*(by_seed[s] for s in seeds))  # rankings compared on what every seed has
+    same = len({tuple(k for k in r if k in common) for r in ranks.values()}) <= 1
     return "\n".join(out) + "\n", same
 
 

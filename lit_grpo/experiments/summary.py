@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from lit_grpo.experiments.report import (COLUMNS, Cell, bar_chart, correct_of, fmt_cell, fmt_change, paired_change,
-                                         per_problem, read_records, reward_of, row_cells, seed_table, table_csv,
-                                         table_markdown)
+                                         per_problem, pooled, read_records, reward_of, row_cells, seed_table,
+                                         table_csv, table_markdown)
 from lit_grpo.experiments.phyx import PhyxExperiment, Run
 
 SIGNAL_TERMS = ("total", "format", "accuracy", "open_accuracy", "rubric", "rubric/accuracy", "rubric/principle",
@@ -148,7 +148,24 @@ def _seeds_section(exp: PhyxExperiment, runs: list[Run], data: dict) -> list[str
             continue
         md, same = seed_table(by_seed)
         out += [f"**{f.title}**", "", md, f"Same ranking for every seed: {'yes' if same else 'no'}.", ""]
+        out += _pooled_rows(exp, runs, data, f.key)
     return out
+
+
+def _pooled_rows(exp: PhyxExperiment, runs: list[Run], data: dict, fmt: str) -> list[str]:
+    """Each condition's per-problem accuracy averaged over the seeds it has, against the SFT row (paired)."""
+    sft = next(r for r in runs if r.format == fmt and r.fit_args is None)
+    base = data.get(sft.name, {}).get("correct", {})
+    out = ["| Model (mean over seeds) | seeds | Overall | Δ Overall vs SFT |", "|---|---|---|---|"]
+    for c in exp.conditions:
+        maps = [data[r.name]["correct"] for r in runs
+                if r.format == fmt and r.label == c.name and r.fit_args is not None and r.name in data]
+        if len(maps) < 2 or not base:
+            continue
+        both = pooled(maps)
+        out.append(f"| {c.name} | {len(maps)} | {fmt_cell(_overall(both))} | "
+                   f"{fmt_change(paired_change(both, base))} |")
+    return out + [""] if len(out) > 2 else []
 
 
 def _signal_section(exp: PhyxExperiment, runs: list[Run], first: int | None) -> list[str]:
