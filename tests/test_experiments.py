@@ -165,6 +165,13 @@ def test_runner_mcq_fmt_acc_asm_and_control(tmp_path, tiny_model_dir, scripted_p
     assert spread["terms"]["accuracy"]["mean_group_std"] == pytest.approx(math.sqrt(1 / 3))
     assert spread["terms"]["accuracy"]["first"] == spread["terms"]["accuracy"]["last"] == 0.5
     assert 0 < spread["terms"]["attention"]["mean_group_std"] < 0.5
+    # report_only: the finished runs' report, a seed not trained yet listed as not run (and nothing launched)
+    exp.seeds, exp.report_only = [0, 1], True
+    report = execute(exp)
+    assert report["failed"] == [] and not Path(exp.output, "runs", "mcq_fmt_acc_s1").exists()
+    md = Path(exp.output, "phyx_table.md").read_text()
+    assert "| mcq_fmt_acc_s1 | 0.0 | 0.0 | not run yet |" in md and "| mcq_fmt_acc_s0 |" in md
+    assert "| GRPO (Fmt + Acc) | 0.500 ± 0.000 | +0.000 ± 0.000 (+0.0 SE) |" not in md.split("### Seeds")[1]  # no seed 1
 
 
 def test_shipped_experiment_runs_seed_0_and_the_controls_before_the_other_seeds():

@@ -121,6 +121,9 @@ class PhyxExperiment:
     """``subprocess`` (one ``python -m lit_grpo`` per run, output in ``runs/<name>/*.log``) or ``inprocess``."""
     force: bool = False
     """Redo every run even when its inputs are unchanged."""
+    report_only: bool = False
+    """Train and evaluate nothing: write the report from the runs already finished (the others are listed as
+    not run), e.g. while another invocation is still training the later seeds."""
     chart: bool = True
     """Write the bar chart (needs matplotlib, the ``notebook`` extra)."""
 
@@ -266,6 +269,16 @@ def run_one(exp: PhyxExperiment, run: Run) -> dict[str, Any]:
     return status
 
 
+def finished(exp: PhyxExperiment, run: Run) -> dict[str, Any]:
+    """The status of ``run`` from its records on disk, running nothing (``fit``/``eval`` None: not run)."""
+    folder = exp.path("runs", run.name)
+    read = lambda name: json.loads((folder / name).read_text()) if (folder / name).is_file() else None  # noqa: E731
+    status = {"name": run.name, "fit": read("fit.json") if run.fit_args is not None else None, "eval": read("eval.json")}
+    if status["eval"] is None or (run.fit_args is not None and status["fit"] is None):
+        status["not_run"] = True
+    return status
+
+
 def ensure_warm_start(exp: PhyxExperiment) -> dict[str, Any] | None:
     """Train the warm start with ``sft_config`` when it is missing or ``retrain_sft`` is set."""
     if Path(exp.warm_start, "model.safetensors").is_file() and not exp.retrain_sft:
@@ -290,8 +303,11 @@ def execute(exp: PhyxExperiment) -> dict[str, Any]:
     start = time.perf_counter()
     if exp.jobs > 1 and exp.launcher == "inprocess":
         raise ValueError("jobs > 1 needs launcher: subprocess (in-process runs share one interpreter)")
-    sft = ensure_warm_start(exp)
     runs = exp.runs()
+    if exp.report_only:
+        sft, statuses = None, [finished(exp, r) for r in runs]
+        return write_report(exp, runs, statuses, sft, time.perf_counter() - start)
+    sft = ensure_warm_start(exp)
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, exp.jobs)) as pool:
         statuses = list(pool.map(lambda r: run_one(exp, r), runs))
     wall = time.perf_counter() - start

@@ -59,8 +59,8 @@ def write_report(exp: PhyxExperiment, runs: list[Run], statuses: list[dict], sft
     data = collect(exp, runs)
     first = exp.seeds[0] if exp.seeds else None
     tables, changes, lines = {}, {}, []
-    failed = [s["name"] for s in statuses
-              if (s.get("fit") or {}).get("rc", 0) != 0 or (s.get("eval") or {}).get("rc", 1) != 0]
+    failed = [s["name"] for s in statuses if not s.get("not_run")
+              and ((s.get("fit") or {}).get("rc", 0) != 0 or (s.get("eval") or {}).get("rc", 1) != 0)]
     lines += [f"# The physics paper's table, demo scale ({', '.join(f.title for f in exp.formats)})", "",
               f"Warm start `{exp.warm_start}`; training seeds {exp.seeds}; held-out problems of each base config's "
               "`test` set; sampled completions as set in "
@@ -189,12 +189,14 @@ def _signal_section(exp: PhyxExperiment, runs: list[Run], first: int | None) -> 
 
 def _runs_section(exp: PhyxExperiment, runs: list[Run], statuses: list[dict], sft: dict | None, wall_s: float,
                   failed: list[str]) -> list[str]:
-    out = ["### Runs", "", f"Wall time of this invocation: {wall_s / 60:.1f} min (reused runs cost nothing)."]
+    spent = sum((s.get(k) or {}).get("wall_s", 0) for s in statuses for k in ("fit", "eval"))
+    out = ["### Runs", "", f"Wall time of this invocation: {wall_s / 60:.1f} min (reused runs cost nothing); the "
+           f"runs' own fit and evaluation times add up to {spent / 60:.1f} min ({exp.jobs} at a time)."]
     if sft:
         out.append(f"Warm start trained here in {sft['wall_s'] / 60:.1f} min: `{sft['command']}`.")
     out += ["", "| Run | fit (min) | eval (min) | status |", "|---|---|---|---|"]
     for s in statuses:
         fit, ev = s.get("fit") or {}, s.get("eval") or {}
-        state = "failed, see runs/" + s["name"] if s["name"] in failed else "ok"
+        state = "not run yet" if s.get("not_run") else "failed, see runs/" + s["name"] if s["name"] in failed else "ok"
         out.append(f"| {s['name']} | {fit.get('wall_s', 0) / 60:.1f} | {ev.get('wall_s', 0) / 60:.1f} | {state} |")
     return out + ["", f"TensorBoard: `tensorboard --logdir {exp.path('tb')}`", ""]
