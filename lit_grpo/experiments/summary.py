@@ -56,7 +56,8 @@ def _overall(problems: dict) -> Cell:
 def write_report(exp: PhyxExperiment, runs: list[Run], statuses: list[dict], sft: dict | None,
                  wall_s: float) -> dict[str, Any]:
     """Write the report files; returns ``{"tables", "failed", "markdown"}``."""
-    data = collect(exp, runs)
+    not_run = {s["name"] for s in statuses if s.get("not_run")}  # e.g. still evaluating: its file is partial
+    data = collect(exp, [r for r in runs if r.name not in not_run])
     first = exp.seeds[0] if exp.seeds else None
     tables, changes, lines = {}, {}, []
     failed = [s["name"] for s in statuses if not s.get("not_run")
