@@ -44,7 +44,8 @@ def test_every_config_parses_as_documented(config, capsys):
     assert exc.value.code == 0
     printed = yaml.safe_load(capsys.readouterr().out)
     assert printed["model"]["class_path"].startswith("lit_grpo.")
-    if config.stem.startswith(("demo_phyx", "granite_vision_phyx")):  # every PhyX condition: the paper's evaluation
+    if config.stem.startswith(("demo_phyx", "granite_vision_phyx")) and "sft" not in config.stem:  # every PhyX
+        # condition (not the SFT warm start): the paper's evaluation
         assert printed["trainer"]["logger"]["init_args"]["name"] == config.stem  # the run folder is the config's name
         callbacks = printed["trainer"]["callbacks"]
         assert callbacks[0]["init_args"]["dirpath"] == f"checkpoints/{config.stem}"
@@ -260,7 +261,7 @@ def test_fmt_acc_asm_demo_trains_with_the_attention_reward(tmp_path):
                 "--config", str(over), "--trainer.callbacks+=lit_grpo.callbacks.AttentionOverlays",
                 "--trainer.callbacks.every_n_steps=1", "--trainer.callbacks.num_completions=2"])
     assert cli.trainer.global_step == 2
-    assert cli.model.reward_weights == {"format": 1.0, "accuracy": 1.0, "attention": 1.0}
+    assert cli.model.reward_weights == {"format": 1.0, "accuracy": 1.0, "attention": 100.0}
     assert cli.model.attention_scorer is not None and cli.model.policy.config._attn_implementation == "sdpa"
     logged = cli.trainer.logged_metrics
     assert 0.0 <= float(logged["train/reward/attention"]) <= 1.0

@@ -17,14 +17,20 @@ def test_notebook_is_committed_without_outputs():
     nbformat.validate(nb)
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert code and all(not c.outputs and c.execution_count is None for c in code)
-    assert "MODEL = None" in code[0].source and "DATA = None" in code[0].source
+    assert "DATA = None" in code[0].source
+    # the default comparison: the shipped warm start against the shipped ASM policy (paths from notebooks/)
+    defaults = dict(re.findall(r'^(MODEL|COMPARE_WITH) = "([^"]+)"', code[0].source, re.M))
+    assert defaults == {"MODEL": "../checkpoints/demo_phyx", "COMPARE_WITH": "../checkpoints/demo_phyx_asm"}
+    for folder in defaults.values():
+        assert (NOTEBOOK.parent / folder / "model.safetensors").is_file(), folder
 
 
 @pytest.mark.slow
 def test_notebook_runs_end_to_end_and_draws_the_overlays(tmp_path):
     assert "python3" in KernelSpecManager().find_kernel_specs(), "install ipykernel (pip install -e '.[notebook]')"
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    nb.cells[1].source += f"\nWORKDIR = {str(tmp_path)!r}\nNUM_SAMPLES = 6\nMAX_NEW_TOKENS = 12"
+    nb.cells[1].source += (f"\nWORKDIR = {str(tmp_path)!r}\nNUM_SAMPLES = 6\nMAX_NEW_TOKENS = 12"
+                           "\nMODEL = None\nCOMPARE_WITH = None")  # the random embedded models, built here
     nb.cells.append(nbformat.v4.new_code_cell("import sys; print('kernel', sys.prefix)"))
     NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]

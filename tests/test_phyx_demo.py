@@ -226,8 +226,10 @@ def test_mcq_demo_fit_then_test_writes_the_table_and_predict_writes_jsonl(tmp_pa
     assert cli.trainer.callback_metrics["test/greedy/accuracy"] == pytest.approx(0.5)
 
     cli = main(["predict", *_configs(CONDITIONS["mcq_fmt_acc"], over), "--ckpt_path", ckpt])
-    lines = [json.loads(x) for x in (Path(cli.trainer.logger.log_dir) / "predictions.jsonl").read_text().splitlines()]
+    every = [json.loads(x) for x in (Path(cli.trainer.logger.log_dir) / "predictions.jsonl").read_text().splitlines()]
+    lines = [x for x in every if x["mode"] == "greedy"]  # and the config's 4 sampled completions per problem
     assert [x["id"] for x in lines] == ["0", "1", "2", "3", "4", "5"]
+    assert sorted(x["id"] for x in every if x["mode"] == "sampled") == [str(i) for i in range(6) for _ in range(4)]
     assert lines[3]["domain"] == "Wave/Acoustics" and set(lines[0]["rewards"]) == {"format", "accuracy"}
     assert {"prompt", "completion", "extracted", "correct"} <= set(lines[0])
     assert "<answer>" in lines[0]["prompt"] and "Options:\nA: " in lines[0]["prompt"]

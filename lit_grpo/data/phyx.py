@@ -17,7 +17,8 @@ gold = the correct option's text, stripped). ``question`` is the problem text of
 normalised to :data:`DOMAINS`; ``principle`` = ``subfield``; ``unit`` = the unit derived from the gold
 text with pint (raw string; the parsed unit's canonical name is ``meta["unit_parsed"]``);
 ``meta["reasoning_type"]`` lists the reasoning types; ``meta["answer_raw"]`` keeps the gold exactly as
-stored (175 PhyX OE answers end in a space, which the official substring rule sees).
+stored (175 PhyX OE answers end in a space, which the official substring rule sees); a ``solution``
+column (not a PhyX column; the embedded readable set has one) goes to ``meta["solution"]``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import binascii
 import re
 from pathlib import Path
 from typing import Any, Callable
+
+from torch.utils.data import ConcatDataset
 
 from lit_grpo.data.io import open_table
 from lit_grpo.data.sample import DEFAULT_MAX_PIXELS, BadRowError, Sample, SampleDataset, decode_image, load_rows
@@ -231,7 +234,8 @@ def phyx_fields(row: dict[str, Any], index: int, *, layout: str, where: str, ans
         "unit": unit,
         "meta": {"reasoning_type": parse_reasoning_types(row.get("reasoning_type")),
                  "unit_parsed": None if parsed is None else str(parsed),
-                 "answer_raw": stored if (mcq or options is None) else gold_text},
+                 "answer_raw": stored if (mcq or options is None) else gold_text,
+                 **({"solution": str(row["solution"])} if row.get("solution") else {})},
     }
 
 
@@ -274,13 +278,14 @@ def _image_dirs(path: str, split: str) -> list[Path]:
 
 def read_phyx(path: str, split: str = "test", rows: str | None = None, answer_format: str | None = None,
               question_variant: str = "simplified", layout: str | None = None, image_dir: str | None = None,
-              on_bad_row: str = "raise", max_pixels: int = DEFAULT_MAX_PIXELS) -> SampleDataset:
+              on_bad_row: str = "raise", max_pixels: int = DEFAULT_MAX_PIXELS) -> SampleDataset | ConcatDataset:
     """Open PhyX (a parquet/JSONL/TSV file, a folder, or the hub id ``Cloudriver/PhyX``) as lazy samples.
 
     Args:
         path, split, rows: source, split (``test`` or ``test_mini`` on the hub) and a row slice
             (``"1000:3000"``; the slice indexes the split, and errors name the row within it).
-        answer_format: ``mcq`` or ``open``; ``None`` = ``mcq``, or the form a pre-rendered file holds.
+        answer_format: ``mcq`` or ``open``; ``None`` = ``mcq``, or the form a pre-rendered file holds;
+            ``both``: every row in MCQ form, then every row in open-ended form (one SFT set for both formats).
         question_variant: ``simplified`` (PhyX's default, Text-DeRedundancy), ``full`` (full description)
             or ``minimal`` (question only); pre-rendered files hold the variant they were rendered with.
         layout: ``default`` | ``raw`` | ``prerendered``; ``None`` detects it from the columns.
@@ -296,8 +301,12 @@ def read_phyx(path: str, split: str = "test", rows: str | None = None, answer_fo
             description column the file lacks.
         BadRowError: the first bad row (``on_bad_row: raise``).
     """
-    if answer_format not in (None, "mcq", "open"):
-        raise ValueError(f"answer_format must be 'mcq' or 'open', got {answer_format!r}")
+    if answer_format not in (None, "mcq", "open", "both"):
+        raise ValueError(f"answer_format must be 'mcq', 'open' or 'both', got {answer_format!r}")
+    if answer_format == "both":  # every row twice: first all in MCQ form, then all in open-ended form
+        kw = dict(split=split, rows=rows, question_variant=question_variant, layout=layout, image_dir=image_dir,
+                  on_bad_row=on_bad_row, max_pixels=max_pixels)
+        return ConcatDataset([read_phyx(path, answer_format=f, **kw) for f in ("mcq", "open")])
     if question_variant not in QUESTION_VARIANTS:
         raise ValueError(f"question_variant must be one of {sorted(QUESTION_VARIANTS)}, got {question_variant!r}")
     table = open_table(path, split=split, rows=rows, image_columns=("image",))

@@ -3,7 +3,8 @@
 An item is a dict in the default layout's schema: ``id``, ``question``, ``question_description``,
 ``question_description_simplified``, ``options`` (list of ``"A: ..."``), ``answer`` (letter), ``image``
 (encoded image bytes, PNG or JPEG), ``image_caption``, ``category``, ``subfield``, ``reasoning_type``
-(list). :func:`write_phyx` turns a list of them into one layout; :func:`~lit_grpo.data.phyx.read_phyx`
+(list), and optionally ``solution`` (a worked reasoning; not a PhyX column, the readable set has it).
+:func:`write_phyx` turns a list of them into one layout; :func:`~lit_grpo.data.phyx.read_phyx`
 reads every layout back into the same samples.
 """
 
@@ -32,7 +33,8 @@ def raw_row(item: dict[str, Any]) -> dict[str, Any]:
             "question_description": item["question_description"],
             "options": options_string(parse_option_list(item["options"])), "answer": item["answer"],
             "image": f"{index}.png", "image_caption": item.get("image_caption", ""), "category": item["category"],
-            "subfield": item["subfield"], "reasoning_type": list(item["reasoning_type"])}
+            "subfield": item["subfield"], "reasoning_type": list(item["reasoning_type"]),
+            **({"solution": item["solution"]} if "solution" in item else {})}
 
 
 def prerendered_row(item: dict[str, Any], form: str, variant: str = "simplified") -> dict[str, Any]:
@@ -71,6 +73,8 @@ def write_phyx(items: list[dict[str, Any]], path: str | Path, layout: str = "def
             "image": datasets.Image(), "image_caption": datasets.Value("string"),
             "category": datasets.Value("string"), "subfield": datasets.Value("string"),
             "reasoning_type": datasets.List(datasets.Value("string"))})
+        if any("solution" in it for it in items):  # the readable set's worked reasoning (not a PhyX column)
+            features["solution"] = datasets.Value("string")
         rows = [{**it, "image": {"bytes": it["image"], "path": None}} for it in items]
         datasets.Dataset.from_list(rows, features=features).to_parquet(str(path))
     elif layout == "raw":

@@ -3,10 +3,12 @@
 Twelve problem types, two per PhyX domain (``PROBLEMS``): inclined plane, projectile (Mechanics);
 circuit, field lines (Electromagnetism); heat engine, calorimetry (Thermodynamics); standing wave,
 Doppler (Wave/Acoustics); thin lens, refraction (Optics); photoelectric effect, decay (Modern
-Physics). Each item has a rendered diagram that carries values the simplified description leaves
+Physics), the ``phyx`` style. Each item has a rendered diagram that carries values the simplified description leaves
 out, a numeric answer with its unit, four options whose three distractors come from named mistakes
 (wrong formula, unit prefix, sign), a subfield (principle) and reasoning-type labels. Like the real
 data, a few items carry a JPEG under a ``.png`` name or a trailing space in the correct option.
+The ``readable`` style (:mod:`~lit_grpo.data.physics.readable`) is
+the learnable set of the physics demo: six types whose answer a small model can read off the diagram.
 :func:`write_physics` writes the default-parquet or raw-JSONL PhyX layout, read back through
 :func:`~lit_grpo.data.phyx.read_phyx` in MCQ or open-ended form.
 """
@@ -20,9 +22,15 @@ from typing import Any
 
 from lit_grpo.data.physics import classical, modern  # noqa: F401  (register the problem types)
 from lit_grpo.data.physics.base import PROBLEMS, Problem
+from lit_grpo.data.physics.readable import READABLE, readable_item
 from lit_grpo.data.phyx_write import write_phyx
 
-__all__ = ["PROBLEMS", "Problem", "make_item", "generate_items", "write_physics"]
+__all__ = ["PROBLEMS", "READABLE", "STYLES", "Problem", "make_item", "generate_items", "write_physics"]
+
+STYLES = ("phyx", "readable")
+"""``phyx``: the twelve PhyX-like types (values printed in the figure, options shuffled, real-data quirks);
+``readable``: six types whose answer a small model can read off the figure, options in increasing order
+of value, with a ``solution`` (:mod:`lit_grpo.data.physics.readable`)."""
 
 QUIRK_RATE = 1 / 16
 """Share of items with a JPEG image (still named ``.png`` in the raw layout) and, independently, of
@@ -62,14 +70,26 @@ def make_item(index: int, seed: int = 0, types: list[str] | None = None) -> dict
     }
 
 
-def generate_items(num: int, seed: int = 0, types: list[str] | None = None) -> list[dict[str, Any]]:
-    """``num`` items for ``seed`` (the same arguments always give the same items, images included)."""
-    return [make_item(i, seed, types) for i in range(num)]
+def _readable(index: int, seed: int, types: list[str] | None) -> dict[str, Any]:
+    item = readable_item(index, seed, types)
+    buf = io.BytesIO()
+    item["image"].save(buf, format="PNG")
+    return {**item, "image": buf.getvalue()}
+
+
+def generate_items(num: int, seed: int = 0, types: list[str] | None = None,
+                   style: str = "phyx") -> list[dict[str, Any]]:
+    """``num`` items for ``seed`` (the same arguments always give the same items, images included) in
+    ``style`` (:data:`STYLES`); ``types`` restricts the problem types (names of that style's registry)."""
+    if style not in STYLES:
+        raise ValueError(f"style must be one of {STYLES}, got {style!r}")
+    make = make_item if style == "phyx" else _readable
+    return [make(i, seed, types) for i in range(num)]
 
 
 def write_physics(path: str | Path, num: int = 256, seed: int = 0, types: list[str] | None = None,
-                  layout: str | None = None) -> Path:
-    """Write ``num`` generated items to ``path``: ``layout`` ``default`` (parquet) or ``raw`` (JSONL with
-    ``images/`` beside it); ``None`` picks it from the suffix (``.jsonl`` -> raw, else default)."""
+                  layout: str | None = None, style: str = "phyx") -> Path:
+    """Write ``num`` generated items of ``style`` to ``path``: ``layout`` ``default`` (parquet) or ``raw``
+    (JSONL with ``images/`` beside it); ``None`` picks it from the suffix (``.jsonl`` -> raw, else default)."""
     layout = layout or ("raw" if Path(path).suffix == ".jsonl" else "default")
-    return write_phyx(generate_items(num, seed, types), path, layout=layout)
+    return write_phyx(generate_items(num, seed, types, style), path, layout=layout)

@@ -34,6 +34,8 @@ class Problem:
     mistakes: list[str]
     image: Image.Image
     caption: str
+    solution: str = ""
+    """A short worked reasoning (the readable set's SFT reference); empty for the PhyX-like types."""
 
 
 ProblemFn = Callable[[random.Random], Problem]

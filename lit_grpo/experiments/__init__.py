@@ -1,0 +1,34 @@
+"""Experiments that drive the CLI and turn its runs into a paper's table.
+
+``python -m lit_grpo.experiments phyx --config configs/experiments/phyx_demo.yaml``: the physics
+reward-design paper's comparison (:mod:`lit_grpo.experiments.phyx`).
+"""
+
+from lit_grpo.experiments.phyx import Condition, Control, Format, PhyxExperiment, Run, execute
+
+__all__ = ["Condition", "Control", "Format", "PhyxExperiment", "Run", "execute", "main", "parse"]
+
+
+def parse(args: list[str] | None = None) -> PhyxExperiment:
+    """``phyx --config FILE [--key value ...]`` -> the experiment (jsonargparse: later values override earlier)."""
+    from jsonargparse import ActionConfigFile, ArgumentParser, set_parsing_settings
+
+    set_parsing_settings(docstring_parse_attribute_docstrings=True)
+    parser = ArgumentParser(prog="python -m lit_grpo.experiments", description="Run an experiment and write its table.")
+    phyx = ArgumentParser(description="The physics paper's table: SFT and three GRPO conditions, MCQ and OE.")
+    phyx.add_argument("--config", action=ActionConfigFile, help="experiment YAML, e.g. configs/experiments/phyx_demo.yaml")
+    phyx.add_class_arguments(PhyxExperiment)
+    parser.add_subcommands().add_subcommand("phyx", phyx)
+    cfg = parser.parse_args(args).phyx
+    cfg.pop("config", None)
+    return PhyxExperiment(**{k: v for k, v in vars(phyx.instantiate(cfg)).items() if not k.startswith("__")})
+
+
+def main(args: list[str] | None = None) -> dict:
+    """Parse, run every run (or reuse it), write the report; exits non-zero naming the runs that failed."""
+    exp = parse(args)
+    report = execute(exp)
+    if report["failed"]:
+        raise SystemExit(f"{len(report['failed'])} run(s) failed: {', '.join(report['failed'])}; "
+                         f"their logs are in {exp.output}/runs/<name>/")
+    return report

@@ -1,0 +1,3 @@
+from lit_grpo.experiments import main
+
+main()

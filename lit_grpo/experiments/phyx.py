@@ -1,0 +1,314 @@
+"""The physics paper's comparison in one command: SFT warm start, the three GRPO conditions, MCQ and OE.
+
+    python -m lit_grpo.experiments phyx --config configs/experiments/phyx_demo.yaml
+
+The runner drives the project's own CLI (``python -m lit_grpo fit`` and ``predict``) with the condition
+configs as documented, adding only a small overlay per run (seed, where logs and the exported model go,
+the evaluation settings); it holds no training code. Per training seed it trains each condition from the
+warm start, then evaluates the warm start (the SFT row) and every trained policy on the same held-out
+problems with the same sampling seed, and writes the paper's table (rows SFT and the conditions, columns
+Overall and the six domains, one table per format) with standard errors, the held-out ASM of every
+model, the controls, the seeds' spread and each reward term's within-group spread over training
+(:mod:`lit_grpo.experiments.report`). A run whose inputs (config files, arguments, starting weights) are
+unchanged is reused; ``force`` redoes it.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+@dataclasses.dataclass
+class Condition:
+    """One GRPO condition: its row label and the configs it adds after each format's base config."""
+
+    name: str
+    """Row label in the table, e.g. ``GRPO (Rubric)``."""
+    key: str
+    """Short name used in run names, e.g. ``rubric``."""
+    overlays: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    """Format key -> config files given after the format's base config (none: the base itself)."""
+
+
+@dataclasses.dataclass
+class Format:
+    """One answer format: its base config (the Fmt + Acc condition) and its table title."""
+
+    key: str
+    """``mcq`` or ``oe``; used in run names and to pick each condition's overlays."""
+    title: str
+    """Table title."""
+    config: str
+    """Base config file of the format."""
+    overlays: list[str] = dataclasses.field(default_factory=list)
+    """Config files given after the base (and after a condition's overlays) in every run of the format, e.g.
+    one pointing the open-ended judge at a server."""
+
+
+@dataclasses.dataclass
+class Control:
+    """A control run: one condition trained with extra arguments (the learning-rate-0 control)."""
+
+    format: str = "mcq"
+    condition: str = "fmt_acc"
+    seed: int = 0
+    name: str = "lr 0"
+    """Label appended to the condition's name in the report."""
+    args: list[str] = dataclasses.field(default_factory=lambda: ["--model.init_args.optimizer.init_args.lr=0"])
+
+
+@dataclasses.dataclass
+class Run:
+    """One row of one table: a model to evaluate (and, for the conditions, to train first)."""
+
+    name: str
+    format: str
+    label: str
+    seed: int | None
+    configs: list[str]
+    fit_args: list[str] | None = None
+    """Extra fit arguments; ``None``: nothing to train (the SFT row evaluates the warm start)."""
+
+
+def _file_hash(paths: list[str]) -> str:
+    h = hashlib.sha256()
+    for p in paths:
+        h.update(p.encode())
+        h.update(Path(p).read_bytes() if Path(p).is_file() else b"<missing>")
+    return h.hexdigest()[:16]
+
+
+@dataclasses.dataclass
+class PhyxExperiment:
+    """What to run and where to write it (``configs/experiments/phyx_demo.yaml`` documents each field)."""
+
+    formats: list[Format]
+    """Answer formats, each a table."""
+    conditions: list[Condition]
+    """GRPO conditions, each a row after SFT."""
+    output: str = "logs/phyx_demo"
+    """Folder of everything the runner writes: ``runs/``, ``tb/`` (one TensorBoard logdir), the tables."""
+    warm_start: str = "checkpoints/demo_phyx"
+    """The SFT model (``save_pretrained`` folder): the SFT row, and where every condition starts."""
+    sft_config: str | None = "configs/demo_phyx_sft.yaml"
+    """Config that makes the warm start (it must export to ``warm_start``); run when the warm start is
+    missing or ``retrain_sft`` is set."""
+    retrain_sft: bool = False
+    seeds: list[int] = dataclasses.field(default_factory=lambda: [0])
+    """Training seeds of the conditions (``seed_everything``); the tables show the first, the report
+    how the ranking moves across all of them."""
+    eval_config: str = "configs/experiments/phyx_eval.yaml"
+    """Overlay of every evaluation (sampling, seed, metrics); the held-out set is each base config's ``test``."""
+    fit_args: list[str] = dataclasses.field(default_factory=list)
+    """Extra arguments of every fit (e.g. ``--trainer.max_steps=20``)."""
+    eval_args: list[str] = dataclasses.field(default_factory=list)
+    """Extra arguments of every evaluation."""
+    controls: list[Control] = dataclasses.field(default_factory=list)
+    jobs: int = 1
+    """Runs at once (one torch thread each)."""
+    launcher: str = "subprocess"
+    """``subprocess`` (one ``python -m lit_grpo`` per run, output in ``runs/<name>/*.log``) or ``inprocess``."""
+    force: bool = False
+    """Redo every run even when its inputs are unchanged."""
+    report_only: bool = False
+    """Train and evaluate nothing: write the report from the runs already finished (the others are listed as
+    not run), e.g. while another invocation is still training the later seeds."""
+    chart: bool = True
+    """Write the bar chart (needs matplotlib, the ``notebook`` extra)."""
+
+    def runs(self) -> list[Run]:
+        """The SFT row per format, each condition per format for the first seed, the controls, then the other
+        seeds (in this order, so that an interrupted invocation has the first table and the controls)."""
+        out = [Run(f"sft_{f.key}", f.key, "SFT", None, [f.config, *f.overlays]) for f in self.formats]
+        fmts = {f.key: f for f in self.formats}
+        conds = {c.key: c for c in self.conditions}
+        later = []
+        for i, seed in enumerate(self.seeds):
+            for f in self.formats:
+                for c in self.conditions:
+                    (out if i == 0 else later).append(
+                        Run(f"{f.key}_{c.key}_s{seed}", f.key, c.name, seed,
+                            [f.config, *c.overlays.get(f.key, []), *f.overlays], list(self.fit_args)))
+        for k in self.controls:
+            if k.format not in fmts or k.condition not in conds:
+                raise ValueError(f"control {k}: unknown format or condition (formats {sorted(fmts)}, "
+                                 f"conditions {sorted(conds)})")
+            c = conds[k.condition]
+            out.append(Run(f"{k.format}_{c.key}_{k.name.replace(' ', '')}_s{k.seed}", k.format, f"{c.name}, {k.name}",
+                           k.seed, [fmts[k.format].config, *c.overlays.get(k.format, []), *fmts[k.format].overlays],
+                           [*self.fit_args, *k.args]))
+        return out + later
+
+    def path(self, *parts: str) -> Path:
+        return Path(self.output, *parts)
+
+
+def _write_yaml(path: Path, data: dict) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return str(path)
+
+
+def fit_overlay(exp: PhyxExperiment, run: Run) -> dict[str, Any]:
+    """Seed, logger (``tb/<run>``), callbacks (export to ``runs/<run>``, within-group spread, samples) and start."""
+    folder = str(exp.path("runs", run.name))
+    return {
+        "seed_everything": run.seed,
+        "trainer": {
+            "enable_checkpointing": False,
+            "logger": {"class_path": "lit_grpo.loggers.TensorBoardLogger",
+                       "init_args": {"save_dir": str(exp.path("tb")), "name": run.name, "version": "",
+                                     "default_hp_metric": False}},
+            "callbacks": [
+                {"class_path": "lit_grpo.callbacks.ExportPretrained", "init_args": {"dirpath": folder}},
+                {"class_path": "lit_grpo.experiments.spread.GroupSpread",
+                 "init_args": {"path": f"{folder}/group_spread.json"}},
+                {"class_path": "lit_grpo.callbacks.CompletionSamples", "init_args": {"every_n_steps": 10}},
+            ],
+        },
+        "model": {"init_args": {"policy": {"name_or_path": exp.warm_start}}},
+    }
+
+
+def eval_overlay(exp: PhyxExperiment, run: Run, model: str) -> dict[str, Any]:
+    """No logger or checkpoints; predictions to ``runs/<run>/predictions.jsonl`` (and the saved config to
+    ``runs/<run>/config.yaml``); the policy from ``model``."""
+    return {
+        "trainer": {"logger": False, "enable_checkpointing": False,
+                    "default_root_dir": str(exp.path("runs", run.name)),
+                    "callbacks": [{"class_path": "lit_grpo.callbacks.PredictionsJSONL",
+                                   "init_args": {"path": str(exp.path("runs", run.name, "predictions.jsonl"))}}]},
+        "model": {"init_args": {"policy": {"name_or_path": model}}},
+    }
+
+
+def _configs(files: list[str]) -> list[str]:
+    return [a for f in files for a in ("--config", f)]
+
+
+def launch(args: list[str], log: Path, launcher: str) -> tuple[int, float]:
+    """Run ``python -m lit_grpo <args>``; ``(exit status, wall seconds)``. Output goes to ``log`` (subprocess)."""
+    start = time.perf_counter()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    if launcher == "inprocess":
+        from lit_grpo.cli import main
+
+        try:
+            main(args)
+            rc = 0
+        except SystemExit as exc:  # jsonargparse exits on a bad config
+            rc = int(exc.code or 0)
+        except Exception as exc:  # reported, and the other runs go on
+            log.write_text(f"{type(exc).__name__}: {exc}\n")
+            rc = 1
+    elif launcher == "subprocess":
+        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+               "TOKENIZERS_PARALLELISM": "false"}
+        with open(log, "w") as f:
+            rc = subprocess.run([sys.executable, "-m", "lit_grpo", *args], stdout=f, stderr=subprocess.STDOUT,
+                                env=env).returncode
+    else:
+        raise ValueError(f"launcher must be 'subprocess' or 'inprocess', got {launcher!r}")
+    return rc, time.perf_counter() - start
+
+
+def _stamp(args: list[str], files: list[str], weights: str) -> str:
+    return _file_hash([*files, str(Path(weights, "model.safetensors"))]) + "|" + " ".join(args)
+
+
+def _done(record: Path, stamp: str, force: bool) -> dict | None:
+    if force or not record.is_file():
+        return None
+    data = json.loads(record.read_text())
+    return data if data.get("stamp") == stamp and data.get("rc") == 0 else None
+
+
+def run_one(exp: PhyxExperiment, run: Run) -> dict[str, Any]:
+    """Train ``run`` (unless it is the SFT row or already done), then evaluate it; returns its status."""
+    folder = exp.path("runs", run.name)
+    status: dict[str, Any] = {"name": run.name, "fit": None, "eval": None}
+    model = exp.warm_start
+    if run.fit_args is not None:
+        overlay = _write_yaml(exp.path("configs", f"{run.name}.fit.yaml"), fit_overlay(exp, run))
+        args = ["fit", *_configs([*run.configs, overlay]), *run.fit_args]
+        stamp = _stamp(args, run.configs, exp.warm_start)
+        done = _done(folder / "fit.json", stamp, exp.force)
+        if done is None:
+            tb = exp.path("tb", run.name)
+            for old in tb.glob("events.out.tfevents.*") if tb.is_dir() else []:
+                old.unlink()  # a rerun replaces the run's curves
+            rc, wall = launch(args, folder / "fit.log", exp.launcher)
+            done = {"stamp": stamp, "rc": rc, "wall_s": wall, "command": "python -m lit_grpo " + " ".join(args)}
+            (folder / "fit.json").write_text(json.dumps(done, indent=1))
+            status["fit_ran"] = True
+        status["fit"] = done
+        if done["rc"] != 0:
+            return status
+        model = str(folder)
+    overlay = _write_yaml(exp.path("configs", f"{run.name}.eval.yaml"), eval_overlay(exp, run, model))
+    args = ["predict", *_configs([*run.configs, exp.eval_config, overlay]), *exp.eval_args]
+    stamp = _stamp(args, [*run.configs, exp.eval_config], model)
+    done = None if status.get("fit_ran") else _done(folder / "eval.json", stamp, exp.force)
+    if done is None:
+        folder.mkdir(parents=True, exist_ok=True)
+        rc, wall = launch(args, folder / "eval.log", exp.launcher)
+        done = {"stamp": stamp, "rc": rc, "wall_s": wall, "command": "python -m lit_grpo " + " ".join(args)}
+        (folder / "eval.json").write_text(json.dumps(done, indent=1))
+    status["eval"] = done
+    return status
+
+
+def finished(exp: PhyxExperiment, run: Run) -> dict[str, Any]:
+    """The status of ``run`` from its records on disk, running nothing (``fit``/``eval`` None: not run)."""
+    folder = exp.path("runs", run.name)
+    read = lambda name: json.loads((folder / name).read_text()) if (folder / name).is_file() else None  # noqa: E731
+    status = {"name": run.name, "fit": read("fit.json") if run.fit_args is not None else None, "eval": read("eval.json")}
+    if status["eval"] is None or (run.fit_args is not None and status["fit"] is None):
+        status["not_run"] = True
+    return status
+
+
+def ensure_warm_start(exp: PhyxExperiment) -> dict[str, Any] | None:
+    """Train the warm start with ``sft_config`` when it is missing or ``retrain_sft`` is set."""
+    if Path(exp.warm_start, "model.safetensors").is_file() and not exp.retrain_sft:
+        return None
+    if not exp.sft_config:
+        raise FileNotFoundError(f"no warm start in {exp.warm_start} and no sft_config to make it")
+    overlay = _write_yaml(exp.path("configs", "sft.fit.yaml"), {"trainer": {"logger": {
+        "class_path": "lit_grpo.loggers.TensorBoardLogger",
+        "init_args": {"save_dir": str(exp.path("tb")), "name": "sft", "version": "", "default_hp_metric": False}}}})
+    args = ["fit", *_configs([exp.sft_config, overlay])]
+    rc, wall = launch(args, exp.path("runs", "sft", "fit.log"), exp.launcher)
+    if rc != 0 or not Path(exp.warm_start, "model.safetensors").is_file():
+        raise RuntimeError(f"the SFT run failed or did not export to {exp.warm_start} (exit {rc}); see "
+                           f"{exp.path('runs', 'sft', 'fit.log')}; its config must export to warm_start")
+    return {"rc": rc, "wall_s": wall, "command": "python -m lit_grpo " + " ".join(args)}
+
+
+def execute(exp: PhyxExperiment) -> dict[str, Any]:
+    """Everything: the warm start if needed, every run (``jobs`` at once), then the report files."""
+    from lit_grpo.experiments.summary import write_report
+
+    start = time.perf_counter()
+    if exp.jobs > 1 and exp.launcher == "inprocess":
+        raise ValueError("jobs > 1 needs launcher: subprocess (in-process runs share one interpreter)")
+    runs = exp.runs()
+    if exp.report_only:
+        sft, statuses = None, [finished(exp, r) for r in runs]
+        return write_report(exp, runs, statuses, sft, time.perf_counter() - start)
+    sft = ensure_warm_start(exp)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, exp.jobs)) as pool:
+        statuses = list(pool.map(lambda r: run_one(exp, r), runs))
+    wall = time.perf_counter() - start
+    return write_report(exp, runs, statuses, sft, wall)

@@ -1,0 +1,203 @@
+"""The runner's report: the two tables, the ASM, the controls, the seeds and the reward spread, on disk.
+
+Writes into the experiment's output folder ``phyx_table.md`` (everything below), ``phyx_table.csv``
+(every model's cells), ``phyx_bars.png`` (the tables as grouped bars) and, into each run's TensorBoard
+folder under ``tb/``, its held-out figures as ``heldout/...`` scalars, so the runs sit side by side.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from lit_grpo.experiments.report import (COLUMNS, Cell, bar_chart, correct_of, fmt_cell, fmt_change, paired_change,
+                                         per_problem, pooled, read_records, reward_of, row_cells, seed_table,
+                                         table_csv, table_markdown)
+from lit_grpo.experiments.phyx import PhyxExperiment, Run
+
+SIGNAL_TERMS = ("total", "format", "accuracy", "open_accuracy", "rubric", "rubric/accuracy", "rubric/principle",
+                "rubric/unit", "rubric/reasoning", "attention")
+"""Reward terms whose within-group spread over training the report lists (those a run has)."""
+
+
+def _scalars(folder: Path, values: dict[str, float], step: int) -> None:
+    from torch.utils.tensorboard import SummaryWriter
+
+    with SummaryWriter(str(folder)) as writer:
+        for tag, v in values.items():
+            if not math.isnan(v):
+                writer.add_scalar(tag, v, step)
+
+
+def _spread(exp: PhyxExperiment, run: Run) -> dict[str, Any]:
+    path = exp.path("runs", run.name, "group_spread.json")
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def collect(exp: PhyxExperiment, runs: list[Run]) -> dict[str, dict[str, Any]]:
+    """Per run: per-problem correctness, format and ASM (sampled mode), or nothing when it has no predictions."""
+    out = {}
+    for run in runs:
+        path = exp.path("runs", run.name, "predictions.jsonl")
+        if not path.is_file():
+            continue
+        records = read_records(path)
+        out[run.name] = {"correct": per_problem(records, correct_of), "asm": per_problem(records, reward_of("attention")),
+                         "format": per_problem(records, reward_of("format"))}
+    return out
+
+
+def _overall(problems: dict) -> Cell:
+    return row_cells(problems)["Overall"]
+
+
+def write_report(exp: PhyxExperiment, runs: list[Run], statuses: list[dict], sft: dict | None,
+                 wall_s: float) -> dict[str, Any]:
+    """Write the report files; returns ``{"tables", "failed", "markdown"}``."""
+    not_run = {s["name"] for s in statuses if s.get("not_run")}  # e.g. still evaluating: its file is partial
+    data = collect(exp, [r for r in runs if r.name not in not_run])
+    first = exp.seeds[0] if exp.seeds else None
+    tables, changes, lines = {}, {}, []
+    failed = [s["name"] for s in statuses if not s.get("not_run")
+              and ((s.get("fit") or {}).get("rc", 0) != 0 or (s.get("eval") or {}).get("rc", 1) != 0)]
+    lines += [f"# The physics paper's table, demo scale ({', '.join(f.title for f in exp.formats)})", "",
+              f"Warm start `{exp.warm_start}`; training seeds {exp.seeds}; held-out problems of each base config's "
+              "`test` set; sampled completions as set in "
+              f"`{exp.eval_config}`. Cells: mean ± standard error over problems of the per-problem accuracy.", ""]
+    for f in exp.formats:
+        sft_run = next(r for r in runs if r.format == f.key and r.fit_args is None)
+        rows = [sft_run] + [r for r in runs if r.format == f.key and r.seed == first and r.fit_args is not None
+                            and r.label in {c.name for c in exp.conditions}]
+        tables[f.key] = {r.label: row_cells(data[r.name]["correct"]) for r in rows if r.name in data}
+        base = data.get(sft_run.name, {}).get("correct", {})
+        changes[f.key] = {r.label: paired_change(data[r.name]["correct"], base)
+                          for r in rows[1:] if r.name in data and base}
+        lines.append(table_markdown(f"{f.title} (seed {first})", tables[f.key], changes[f.key]))
+    lines += _asm_section(exp, runs, data, first)
+    lines += _controls_section(exp, runs, data)
+    lines += _seeds_section(exp, runs, data)
+    lines += _signal_section(exp, runs, first)
+    lines += _runs_section(exp, runs, statuses, sft, wall_s, failed)
+    markdown = "\n".join(lines) + "\n"
+    out = Path(exp.output)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "phyx_table.md").write_text(markdown)
+    everything = {f.key: {r.name: row_cells(data[r.name]["correct"]) for r in runs if r.format == f.key and r.name in data}
+                  for f in exp.formats}
+    (out / "phyx_table.csv").write_text(table_csv(everything, {r.name: r.seed for r in runs if r.seed is not None}))
+    if exp.chart and any(tables.values()):
+        bar_chart(tables, out / "phyx_bars.png", {f.key: f.title for f in exp.formats})
+    for run in runs:
+        if run.name in data:
+            cells = row_cells(data[run.name]["correct"])
+            tags = {f"heldout/accuracy/{c.replace('/', '_').replace(' ', '_')}": cells[c][0] for c in COLUMNS}
+            tags["heldout/asm"] = _overall(data[run.name]["asm"])[0]
+            step = _spread(exp, run).get("global_step", 0)
+            _scalars(exp.path("tb", run.name if run.fit_args is not None else run.name), tags, step)
+    print(markdown)
+    return {"tables": tables, "failed": failed, "markdown": markdown}
+
+
+def _asm_section(exp: PhyxExperiment, runs: list[Run], data: dict, first: int | None) -> list[str]:
+    out = ["### Attention (ASM) on held-out images", "",
+           "Share of the final layer's image attention on foreground pixels, averaged over each completion's "
+           "tokens (the attention reward's score), on the completions each model samples for the held-out problems.",
+           "", "| Format | Model | ASM | Δ vs SFT | Format reward |", "|---|---|---|---|---|"]
+    for f in exp.formats:
+        sft = next(r for r in runs if r.format == f.key and r.fit_args is None)
+        base = data.get(sft.name, {}).get("asm", {})
+        for r in [sft] + [r for r in runs if r.format == f.key and r.seed == first and r.fit_args is not None]:
+            if r.name not in data:
+                continue
+            change = fmt_change(paired_change(data[r.name]["asm"], base), 4) if r is not sft and base else ""
+            out.append(f"| {f.title} | {r.label} | {fmt_cell(_overall(data[r.name]['asm']), 4)} | {change} | "
+                       f"{fmt_cell(_overall(data[r.name]['format']))} |")
+    return out + [""]
+
+
+def _controls_section(exp: PhyxExperiment, runs: list[Run], data: dict) -> list[str]:
+    controls = [r for r in runs if r.fit_args is not None and r.label not in {c.name for c in exp.conditions}]
+    if not controls:
+        return []
+    out = ["### Controls", "", "| Run | Overall | Δ vs SFT | ASM |", "|---|---|---|---|"]
+    for r in controls:
+        if r.name not in data:
+            out.append(f"| {r.label} (`{r.name}`) | not evaluated | | |")
+            continue
+        sft = next(s for s in runs if s.format == r.format and s.fit_args is None)
+        base = data.get(sft.name, {}).get("correct", {})
+        out.append(f"| {r.label} ({r.format}, seed {r.seed}) | {fmt_cell(_overall(data[r.name]['correct']))} | "
+                   f"{fmt_change(paired_change(data[r.name]['correct'], base)) if base else ''} | "
+                   f"{fmt_cell(_overall(data[r.name]['asm']))} |")
+    return out + [""]
+
+
+def _seeds_section(exp: PhyxExperiment, runs: list[Run], data: dict) -> list[str]:
+    if len(exp.seeds) < 2:
+        return ["### Seeds", "", f"One training seed ({exp.seeds}); give `--seeds [0,1]` to see how the ranking moves.", ""]
+    out = ["### Seeds", "", "Overall accuracy of each condition per training seed (rank in brackets).", ""]
+    for f in exp.formats:
+        by_seed = {}
+        for s in exp.seeds:
+            rows = {r.label: _overall(data[r.name]["correct"]) for r in runs
+                    if r.format == f.key and r.seed == s and r.name in data and r.label in {c.name for c in exp.conditions}}
+            if rows:
+                by_seed[s] = rows
+        if len(by_seed) < 2:
+            continue
+        md, same = seed_table(by_seed)
+        out += [f"**{f.title}**", "", md, f"Same ranking for every seed: {'yes' if same else 'no'}.", ""]
+        out += _pooled_rows(exp, runs, data, f.key)
+    return out
+
+
+def _pooled_rows(exp: PhyxExperiment, runs: list[Run], data: dict, fmt: str) -> list[str]:
+    """Each condition's per-problem accuracy averaged over the seeds it has, against the SFT row (paired)."""
+    sft = next(r for r in runs if r.format == fmt and r.fit_args is None)
+    base = data.get(sft.name, {}).get("correct", {})
+    out = ["| Model (mean over seeds) | seeds | Overall | Δ Overall vs SFT |", "|---|---|---|---|"]
+    for c in exp.conditions:
+        maps = [data[r.name]["correct"] for r in runs
+                if r.format == fmt and r.label == c.name and r.fit_args is not None and r.name in data]
+        if len(maps) < 2 or not base:
+            continue
+        both = pooled(maps)
+        out.append(f"| {c.name} | {len(maps)} | {fmt_cell(_overall(both))} | "
+                   f"{fmt_change(paired_change(both, base))} |")
+    return out + [""] if len(out) > 2 else []
+
+
+def _signal_section(exp: PhyxExperiment, runs: list[Run], first: int | None) -> list[str]:
+    out = ["### Reward signal during training", "",
+           "Mean over training steps of each term's within-group standard deviation (and the share of groups "
+           "where the term differs between completions): a term with no spread gives GRPO nothing.", "",
+           "| Run | steps | total reward, first → last 10 steps | " + " | ".join(SIGNAL_TERMS) + " |",
+           "|---|---|---|" + "---|" * len(SIGNAL_TERMS)]
+    for r in runs:
+        spread = _spread(exp, r)
+        if r.fit_args is None or not spread:
+            continue
+        terms = spread.get("terms", {})
+        cells = [f"{terms[t]['mean_group_std']:.3f} ({terms[t]['frac_groups_with_spread']:.2f})" if t in terms else ""
+                 for t in SIGNAL_TERMS]
+        total = terms.get("total", {})
+        curve = f"{total['first']:.3f} → {total['last']:.3f}" if "first" in total else ""
+        out.append(f"| {r.name} | {spread.get('global_step', '')} | {curve} | " + " | ".join(cells) + " |")
+    return out + [""]
+
+
+def _runs_section(exp: PhyxExperiment, runs: list[Run], statuses: list[dict], sft: dict | None, wall_s: float,
+                  failed: list[str]) -> list[str]:
+    spent = sum((s.get(k) or {}).get("wall_s", 0) for s in statuses for k in ("fit", "eval"))
+    out = ["### Runs", "", f"Wall time of this invocation: {wall_s / 60:.1f} min (reused runs cost nothing); the "
+           f"runs' own fit and evaluation times add up to {spent / 60:.1f} min ({exp.jobs} at a time)."]
+    if sft:
+        out.append(f"Warm start trained here in {sft['wall_s'] / 60:.1f} min: `{sft['command']}`.")
+    out += ["", "| Run | fit (min) | eval (min) | status |", "|---|---|---|---|"]
+    for s in statuses:
+        fit, ev = s.get("fit") or {}, s.get("eval") or {}
+        state = "not run yet" if s.get("not_run") else "failed, see runs/" + s["name"] if s["name"] in failed else "ok"
+        out.append(f"| {s['name']} | {fit.get('wall_s', 0) / 60:.1f} | {ev.get('wall_s', 0) / 60:.1f} | {state} |")
+    return out + ["", f"TensorBoard: `tensorboard --logdir {exp.path('tb')}`", ""]
