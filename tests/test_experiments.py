@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from lit_grpo.experiments import parse
-from lit_grpo.experiments.phyx import execute
+from lit_grpo.experiments import execute
 from lit_grpo.experiments.report import (paired_change, per_problem, pooled, reward_of, row_cells, seed_table,
                                          table_markdown)
 from lit_grpo.experiments.spread import GroupSpread, group_spread

@@ -4,7 +4,13 @@
 reward-design paper's comparison (:mod:`lit_grpo.experiments.phyx`).
 """
 
-from lit_grpo.experiments.phyx import Condition, Control, Format, PhyxExperiment, Run, execute
+import concurrent.futures
+import time
+from typing import Any
+
+from lit_grpo.experiments.phyx import (Condition, Control, Format, PhyxExperiment, Run, ensure_warm_start, finished,
+                                      run_one)
+from lit_grpo.experiments.summary import write_report
 
 __all__ = ["Condition", "Control", "Format", "PhyxExperiment", "Run", "execute", "main", "parse"]
 
@@ -32,3 +38,19 @@ def main(args: list[str] | None = None) -> dict:
         raise SystemExit(f"{len(report['failed'])} run(s) failed: {', '.join(report['failed'])}; "
                          f"their logs are in {exp.output}/runs/<name>/")
     return report
+
+
+def execute(exp: PhyxExperiment) -> dict[str, Any]:
+    """Everything: the warm start if needed, every run (``jobs`` at once), then the report files."""
+    start = time.perf_counter()
+    if exp.jobs > 1 and exp.launcher == "inprocess":
+        raise ValueError("jobs > 1 needs launcher: subprocess (in-process runs share one interpreter)")
+    runs = exp.runs()
+    if exp.report_only:
+        sft, statuses = None, [finished(exp, r) for r in runs]
+        return write_report(exp, runs, statuses, sft, time.perf_counter() - start)
+    sft = ensure_warm_start(exp)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, exp.jobs)) as pool:
+        statuses = list(pool.map(lambda r: run_one(exp, r), runs))
+    wall = time.perf_counter() - start
+    return write_report(exp, runs, statuses, sft, wall)

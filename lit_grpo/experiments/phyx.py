@@ -15,7 +15,6 @@ unchanged is reused; ``force`` redoes it.
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import hashlib
 import json
@@ -294,21 +293,3 @@ def ensure_warm_start(exp: PhyxExperiment) -> dict[str, Any] | None:
         raise RuntimeError(f"the SFT run failed or did not export to {exp.warm_start} (exit {rc}); see "
                            f"{exp.path('runs', 'sft', 'fit.log')}; its config must export to warm_start")
     return {"rc": rc, "wall_s": wall, "command": "python -m lit_grpo " + " ".join(args)}
-
-
-def execute(exp: PhyxExperiment) -> dict[str, Any]:
-    """Everything: the warm start if needed, every run (``jobs`` at once), then the report files."""
-    from lit_grpo.experiments.summary import write_report
-
-    start = time.perf_counter()
-    if exp.jobs > 1 and exp.launcher == "inprocess":
-        raise ValueError("jobs > 1 needs launcher: subprocess (in-process runs share one interpreter)")
-    runs = exp.runs()
-    if exp.report_only:
-        sft, statuses = None, [finished(exp, r) for r in runs]
-        return write_report(exp, runs, statuses, sft, time.perf_counter() - start)
-    sft = ensure_warm_start(exp)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, exp.jobs)) as pool:
-        statuses = list(pool.map(lambda r: run_one(exp, r), runs))
-    wall = time.perf_counter() - start
-    return write_report(exp, runs, statuses, sft, wall)
