@@ -62,9 +62,13 @@ def _check_reward(spec: dict[str, Any], where: str) -> None:
     if unknown:
         raise ValueError(f"{where}.kwargs: reward {name!r} takes no option {unknown[0]!r}; "
                          f"its options: {', '.join(sorted(valid)) or 'none'}")
-    if not inspect.isclass(REWARDS.get(name)):  # a reward checks its option values even on an empty batch
+    fn = REWARDS.get(name)
+    if not inspect.isclass(fn):  # a reward checks its option values even on an empty batch
+        required = [p.name for p in inspect.signature(fn).parameters.values()  # columns it did not declare
+                    if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        columns = {c: [] for c in [*reward_info(name).columns, *required] if c != "completions" and c not in kwargs}
         try:
-            REWARDS.get(name)([], **{c: [] for c in reward_info(name).columns}, **kwargs)
+            fn([], **columns, **kwargs)
         except (ValueError, TypeError) as exc:
             raise ValueError(f"{where}.kwargs: reward {name!r}: {exc}") from None
     if isinstance(kwargs.get("judge"), dict):

@@ -157,7 +157,8 @@ ASM_CONDITIONS = {"mcq_asm": ["configs/demo_phyx_mcq.yaml", "configs/demo_phyx_m
 @pytest.mark.parametrize("condition", ASM_CONDITIONS)
 def test_asm_twins_add_the_attention_reward_to_fmt_acc(condition, tmp_path, tiny_model_dir, scripted_policy):
     """The Fmt + Acc + ASM twins as documented: the same format and accuracy values as the Fmt + Acc condition
-    (hand-worked above), plus the ASM in [0, 1] at weight 1 in the total."""
+    (hand-worked above), plus the ASM in [0, 1] at the config's attention weight (100: the term's within-group
+    spread is ~0.004, so at weight 1 it moves no advantage) in the total."""
     fmt = "mcq" if condition.startswith("mcq") else "open"
     over = _overrides(tmp_path, tiny_model_dir, fmt, {"train": "0:2", "val": "0:2", "test": "0:2"})
     cli = main(["fit", *_configs(ASM_CONDITIONS[condition], over)])
@@ -168,7 +169,9 @@ def test_asm_twins_add_the_attention_reward_to_fmt_acc(condition, tmp_path, tiny
     assert logged[f"train/reward/{acc}"] == pytest.approx(base[f"reward/{acc}"])
     asm = logged["train/reward/attention"]
     assert 0.0 < asm < 1.0
-    assert logged["train/reward"] == pytest.approx(base["reward"] + asm, abs=1e-6)
+    weight = {s.name: s.weight for s in cli.model.reward_specs}["attention"]
+    assert weight == 100.0
+    assert logged["train/reward"] == pytest.approx(base["reward"] + weight * asm, abs=1e-4)
     assert [s.name for s in cli.model.reward_specs] == ["format", acc, "attention"]
 
 
