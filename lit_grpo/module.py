@@ -91,8 +91,8 @@ class GRPOModule(L.LightningModule):
             attention: final-layer attention capture in the scoring pass (the ``attention`` reward's ASM;
                 on whenever a reward reads ``asm``).
             perf: each prompt computed once per group (shared prompt prefix, image features once per
-                rollout); the plain path when off, for a model outside the supported families, or with
-                gradient checkpointing.
+                rollout; one checkpoint per decoder layer under gradient checkpointing); the plain path when off
+                or for a model outside the supported families.
             optimizer: optimizer class and arguments (``class_path``/``init_args``).
             lr_scheduler: optional scheduler, stepped once per training step (rollout).
         """
@@ -113,8 +113,7 @@ class GRPOModule(L.LightningModule):
             disable_dropout(self.policy, policy)
         self.layout = row_layout(self.policy, self.processor)
         self.perf = perf
-        self.shared_family = self.layout if perf.share_prefix and isinstance(self.layout, Family) \
-            and not policy.gradient_checkpointing else None
+        self.shared_family = self.layout if perf.share_prefix and isinstance(self.layout, Family) else None
         self.wants_asm = "asm" in required_columns(self.reward_specs + list(evaluation.metrics))
         self.attention_scorer = AttentionScorer(self.policy, self.processor, attention) \
             if (attention.enabled if attention.enabled is not None else self.wants_asm) else None
