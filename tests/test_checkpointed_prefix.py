@@ -111,3 +111,33 @@ def test_module_shares_the_prefix_under_gradient_checkpointing(tiny_model_dir):
         module = GRPOModule(policy=PolicyConfig(name_or_path=tiny_model_dir, gradient_checkpointing=True),
                             rewards=[RewardSpec("binary")], perf=perf)
         assert (module.shared_family is not None) == shared
+
+
+@pytest.mark.parametrize("family", ["llava_next", "qwen2_vl", "idefics3"])
+def test_bf16_shared_prefix_agrees_with_plain_path(family, zoo_dir):
+    """bf16 as users run it: ``policy.dtype: bfloat16`` weights, and float32 weights under ``bf16-mixed`` (CPU
+    autocast, what Lightning's precision plugin wraps a step in), with and without gradient checkpointing: the
+    shared path's log-probs are float32 (the log-softmax and the loss reduce in float32) and agree with the plain
+    path's to bf16 tolerance (rtol 1.6e-2, torch's bf16 default; atol 2e-2 for log-probs near 0), and both with
+    float32 log-probs to the same tolerance; gradients reach the adapter."""
+    path = zoo_dir(family)
+    exact, processor = load_policy(PolicyConfig(name_or_path=path))
+    rows = slice(0, 2 * G)
+    with torch.no_grad():
+        want, _ = rollout_logps(exact, dataclasses.replace(_rollout(exact, processor), shared=None), rows, 1.0)
+    for dtype, mixed in (("bfloat16", False), ("float32", True)):
+        for ckpt in (False, True):
+            model, processor = load_policy(PolicyConfig(name_or_path=path, dtype=dtype, gradient_checkpointing=ckpt,
+                                                        lora=LoRAConfig(r=4, alpha=8)))
+            ro = _rollout(model, processor)
+            autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=mixed)
+            with autocast:
+                plain, _ = rollout_logps(model, dataclasses.replace(ro, shared=None), rows, 1.0)
+                shared, _ = rollout_logps(model, ro, rows, 1.0)
+            assert shared.dtype == plain.dtype == torch.float32
+            valid = ro.completion_mask
+            for got, ref in ((shared, plain), (shared, want), (plain, want)):
+                torch.testing.assert_close(got[valid].detach(), ref[valid], rtol=1.6e-2, atol=2e-2)
+            (shared * valid).sum().backward()
+            assert any(p.grad is not None and p.grad.abs().max() > 0 for n, p in model.named_parameters()
+                       if "lora_" in n)
