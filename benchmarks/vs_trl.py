@@ -20,7 +20,8 @@ trainers meet the same load. Full fine-tuning trains every weight on both sides 
 A step is everything between two optimizer steps: sampling, the scoring/reference passes, rewards,
 advantages, forward + backward, the optimizer. Runs alternate A B A B (TRL, lit_grpo, TRL, lit_grpo) in one
 process, each run a fresh trainer whose first ``--warmup`` steps are dropped; the table gives the median
-step time over all rounds as completions per second, and the ratio lit_grpo / TRL.
+step time over all rounds as completions per second, the ratio lit_grpo / TRL, and the same ratio of the
+fastest steps (the least disturbed by other processes on a shared machine, as in ``benchmarks/asm.py``).
 
 Image sizes: ``base`` = the puzzle images as generated (132 x 88 pixels: 70 image tokens of a 172-token
 prompt); ``large`` = the same images upscaled 4x with the model allowing up to 5 x 5 high-resolution
@@ -242,14 +243,16 @@ def main(argv: list[str] | None = None) -> None:
             trl_cps = COMPLETIONS_PER_STEP / statistics.median(trl_times)
             lit_cps = COMPLETIONS_PER_STEP / statistics.median(lit_times)
             tokens_text = f"{tokens:.0f} ({image_tokens:.0f})"
-            rows.append((image, tokens_text, tuning, beta, trl_cps, lit_cps, lit_cps / trl_cps))
+            rows.append((image, tokens_text, tuning, beta, trl_cps, lit_cps, lit_cps / trl_cps,
+                         min(trl_times) / min(lit_times)))
             print(f"  {image} {tuning} beta={beta}: TRL {[round(t, 2) for t in trl_times]} s, "
                   f"lit_grpo {[round(t, 2) for t in lit_times]} s", flush=True)
     print()
-    print("| image | prompt tokens (image) | tuning | beta | TRL completions/s | lit_grpo completions/s | ratio |")
-    print("|---|---|---|---|---|---|---|")
-    for image, tokens, tuning, beta, a, b, ratio in rows:
-        print(f"| {image} | {tokens} | {tuning} | {beta:g} | {a:.2f} | {b:.2f} | {ratio:.2f}x |")
+    print("| image | prompt tokens (image) | tuning | beta | TRL completions/s | lit_grpo completions/s | ratio | "
+          "ratio of fastest steps |")
+    print("|---|---|---|---|---|---|---|---|")
+    for image, tokens, tuning, beta, a, b, ratio, fastest in rows:
+        print(f"| {image} | {tokens} | {tuning} | {beta:g} | {a:.2f} | {b:.2f} | {ratio:.2f}x | {fastest:.2f}x |")
     print(f"\nload average at the end {_load()}")
 
 
