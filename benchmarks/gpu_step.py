@@ -9,8 +9,8 @@ temporary folder and loaded by path like a real checkpoint; ``--tiny``: the embe
 Settings per GPU, as the paper configs on 4 GPUs: 32 prompts x G = 8 = 256 completions per optimizer step
 (128 prompts per step in all), at most 512 completion tokens, micro-batches of 16 completions, temperature
 1.0, beta 0, one update per rollout, full fine-tuning of the language model and projector (vision tower frozen),
-float32 weights under ``bf16-mixed``, SDPA, gradient checkpointing on; the puzzles' images (one 384 px tile: 1,485
-image tokens). Random weights almost never sample the stop token, so completions run to the full 512 tokens.
+float32 weights under ``bf16-mixed``, SDPA, gradient checkpointing on; the embedded puzzles (a 132 x 88 image: one
+384 px tile, 1,261 image tokens of a 1,363-token prompt). Random weights almost never sample the stop token, so completions run to the full 512 tokens.
 Each trainer runs ``--warmup`` + ``--steps`` steps; the figures are over the timed steps.
 
 Printed per trainer (one ``key: value`` line each):
