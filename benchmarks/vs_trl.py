@@ -3,20 +3,25 @@
     pip install -e ".[benchmark]"            # TRL is a benchmark extra, never a runtime dependency
     python benchmarks/vs_trl.py              # every configuration, both image sizes
     python benchmarks/vs_trl.py --configs lora:0.04 --images base --rounds 1
+    python benchmarks/vs_trl.py --gradient-checkpointing    # both trainers checkpoint (the paper setting)
 
 Both trainers get the same embedded Granite-architecture VLM (LLaVA-NeXT + Granite + SigLIP, about 5M
 parameters, float32, SDPA), saved to disk once and loaded by local path (offline), the same embedded
 puzzles and prompts (the ``visualsphinx_seed`` template), the same reward (``binary``), G = 8, 16
 completions per optimizer step (2 prompts), 64 completion tokens, temperature 1.0, top-p 1, top-k off,
 the same learning rate (AdamW, no weight decay, constant), clip 0.2, ``dapo`` aggregation, one update per
-rollout, one forward/backward over all 16 completions. TRL's gradient checkpointing and bf16 defaults are
-turned off. Full fine-tuning trains every weight on both sides (TRL's default; lit_grpo with
+rollout, one forward/backward over all 16 completions. TRL's bf16 default is turned off; gradient
+checkpointing is off on both sides, or on on both with ``--gradient-checkpointing`` (non-reentrant, as
+lit_grpo's ``policy.gradient_checkpointing``; lit_grpo keeps its shared prefix, one checkpoint per decoder
+layer). The load of the machine (``os.getloadavg``) is printed before and after: the runs alternate, so both
+trainers meet the same load. Full fine-tuning trains every weight on both sides (TRL's default; lit_grpo with
 ``freeze_vision_tower: false``); LoRA (r 16, alpha 32) wraps the language model's attention projections.
 
 A step is everything between two optimizer steps: sampling, the scoring/reference passes, rewards,
 advantages, forward + backward, the optimizer. Runs alternate A B A B (TRL, lit_grpo, TRL, lit_grpo) in one
 process, each run a fresh trainer whose first ``--warmup`` steps are dropped; the table gives the median
-step time over all rounds as completions per second, and the ratio lit_grpo / TRL.
+step time over all rounds as completions per second, the ratio lit_grpo / TRL, and the same ratio of the
+fastest steps (the least disturbed by other processes on a shared machine, as in ``benchmarks/asm.py``).
 
 Image sizes: ``base`` = the puzzle images as generated (132 x 88 pixels: 70 image tokens of a 172-token
 prompt); ``large`` = the same images upscaled 4x with the model allowing up to 5 x 5 high-resolution
@@ -97,7 +102,8 @@ def param_count(model_path: str) -> int:
 
 
 # ----------------------------------------------------------------------------------------- TRL
-def run_trl(model_path: str, samples, lora: bool, beta: float, steps: int, out: Path) -> list[float]:
+def run_trl(model_path: str, samples, lora: bool, beta: float, steps: int, out: Path,
+            checkpointing: bool = False) -> list[float]:
     import datasets
     from peft import LoraConfig
     from transformers import TrainerCallback
@@ -130,7 +136,8 @@ def run_trl(model_path: str, samples, lora: bool, beta: float, steps: int, out: 
         output_dir=str(out), per_device_train_batch_size=COMPLETIONS_PER_STEP, gradient_accumulation_steps=1,
         num_generations=G, max_completion_length=MAX_TOKENS, temperature=1.0, top_p=1.0, top_k=0, beta=beta,
         learning_rate=LR, weight_decay=0.0, lr_scheduler_type="constant", warmup_steps=0, max_grad_norm=1.0,
-        epsilon=0.2, loss_type="dapo", scale_rewards="group", num_iterations=1, gradient_checkpointing=False,
+        epsilon=0.2, loss_type="dapo", scale_rewards="group", num_iterations=1, gradient_checkpointing=checkpointing,
+        gradient_checkpointing_kwargs={"use_reentrant": False} if checkpointing else None,
         bf16=False, fp16=False, use_cpu=True, max_steps=steps, logging_steps=10 ** 6, save_strategy="no",
         report_to="none", seed=0, dataloader_num_workers=0, log_completions=False,
         model_init_kwargs={"dtype": torch.float32})
@@ -142,7 +149,8 @@ def run_trl(model_path: str, samples, lora: bool, beta: float, steps: int, out: 
 
 
 # ----------------------------------------------------------------------------------------- lit_grpo
-def run_lit(model_path: str, samples, lora: bool, beta: float, steps: int, perf: dict) -> list[float]:
+def run_lit(model_path: str, samples, lora: bool, beta: float, steps: int, perf: dict,
+            checkpointing: bool = False) -> list[float]:
     import functools
 
     import lightning as L
@@ -168,6 +176,7 @@ def run_lit(model_path: str, samples, lora: bool, beta: float, steps: int, perf:
     extra = {"perf": PerfConfig(**perf)} if perf else {}
     module = GRPOModule(
         policy=PolicyConfig(name_or_path=model_path, local_files_only=True, freeze_vision_tower=False,
+                            gradient_checkpointing=checkpointing,
                             lora=LoRAConfig(r=16, alpha=32) if lora else None),
         rewards=[RewardSpec("binary")],
         grpo=GRPOConfig(beta=beta, loss_type="dapo", scale_rewards="group", num_iterations=1, max_grad_norm=1.0),
@@ -193,6 +202,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=3, help="timed steps per run (after the warm-up)")
     parser.add_argument("--warmup", type=int, default=1, help="steps dropped at the start of every run")
     parser.add_argument("--plain", action="store_true", help="lit_grpo's plain path (no prefix sharing)")
+    parser.add_argument("--gradient-checkpointing", action="store_true",
+                        help="both trainers with gradient checkpointing (non-reentrant)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (1: on a small machine shared with other work, several threads "
                              "busy-wait on each other and a tiny model's many small ops slow down ~100x)")
@@ -209,8 +220,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}, "
           f"{torch.get_num_threads()} threads; G={G}, {COMPLETIONS_PER_STEP} completions/step, "
           f"{MAX_TOKENS} completion tokens; median of {args.rounds} x {args.steps} steps after "
-          f"{args.warmup} warm-up step(s) per run; lit_grpo path: {'plain' if args.plain else 'default'}",
-          flush=True)
+          f"{args.warmup} warm-up step(s) per run; lit_grpo path: {'plain' if args.plain else 'default'}; "
+          f"gradient checkpointing {'on' if args.gradient_checkpointing else 'off'} (both); "
+          f"load average {_load()}", flush=True)
     rows = []
     for image in args.images:
         model_path = build_model(root, image)
@@ -225,19 +237,28 @@ def main(argv: list[str] | None = None) -> None:
             for r in range(args.rounds):
                 with tempfile.TemporaryDirectory() as out:
                     trl_times += run_trl(model_path, samples, lora, beta, args.warmup + args.steps,
-                                         Path(out))[args.warmup:]
-                lit_times += run_lit(model_path, samples, lora, beta, args.warmup + args.steps, perf)[args.warmup:]
+                                         Path(out), args.gradient_checkpointing)[args.warmup:]
+                lit_times += run_lit(model_path, samples, lora, beta, args.warmup + args.steps, perf,
+                                     args.gradient_checkpointing)[args.warmup:]
             trl_cps = COMPLETIONS_PER_STEP / statistics.median(trl_times)
             lit_cps = COMPLETIONS_PER_STEP / statistics.median(lit_times)
             tokens_text = f"{tokens:.0f} ({image_tokens:.0f})"
-            rows.append((image, tokens_text, tuning, beta, trl_cps, lit_cps, lit_cps / trl_cps))
+            rows.append((image, tokens_text, tuning, beta, trl_cps, lit_cps, lit_cps / trl_cps,
+                         min(trl_times) / min(lit_times)))
             print(f"  {image} {tuning} beta={beta}: TRL {[round(t, 2) for t in trl_times]} s, "
                   f"lit_grpo {[round(t, 2) for t in lit_times]} s", flush=True)
     print()
-    print("| image | prompt tokens (image) | tuning | beta | TRL completions/s | lit_grpo completions/s | ratio |")
-    print("|---|---|---|---|---|---|---|")
-    for image, tokens, tuning, beta, a, b, ratio in rows:
-        print(f"| {image} | {tokens} | {tuning} | {beta:g} | {a:.2f} | {b:.2f} | {ratio:.2f}x |")
+    print("| image | prompt tokens (image) | tuning | beta | TRL completions/s | lit_grpo completions/s | ratio | "
+          "ratio of fastest steps |")
+    print("|---|---|---|---|---|---|---|---|")
+    for image, tokens, tuning, beta, a, b, ratio, fastest in rows:
+        print(f"| {image} | {tokens} | {tuning} | {beta:g} | {a:.2f} | {b:.2f} | {ratio:.2f}x | {fastest:.2f}x |")
+    print(f"\nload average at the end {_load()}")
+
+
+def _load() -> str:
+    """The 1, 5 and 15 minute load averages of the machine."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 if __name__ == "__main__":

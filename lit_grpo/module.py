@@ -68,8 +68,8 @@ class GRPOModule(PolicyModule):
             attention: final-layer attention capture in the scoring pass (the ``attention`` reward's ASM;
                 on whenever a reward reads ``asm``).
             perf: each prompt computed once per group (shared prompt prefix, image features once per
-                rollout); the plain path when off, for a model outside the supported families, or with
-                gradient checkpointing.
+                rollout; one checkpoint per decoder layer under gradient checkpointing); the plain path when off
+                or for a model outside the supported families.
             optimizer: optimizer class and arguments (``class_path``/``init_args``).
             lr_scheduler: optional scheduler, stepped once per training step (rollout).
         """

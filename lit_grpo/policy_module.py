@@ -63,7 +63,7 @@ class PolicyModule(L.LightningModule):
         suppress = image_token_ids(self.policy, self.processor)
         self.register_buffer("suppress_ids", torch.tensor(suppress), persistent=False)
         engine = build_engine(self.processor, self.layout, sampling, self.stop_ids, suppress, perf.share_prefix,
-                              perf.cache_image_features, policy.gradient_checkpointing)
+                              perf.cache_image_features)
         self.passes = PolicyPasses(engine, grpo, sampling.max_completion_length,
                                    attention_scorer=scorer)
         self.strict_loading = False  # checkpoints hold only trainable weights; on_load_checkpoint checks them

@@ -197,14 +197,8 @@ def test_module_passes_equal_plain_path(lora, tiny_model_dir, puzzle_samples):
         torch.testing.assert_close(grads[0][name], grad, atol=1e-4, rtol=1e-4, msg=name)
 
 
-def test_plain_path_when_off_or_with_gradient_checkpointing(tiny_model_dir):
+def test_plain_path_when_off(tiny_model_dir):
     assert isinstance(_module(tiny_model_dir, True, share_prefix=False).engine, PlainEngine)
-    from lit_grpo import GRPOModule
-    from lit_grpo.rewards import RewardSpec
-
-    module = GRPOModule(policy=PolicyConfig(name_or_path=tiny_model_dir, gradient_checkpointing=True),
-                        rewards=[RewardSpec("binary")])
-    assert isinstance(module.engine, PlainEngine)
 
 
 def test_perf_options_are_config_parameters(capsys):

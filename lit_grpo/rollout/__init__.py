@@ -17,10 +17,10 @@ __all__ = ["PlainEngine", "Rollout", "RolloutEngine", "SamplingConfig", "SharedP
 
 
 def build_engine(processor, layout: RowLayout, sampling: SamplingConfig, stop_ids: list[int], suppress_ids: list[int],
-                 share_prefix: bool = True, cache_image_features: bool = True,
-                 gradient_checkpointing: bool = False) -> RolloutEngine:
-    """The shared-prefix engine when ``share_prefix`` is on, the model's family is a supported one (``layout`` a
-    :class:`~lit_grpo.families.Family`) and gradient checkpointing is off; else the plain engine."""
-    if share_prefix and isinstance(layout, Family) and not gradient_checkpointing:
+                 share_prefix: bool = True, cache_image_features: bool = True) -> RolloutEngine:
+    """The shared-prefix engine when ``share_prefix`` is on and the model's family is a supported one (``layout`` a
+    :class:`~lit_grpo.families.Family`), with or without gradient checkpointing (then one checkpoint per decoder
+    layer, :mod:`lit_grpo.rollout.checkpointed`); else the plain engine."""
+    if share_prefix and isinstance(layout, Family):
         return SharedPrefixEngine(processor, layout, sampling, stop_ids, suppress_ids, cache_image_features)
     return PlainEngine(processor, layout, sampling, stop_ids, suppress_ids)

@@ -35,6 +35,7 @@ import torch
 from torch import Tensor, nn
 from transformers import DynamicCache
 
+from lit_grpo.rollout.checkpointed import checkpointed_logps, checkpointing
 from lit_grpo.families import Family, unwrap
 from lit_grpo.grpo import selective_log_softmax, warp
 from lit_grpo.rollout.engine import RolloutEngine
@@ -152,6 +153,9 @@ def shared_prefix_logps(model: nn.Module, prompts: PromptCache, rows: Tensor,
     Equal to :func:`lit_grpo.rollout.rows.completion_logps` on the same rows. Shape: completion_ids/mask ``[n, T]``
     -> ``[n, T]`` float32 (and the entropy with ``with_entropy``).
     """
+    if checkpointing(model, prompts.family):  # no KV cache under checkpointing: one checkpoint per decoder layer
+        return checkpointed_logps(model, prompts, rows, completion_ids, completion_mask, temperature, suppress_ids,
+                                  with_entropy, top_k=top_k, top_p=top_p)
     last, cache, prompt_mask, pos = prefill(model, prompts, rows)
     lm, t = prompts.family.language_model(model), completion_ids.shape[1]
     mask = torch.cat([prompt_mask, completion_mask.to(prompt_mask.dtype)], 1)
