@@ -185,7 +185,7 @@ def run_lit(path: str, samples, s: dict, steps: int, warmup: int, meter: Meter) 
 
     def accumulate(ro, *a, **k):
         if meter.on:
-            b, p = ro.shared.num_prompts, ro.prompt["input_ids"].shape[1]
+            b, p = ro.num_prompts, ro.prompts["input_ids"].shape[1]
             n, t = ro.completion_ids.shape
             meter.tokens["update"] += int(ro.completion_mask.sum())
             meter.flops += update_flops(**shape, runs=[(b, p, 0), (n, t, p)], head_tokens=n * t)
