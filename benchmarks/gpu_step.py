@@ -162,7 +162,7 @@ def run_lit(path: str, samples, s: dict, steps: int, warmup: int, meter: Meter) 
     from torch.utils.data import DataLoader
 
     from lit_grpo.data.datamodule import PromptBatch
-    from lit_grpo.data.templates import render_messages
+    from lit_grpo.data.sample import render_messages
     from lit_grpo.module import GRPOConfig, GRPOModule
     from lit_grpo.policy import PolicyConfig
     from lit_grpo.rewards import RewardSpec
@@ -211,7 +211,7 @@ def run_trl(path: str, samples, s: dict, steps: int, warmup: int, meter: Meter, 
     from transformers import AutoConfig, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from lit_grpo.data.templates import render_messages
+    from lit_grpo.data.sample import render_messages
     from lit_grpo.families import load_processor
     from lit_grpo.rewards import REWARDS
 

@@ -84,7 +84,7 @@ def build_samples(root: Path, image: str, num: int = 64):
 
 def prompt_tokens(model_path: str, samples) -> tuple[float, float]:
     """Mean prompt tokens and image tokens of the first 8 prompts."""
-    from lit_grpo.data.templates import render_messages
+    from lit_grpo.data.sample import render_messages
     from lit_grpo.families import load_processor
     from lit_grpo.rollout import encode_prompts
 
@@ -109,7 +109,7 @@ def run_trl(model_path: str, samples, lora: bool, beta: float, steps: int, out: 
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from lit_grpo.data.templates import render_messages
+    from lit_grpo.data.sample import render_messages
     from lit_grpo.families import load_processor
     from lit_grpo.policy import LANGUAGE_MODEL_ATTENTION
     from lit_grpo.rewards import REWARDS
@@ -158,7 +158,7 @@ def run_lit(model_path: str, samples, lora: bool, beta: float, steps: int, perf:
 
     from lit_grpo.config import PerfConfig
     from lit_grpo.data.datamodule import PromptBatch
-    from lit_grpo.data.templates import render_messages
+    from lit_grpo.data.sample import render_messages
     from lit_grpo.module import GRPOConfig, GRPOModule
     from lit_grpo.policy import LoRAConfig, PolicyConfig
     from lit_grpo.rewards import RewardSpec

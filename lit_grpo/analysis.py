@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from lit_grpo.attention import AttentionConfig, AttentionScorer, foreground_mask, image_heatmap
 from lit_grpo.data.sample import Sample
-from lit_grpo.data.templates import render_messages
+from lit_grpo.data.sample import render_messages
 from lit_grpo.families import ImageGrid, row_layout
 from lit_grpo.heatmap import (HeatScale, colorize, overlay, panel, to_float,  # noqa: F401 (re-exported)
                               uniform_multiples)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -26,6 +26,9 @@ from lit_grpo.data.sample import Sample
 from lit_grpo.rewards.judge.config import JudgeConfig
 from lit_grpo.rewards.parsing import extract_answer, extract_option_letter
 from lit_grpo.rewards.registry import REWARDS, RewardFn, RewardSpec, build_reward, build_rewards, reward_info
+
+if TYPE_CHECKING:
+    from lit_grpo.data.datamodule import PromptBatch
 
 
 def extracted_answer(scorer: str | None, text: str, answer_format: str) -> str | None:
@@ -240,3 +243,35 @@ class Evaluator:
         self.stats.update(f"{prefix}/completion_length", rollout.completion_mask.sum(1).float(), n)
         if correct is not None:
             self.stats.update(f"{prefix}/accuracy", correct, n)
+
+
+class EvaluationHooks:
+    """The LightningModule's evaluation hooks (validation / test / predict), mixed into
+    :class:`lit_grpo.module.PolicyModule`: each step goes to its :class:`Evaluator` (``self.evaluator``), each epoch
+    end logs ``self.eval_stats``' per-prompt means and standard errors."""
+
+    def _log_eval(self, stage: str) -> None:
+        """Log each key's mean over prompts and its standard error over prompts (``<key>_se``)."""
+        for key, (mean, se, _) in self.eval_stats.compute(f"{stage}/").items():
+            self.log(key, mean)
+            self.log(f"{key}_se", se)
+        if stage == "val":  # plotted at the step it evaluates (Lightning's default: the one before)
+            self.log("step", float(self.trainer.global_step))
+
+    def _eval_step(self, batch: PromptBatch, stage: str, batch_idx: int = 0) -> list[dict[str, Any]]:
+        return self.evaluator.step(self, batch, stage, batch_idx)
+
+    def validation_step(self, batch: PromptBatch, batch_idx: int) -> None:
+        self._eval_step(batch, "val", batch_idx)
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_eval("val")
+
+    def test_step(self, batch: PromptBatch, batch_idx: int) -> list[dict[str, Any]]:
+        return self._eval_step(batch, "test", batch_idx)
+
+    def on_test_epoch_end(self) -> None:
+        self._log_eval("test")
+
+    def predict_step(self, batch: PromptBatch, batch_idx: int) -> list[dict[str, Any]]:
+        return self._eval_step(batch, "predict", batch_idx)

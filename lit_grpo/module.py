@@ -1,4 +1,6 @@
-"""GRPOModule: one training step = rollout -> score -> rewards -> advantages -> policy update -> log.
+"""The LightningModules: :class:`PolicyModule` (what GRPO and SFT share: the policy, the rollout engine, rewards,
+evaluation, checkpoints), :class:`PolicyPasses` (the policy side of a GRPO step: the scoring and update passes) and
+:class:`GRPOModule`: one training step = rollout -> score -> rewards -> advantages -> policy update -> log.
 
 The no-grad scoring pass is one forward per micro-batch over prompt + completion; when the attention
 reward is configured it runs even with ``num_iterations == 1`` and ``beta == 0``, and hooks on the final
@@ -18,29 +20,262 @@ data lives in local variables of the step; callbacks see a small summary through
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import time
-from typing import Any
+from typing import Any, Callable, ClassVar
 
+import lightning as L
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from lightning.pytorch.core.optimizer import LightningOptimizer, do_nothing_closure
 from lightning.pytorch.utilities import rank_zero_warn
-from torch import Tensor
+from torch import Tensor, nn
 
 from lit_grpo import distributed as D
-from lit_grpo.attention import AttentionConfig
-from lit_grpo.config import EvalConfig, GRPOConfig, PerfConfig
+from lit_grpo.attention import AttentionConfig, AttentionScorer, AttentionScores
+from lit_grpo.config import EvalConfig, GRPOConfig, PerfConfig, check_settings
 from lit_grpo.data.datamodule import PromptBatch
-from lit_grpo.grpo import group_advantages
-from lit_grpo.metrics import train_metrics
-from lit_grpo.passes import ScoringPass
-from lit_grpo.policy import PolicyConfig, ReferencePolicy
-from lit_grpo.policy_module import PolicyModule
-from lit_grpo.rewards import RewardSpec
-from lit_grpo.rollout import Rollout, SamplingConfig
+from lit_grpo.evaluation import EvaluationHooks, Evaluator
+from lit_grpo.families import row_layout
+from lit_grpo.grpo import group_advantages, grpo_loss
+from lit_grpo.hparams import flatten_hparams, log_flat_hparams
+from lit_grpo.metrics import PromptStats, train_metrics
+from lit_grpo.policy import (PolicyConfig, ReferencePolicy, disable_dropout, image_token_ids, load_policy,
+                             stop_token_ids)
+from lit_grpo.rewards import RewardSpec, build_rewards, required_columns, score_completions
+from lit_grpo.rng import gather_rank_rng_states, restore_rank_rng_states, seed_rank_stream
+from lit_grpo.rollout import Rollout, RolloutEngine, SamplingConfig, build_engine, encode_prompts
+from lit_grpo.runs import check_trainable_weights
 
-__all__ = ["EvalConfig", "GRPOConfig", "GRPOModule", "ScoringPass"]
+__all__ = ["EvalConfig", "GRPOConfig", "GRPOModule", "PolicyModule", "PolicyPasses", "ScoringPass"]
+
+
+@dataclasses.dataclass
+class ScoringPass:
+    """What the no-grad scoring pass gives a step: log-probs ``[N, T]`` of the sampling policy
+    (``num_iterations > 1``) and of the reference (``beta > 0``), and the attention scores (when captured)."""
+
+    old_logps: Tensor | None = None
+    ref_logps: Tensor | None = None
+    attention: AttentionScores | None = None
+
+    def columns(self) -> dict[str, list]:
+        """Extra reward columns (``asm``)."""
+        return {} if self.attention is None else {"asm": self.attention.asm.tolist()}
+
+
+class PolicyPasses:
+    """The passes of one step over a rollout of ``policy`` (given per call: the strategy may wrap it), through
+    ``engine``: scoring (policy, attention capture, reference) and the update's forward + backward.
+    ``max_completion_length``: the ``dr_grpo`` normaliser."""
+
+    def __init__(self, engine: RolloutEngine, cfg: GRPOConfig, max_completion_length: int,
+                 reference: ReferencePolicy | None = None, attention_scorer: AttentionScorer | None = None):
+        self.engine, self.cfg, self.reference = engine, cfg, reference
+        self.max_completion_length, self.attention_scorer = max_completion_length, attention_scorer
+
+    def micro_batches(self, n: int) -> list[slice]:
+        size = self.cfg.micro_batch_size or n
+        return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+
+    @torch.no_grad()
+    def scoring_pass(self, policy: nn.Module, rollout: Rollout, images: list[list], train: bool = True) -> ScoringPass:
+        """The no-grad scoring pass: one forward of the policy per micro-batch gives the sampling policy's
+        log-probs (``num_iterations > 1``) and, with the attention capture on, the ASM from the same forward
+        (a full-sequence forward, whatever the engine); then the reference pass (``beta > 0``). ``images[n]``:
+        row ``n``'s images. ``train=False`` (evaluation) skips log-probs."""
+        out = ScoringPass()
+        want_old = train and self.cfg.num_iterations > 1
+        if want_old or self.attention_scorer is not None:
+            old, attention = [], []
+            for s in self.micro_batches(rollout.num_completions):
+                if self.attention_scorer is None:
+                    old.append(self.engine.logps(policy, rollout, s)[0])
+                    continue
+                logps, scores = self.engine.attention_logps(policy, rollout, s, self.attention_scorer, images[s])
+                old.append(logps)
+                attention += [scores] if scores is not None else []
+            out.old_logps = torch.cat(old) if want_old else None
+            out.attention = AttentionScores.cat(attention) if attention else None
+        if train and self.reference is not None:
+            with self.reference.model_context(policy) as ref_model:
+                out.ref_logps = torch.cat([self.engine.logps(ref_model, rollout, s)[0]
+                                           for s in self.micro_batches(rollout.num_completions)])
+        return out
+
+    def accumulate_gradients(self, policy: nn.Module, rollout: Rollout, advantages: Tensor, old_logps: Tensor | None,
+                             ref_logps: Tensor | None, backward: Callable[[Tensor], None] = Tensor.backward,
+                             no_sync: Callable[[bool], contextlib.AbstractContextManager] | None = None
+                             ) -> dict[str, float]:
+        """Backward over every micro-batch; the loss normalisers cover the whole step (all micro-batches
+        and ranks), so the gradient does not depend on ``micro_batch_size`` or the number of ranks.
+        ``no_sync(last)``: the context that holds DDP's gradient sync back on all but the last micro-batch."""
+        mask = rollout.completion_mask
+        if self.cfg.mask_truncated_completions:
+            mask = mask & ~rollout.truncated[:, None]
+        _, world = D.world()
+        num_items = D.all_reduce_sum(mask.sum().float()).item()
+        num_seq = D.all_reduce_sum(torch.tensor(float(mask.shape[0]), device=mask.device)).item()
+        chunks = self.micro_batches(rollout.num_completions)
+        # grpo/dr_grpo/dapo: step-wide normalisers, times W to undo DDP's gradient averaging;
+        # bnpo: a token mean per micro-batch, averaged over micro-batches (and over ranks by DDP).
+        factor = world if self.cfg.loss_type != "bnpo" else 1.0 / len(chunks)
+        tokens = max(mask.sum().item(), 1)
+        stats = dict.fromkeys(("loss", "kl", "clip_ratio_low", "clip_ratio_high", "clip_ratio", "entropy"), 0.0)
+        for k, s in enumerate(chunks):
+            with no_sync(k == len(chunks) - 1) if no_sync is not None else contextlib.nullcontext():
+                logps, entropy = self.engine.logps(policy, rollout, s, grad=True, entropy=True)
+                loss, st = grpo_loss(
+                    logps, old_logps[s] if old_logps is not None else logps.detach(), advantages[s], mask[s],
+                    ref_logps=ref_logps[s] if ref_logps is not None else None, beta=self.cfg.beta,
+                    epsilon_low=self.cfg.epsilon_low, epsilon_high=self.cfg.epsilon_high,
+                    loss_type=self.cfg.loss_type, max_completion_length=self.max_completion_length,
+                    num_items=num_items, num_sequences=num_seq)
+                backward(loss * factor)
+            share = mask[s].sum().item() / tokens
+            stats["loss"] += loss.item() * factor
+            stats["entropy"] += (entropy * mask[s]).sum().item() / tokens
+            for key in ("kl", "clip_ratio_low", "clip_ratio_high", "clip_ratio"):
+                stats[key] += st[key].item() * share
+        # over all ranks: each rank's loss is its share of the step's loss times W, the rest are token means
+        loss = D.weighted_mean({"loss": stats.pop("loss")}, 1.0)
+        return {**loss, **D.weighted_mean(stats, float(mask.sum()))}
+
+
+
+class PolicyModule(EvaluationHooks, L.LightningModule):
+    """A policy trained by a subclass's ``training_step``; sampling, rewards, evaluation and checkpoints here."""
+
+    dropout_free: ClassVar[bool] = True
+    """The policy runs without dropout (:func:`lit_grpo.policy.disable_dropout`): first importance ratio exactly 1."""
+
+    def __init__(self, policy: PolicyConfig, rewards: list[RewardSpec], grpo: GRPOConfig = GRPOConfig(),
+                 sampling: SamplingConfig = SamplingConfig(), evaluation: EvalConfig = EvalConfig(),
+                 attention: AttentionConfig = AttentionConfig(), perf: PerfConfig = PerfConfig(),
+                 optimizer: OptimizerCallable = torch.optim.AdamW, lr_scheduler: LRSchedulerCallable | None = None):
+        """Arguments as documented on :class:`GRPOModule`."""
+        super().__init__()
+        self.save_hyperparameters(logger=False)
+        check_settings(grpo, sampling)
+        self.cfg, self.sampling, self.evaluation, self.perf = grpo, sampling, evaluation, perf
+        self.optimizer_factory, self.scheduler_factory = optimizer, lr_scheduler
+        self.reward_specs = list(rewards)
+        self.reward_fns = build_rewards(self.reward_specs, training=True)
+        self.reward_weights = {s.label: s.weight for s in self.reward_specs}
+        self.eval_stats = PromptStats()
+        self.evaluator = Evaluator(evaluation, self.reward_specs, self.reward_fns, self.eval_stats)
+        self.policy, self.processor = load_policy(policy)
+        if self.dropout_free:
+            disable_dropout(self.policy, policy)
+        self.layout = row_layout(self.policy, self.processor)
+        self.wants_asm = "asm" in required_columns(self.reward_specs + list(evaluation.metrics))
+        scorer = AttentionScorer(self.policy, self.processor, attention) \
+            if (attention.enabled if attention.enabled is not None else self.wants_asm) else None
+        if self.wants_asm and scorer is None:
+            raise ValueError("the attention reward needs attention.enabled true (or unset)")
+        self.stop_ids = stop_token_ids(self.policy, self.processor, policy.extra_stop_tokens)
+        suppress = image_token_ids(self.policy, self.processor)
+        self.register_buffer("suppress_ids", torch.tensor(suppress), persistent=False)
+        engine = build_engine(self.processor, self.layout, sampling, self.stop_ids, suppress, perf.share_prefix,
+                              perf.cache_image_features)
+        self.passes = PolicyPasses(engine, grpo, sampling.max_completion_length,
+                                   attention_scorer=scorer)
+        self.strict_loading = False  # checkpoints hold only trainable weights; on_load_checkpoint checks them
+
+    @property
+    def engine(self):
+        return self.passes.engine
+
+    @property
+    def attention_scorer(self) -> AttentionScorer | None:
+        return self.passes.attention_scorer
+
+    # ----------------------------------------------------------------- rollout, scoring, rewards
+    def prompt_length(self, messages: list[dict], sample) -> int:
+        """Prompt tokens of one sample, image tokens included (used to filter over-long samples)."""
+        return encode_prompts(self.processor, [messages], [sample.images])["input_ids"].shape[1]
+
+    def rollout(self, batch: PromptBatch, group_size: int, greedy: bool = False,
+                temperature: float | None = None) -> Rollout:
+        """``group_size`` completions of every prompt of ``batch`` from the engine."""
+        self.layout.check_images({s.id: len(s.images) for s in batch.samples})
+        enc = encode_prompts(self.processor, batch.messages, [s.images for s in batch.samples])
+        enc = {k: v.to(self.device) if isinstance(v, Tensor) else v for k, v in enc.items()}
+        return self.engine.sample(self.policy, enc, group_size, greedy=greedy, temperature=temperature)
+
+    def scoring_pass(self, batch: PromptBatch, rollout: Rollout, group_size: int, train: bool = True) -> ScoringPass:
+        """The no-grad scoring pass (:meth:`PolicyPasses.scoring_pass`)."""
+        images = [s.images for s in batch.samples for _ in range(group_size)]
+        return self.passes.scoring_pass(self.policy, rollout, images, train)
+
+    def columns(self, batch: PromptBatch, rollout: Rollout, group_size: int,
+                extra: dict[str, list] | None = None) -> dict[str, list]:
+        """Reward columns: every Sample field repeated ``group_size`` times, plus ``truncated``,
+        ``completion_length`` (tokens) and the scoring pass's ``extra`` columns (``asm``)."""
+        per_sample = [s.columns() for s in batch.samples]
+        columns = {k: [c[k] for c in per_sample for _ in range(group_size)] for k in per_sample[0]}
+        columns["truncated"] = rollout.truncated.tolist()
+        columns["completion_length"] = rollout.completion_mask.sum(1).tolist()
+        columns.update(extra or {})
+        return columns
+
+    def rewards(self, batch: PromptBatch, rollout: Rollout, group_size: int, fns: dict | None = None,
+                metrics: dict[str, float] | None = None,
+                extra: dict[str, list] | None = None) -> tuple[dict[str, Tensor], Tensor]:
+        """Per-reward values (components of composite rewards included) and the weighted total of every
+        reward (or of ``fns``: evaluation-only metrics weigh 0); reward metrics (e.g. judge latency) go into
+        ``metrics``; ``extra`` holds the scoring pass's columns. A reward that raises (a judge that is down)
+        stops the step on every rank at once, so no rank waits forever in a collective."""
+        fns = fns or self.reward_fns
+        weights = {k: self.reward_weights.get(k, 0.0) for k in fns}
+        error = None
+        try:
+            out = score_completions(fns, weights, rollout.completions,
+                                    self.columns(batch, rollout, group_size, extra), metrics)
+        except Exception as exc:  # re-raised below, after every rank knows
+            error = exc
+        if D.all_reduce_sum(torch.tensor(float(error is not None), device=self.device)).item() > 0:
+            raise error if error is not None else RuntimeError("a reward failed on another rank; see its log")
+        return out
+
+    # ----------------------------------------------------------------- optimisation and checkpoints
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.policy.parameters() if p.requires_grad]
+
+    def configure_optimizers(self):
+        opt = self.optimizer_factory(self.trainable_parameters())
+        if self.scheduler_factory is None:
+            return opt
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": self.scheduler_factory(opt), "interval": "step"}}
+
+    def setup(self, stage: str) -> None:
+        if stage == "fit":  # after the model is built: each rank samples from its own stream (seed + rank)
+            seed_rank_stream()
+
+    def on_fit_start(self) -> None:
+        if self.logger is not None:
+            log_flat_hparams(self.logger, flatten_hparams(self.hparams),
+                             [f"val/{mode}/reward" for mode, *_ in self.evaluator.modes()] + ["train/reward"])
+
+    def _trainable_names(self) -> set[str]:
+        return {f"policy.{n}" for n, p in self.policy.named_parameters() if p.requires_grad}
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Keep only trainable policy weights (just the adapter with LoRA; frozen weights are rebuilt from
+        ``name_or_path``) and save every rank's RNG states for resuming."""
+        keep = self._trainable_names()
+        checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items()
+                                    if not k.startswith("policy.") or k in keep}
+        checkpoint["rng_states"] = gather_rank_rng_states()  # every rank's own stream
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Refuse policy weights that are not exactly this run's trainable ones (loading is not strict); restore
+        the RNG states."""
+        check_trainable_weights(checkpoint["state_dict"], self._trainable_names(), prefix="policy.")
+        if "rng_states" in checkpoint:
+            restore_rank_rng_states(checkpoint["rng_states"])
+
 
 
 class GRPOModule(PolicyModule):
@@ -137,7 +372,7 @@ class GRPOModule(PolicyModule):
 
     def accumulate_gradients(self, rollout: Rollout, advantages: Tensor, old_logps: Tensor | None,
                              ref_logps: Tensor | None) -> dict[str, float]:
-        """Backward over every micro-batch (:meth:`lit_grpo.passes.PolicyPasses.accumulate_gradients`)."""
+        """Backward over every micro-batch (:meth:`PolicyPasses.accumulate_gradients`)."""
         return self.passes.accumulate_gradients(self.policy, rollout, advantages, old_logps, ref_logps, self._backward,
                                                 self._backward_sync)
 
@@ -178,6 +413,6 @@ class GRPOModule(PolicyModule):
         self._no_signal = getattr(self, "_no_signal", 0) + 1 if frac_zero_std == 1.0 else 0
         if self._no_signal == patience:
             rank_zero_warn(f"for {patience} steps in a row every group's completions got equal rewards "
-                           "(train/rollout/frac_reward_zero_std = 1): every advantage and the loss are 0 and the policy "
-                           "does not change. Does the policy ever earn the reward (e.g. follow its answer format; "
+                           "(train/rollout/frac_reward_zero_std = 1): every advantage and the loss are 0 and the "
+                           "policy does not change. Does the policy ever earn the reward (e.g. follow its answer format; "
                            "warm-start it), and can the reward tell completions apart?")

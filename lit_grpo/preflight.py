@@ -127,7 +127,7 @@ def _check_policy(init: dict[str, Any]) -> None:
 
 def _check_data(arg: tuple[dict[str, Any], str | None]) -> None:
     from lit_grpo.data.datamodule import DatasetSpec, check_datasets
-    from lit_grpo.data.templates import TEMPLATES
+    from lit_grpo.data.sample import TEMPLATES
 
     data, subcommand = arg
     for key in ("batch_size", "eval_batch_size"):

@@ -4,7 +4,7 @@ The loss is the token-mean negative log-likelihood of the reference response; pr
 tokens included) and padding are outside the loss because only response tokens are scored. A
 reference response is built from the sample by a registered function (``REFERENCES``). Evaluation,
 checkpointing (trainable weights only with LoRA) and the CLI are shared with :class:`GRPOModule` (through their
-common base, :class:`lit_grpo.policy_module.PolicyModule`).
+common base, :class:`lit_grpo.module.PolicyModule`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from lit_grpo.data.datamodule import PromptBatch
 from lit_grpo.data.sample import Sample
 from lit_grpo.config import EvalConfig, GRPOConfig
 from lit_grpo.policy import PolicyConfig
-from lit_grpo.policy_module import PolicyModule
+from lit_grpo.module import PolicyModule
 from lit_grpo.registry import Registry
 from lit_grpo.rewards import RewardSpec
 from lit_grpo.rollout import Rollout, SamplingConfig, completion_logps, encode_prompts

@@ -13,7 +13,7 @@ from lit_grpo.analysis import foreground_share, image_panel
 from lit_grpo.attention import AttentionConfig
 from lit_grpo.callbacks import AttentionOverlays
 from lit_grpo.data.datamodule import PromptBatch
-from lit_grpo.data.templates import render_messages
+from lit_grpo.data.sample import render_messages
 from lit_grpo.config import PerfConfig
 from lit_grpo.policy import PolicyConfig
 from lit_grpo.rewards import RewardSpec, attention_reward, required_columns

@@ -5,7 +5,7 @@ import torch
 
 from lit_grpo import GRPOConfig, GRPOModule
 from lit_grpo.data.datamodule import PromptBatch
-from lit_grpo.data.templates import render_messages
+from lit_grpo.data.sample import render_messages
 from lit_grpo.grpo import group_advantages
 from lit_grpo.policy import PolicyConfig
 from lit_grpo.rewards import RewardSpec

@@ -213,7 +213,7 @@ def test_first_iteration_ratio_is_one_with_lora_dropout(tiny_model_dir, puzzle_s
     to float precision, so no token is clipped on the first iteration (the dropout is off, with a one-line
     warning)."""
     from lit_grpo.data.datamodule import PromptBatch
-    from lit_grpo.data.templates import render_messages
+    from lit_grpo.data.sample import render_messages
 
     with pytest.warns(UserWarning, match=r"policy.lora.dropout 0.1 is not applied: GRPO runs the policy without"):
         module = _grpo(tiny_model_dir, num_iterations=2, micro_batch_size=4)

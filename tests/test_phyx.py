@@ -12,7 +12,7 @@ from lit_grpo.data import phyx as P
 from lit_grpo.data.phyx import canonical_domain, parse_options_string, parse_reasoning_types, read_phyx
 from lit_grpo.data.phyx_write import options_string, write_phyx
 from lit_grpo.data.sample import Sample
-from lit_grpo.data.templates import render_messages
+from lit_grpo.data.sample import render_messages
 
 
 def _png(colour, size=(40, 30), fmt="PNG") -> bytes:

@@ -5,7 +5,7 @@ import re
 import pytest
 import torch
 
-from lit_grpo.data.templates import render_messages
+from lit_grpo.data.sample import render_messages
 from lit_grpo.embedded import EmbeddedModelConfig, build_embedded_vlm
 from lit_grpo.grpo import k3_kl
 from lit_grpo.policy import (LoRAConfig, PolicyConfig, ReferencePolicy, image_token_ids, is_vision_parameter,

@@ -166,7 +166,7 @@ def test_module_passes_equal_plain_path(lora, tiny_model_dir, puzzle_samples):
     splitting groups of 4: shared prefix against the plain path (reference = adapter off with LoRA, a frozen
     copy in full fine-tuning)."""
     from lit_grpo.data.datamodule import PromptBatch
-    from lit_grpo.data.templates import render_messages
+    from lit_grpo.data.sample import render_messages
 
     module = _module(tiny_model_dir, lora)
     assert isinstance(module.engine, SharedPrefixEngine)

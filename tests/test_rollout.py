@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from lit_grpo.data.templates import render_messages
+from lit_grpo.data.sample import render_messages
 from lit_grpo.policy import PolicyConfig, image_token_ids, load_policy, stop_token_ids
 from lit_grpo.rollout import (Rollout, SamplingConfig, completion_logps, completion_mask, encode_prompts,
                               repeat_rows, sample_completions)

@@ -10,7 +10,7 @@ from conftest import FAMILIES
 from lit_grpo.cli import main
 from lit_grpo.data.datamodule import PromptBatch
 from lit_grpo.data.sample import Sample
-from lit_grpo.data.templates import render_messages
+from lit_grpo.data.sample import render_messages
 from lit_grpo.policy import PolicyConfig, load_policy
 from lit_grpo.rewards import RewardSpec
 from lit_grpo.sft import SFTModule, boxed_explanation, physics_tags

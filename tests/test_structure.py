@@ -1,4 +1,5 @@
-"""Size rules of the package, read from the source: no function over 60 lines, ``GRPOModule`` at most 250 lines."""
+"""Size rules of the package, read from the source: no function over 60 lines, ``GRPOModule`` at most 250 lines,
+no module over 420 lines."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import lit_grpo
 ROOT = Path(lit_grpo.__file__).parent
 MAX_FUNCTION_LINES = 60
 MAX_MODULE_CLASS_LINES = 250
+MAX_FILE_LINES = 420
 
 
 def function_lengths(source: str, name: str = "<src>") -> list[tuple[str, int]]:
@@ -59,13 +61,18 @@ def test_no_function_over_60_lines():
 def test_grpo_module_is_at_most_250_lines():
     source = (ROOT / "module.py").read_text()
     assert class_length(source, "GRPOModule") <= MAX_MODULE_CLASS_LINES
-    assert len(source.splitlines()) <= MAX_MODULE_CLASS_LINES
+
+
+def test_no_module_over_420_lines():
+    long = [(str(p.relative_to(ROOT.parent)), n) for p in sorted(ROOT.rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > MAX_FILE_LINES]
+    assert not long, f"modules over {MAX_FILE_LINES} lines: {long}"
 
 
 @pytest.mark.parametrize("cls", ["GRPOModule", "SFTModule"])
 def test_sft_and_grpo_share_a_base_neither_inherits_the_other(cls):
     from lit_grpo import GRPOModule, SFTModule
-    from lit_grpo.policy_module import PolicyModule
+    from lit_grpo.module import PolicyModule
 
     assert issubclass(getattr(lit_grpo, cls), PolicyModule)
     assert not issubclass(SFTModule, GRPOModule) and not issubclass(GRPOModule, SFTModule)

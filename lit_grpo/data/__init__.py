@@ -1,8 +1,7 @@
 """Data: the Sample record, readers, generators of embedded data, prompt templates, the DataModule."""
 
 from lit_grpo.data.datamodule import GENERATORS, READERS, DatasetSpec, PromptBatch, VLMDataModule
-from lit_grpo.data.sample import BadRowError, Sample, SampleDataset, decode_image
-from lit_grpo.data.templates import TEMPLATES, render_messages
+from lit_grpo.data.sample import TEMPLATES, BadRowError, Sample, SampleDataset, decode_image, render_messages
 
 __all__ = ["BadRowError", "DatasetSpec", "GENERATORS", "PromptBatch", "READERS", "Sample", "SampleDataset",
            "TEMPLATES", "VLMDataModule", "decode_image", "render_messages"]

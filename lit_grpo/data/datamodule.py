@@ -23,8 +23,7 @@ from lit_grpo.data.io import hub_dataset_cached, is_local, offline, parse_slice
 from lit_grpo.data.physics import write_physics
 from lit_grpo.data.phyx import read_phyx
 from lit_grpo.data.puzzles import PuzzleConfig, write_puzzles
-from lit_grpo.data.sample import Sample
-from lit_grpo.data.templates import TEMPLATES, render_messages
+from lit_grpo.data.sample import TEMPLATES, Sample, render_messages
 from lit_grpo.data.visualsphinx import read_visualsphinx
 from lit_grpo.errors import InputError
 from lit_grpo.registry import Registry
@@ -271,7 +270,7 @@ class VLMDataModule(L.LightningDataModule):
         self.datasets: dict[str, Dataset] = {}
         self.prompt_length: Callable[[list[dict], Sample], int] | None = None
         """``fn(messages, sample)``: prompt tokens of a sample, image tokens included (the policy module's
-        :meth:`~lit_grpo.policy_module.PolicyModule.prompt_length`); ``None``: nothing is measured or dropped."""
+        :meth:`~lit_grpo.module.PolicyModule.prompt_length`); ``None``: nothing is measured or dropped."""
 
     def setup(self, stage: str | None = None) -> None:
         wanted = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("predict",)}

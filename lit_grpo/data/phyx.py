@@ -32,7 +32,8 @@ from typing import Any, Callable
 from torch.utils.data import ConcatDataset
 
 from lit_grpo.data.io import open_table
-from lit_grpo.data.sample import DEFAULT_MAX_PIXELS, BadRowError, Sample, SampleDataset, decode_image, load_rows
+from lit_grpo.data.sample import (DEFAULT_MAX_PIXELS, MC_INSTRUCTION, OE_INSTRUCTION, BadRowError, Sample,
+                                  SampleDataset, decode_image, load_rows, render_options)
 from lit_grpo.units import derive_unit
 
 DOMAINS = ("Mechanics", "Electromagnetism", "Thermodynamics", "Wave/Acoustics", "Optics", "Modern Physics")
@@ -41,11 +42,6 @@ _DOMAIN_SPELLINGS = {**{d.lower(): d for d in DOMAINS},
                      "waves/acoustics": "Wave/Acoustics", "waves & acoustics": "Wave/Acoustics"}
 REASONING_TYPES = ("Physical Model Grounding Reasoning", "Spatial Relation Reasoning", "Multi-Formula Reasoning",
                    "Implicit Condition Reasoning", "Numerical Reasoning", "Predictive Reasoning")
-MC_INSTRUCTION = ("Please directly answer the question and provide the correct OPTION LETTER ONLY, "
-                  "e.g., A, B, C, D. OPTION: ")
-"""Official MC instruction, appended right after the question, followed by ``A: ... B: ...``."""
-OE_INSTRUCTION = " Please answer the question with step by step reasoning."
-"""Official OE instruction, appended right after the question."""
 LAYOUTS = ("default", "raw", "prerendered")
 QUESTION_VARIANTS = {  # variant -> its description column, by the names the published files and forks use
     "simplified": ("question_description_simplified", "question_simply", "question_simplified"),
@@ -126,11 +122,6 @@ def parse_rendered_options(text: str) -> dict[str, str]:
     if len(out) < 2:
         raise ValueError(f"rendered options must hold at least two options, got {text!r:.60}")
     return out
-
-
-def render_options(options: dict[str, str]) -> str:
-    """``{"A": "x", "B": "y"}`` -> ``"A: x B: y"`` (the official MC prompt's option list)."""
-    return " ".join(f"{k}: {v}" for k, v in options.items())
 
 
 def parse_reasoning_types(value: Any) -> list[str]:

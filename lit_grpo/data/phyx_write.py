@@ -15,8 +15,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lit_grpo.data.phyx import (MC_INSTRUCTION, OE_INSTRUCTION, parse_option_list, problem_text,
-                                render_options)
+from lit_grpo.data.phyx import parse_option_list, problem_text
+from lit_grpo.data.sample import MC_INSTRUCTION, OE_INSTRUCTION, render_options
 
 PRERENDERED = ("mc", "oe")
 

@@ -21,6 +21,7 @@ import functools
 import inspect
 import logging
 import math
+import typing
 from typing import Any, Callable
 
 import torch
@@ -81,16 +82,55 @@ def reward_options(name: str) -> list[str]:
 
 
 def check_options(spec: "RewardSpec") -> None:
-    """Refuse ``kwargs`` that are not options of the reward (a typo would be ignored by its ``**_``).
+    """Refuse ``kwargs`` that are not options of the reward (a typo would be ignored by its ``**_``), and option
+    values of the wrong type: each is checked against its parameter's annotation (jsonargparse, as the CLI checks
+    every other option; a dataclass option such as a judge's settings field by field).
 
     Raises:
-        ValueError: naming the reward, the unknown keys and the valid ones.
+        ValueError: naming the reward, the unknown keys and the valid ones, or the option and the type it needs.
     """
     valid = reward_options(spec.name)
     unknown = [k for k in spec.kwargs if k not in valid]
     if unknown:
         raise ValueError(f"reward {spec.label!r} ({spec.name}) has no option {', '.join(map(repr, unknown))}; "
                          f"its options: {', '.join(valid) or 'none'}")
+    for key, value in spec.kwargs.items():
+        settings = settings_class(spec.name, key) if isinstance(value, dict) else None
+        parser = option_parser(settings) if settings is not None else reward_parser(spec.name)
+        try:
+            parser.parse_object(value if settings is not None else {key: value}, defaults=False)
+        except Exception as exc:  # jsonargparse: 'Parser key "k": Expected a <class ...>. Got value: v'
+            why = " ".join(str(exc).split()).replace('Parser key "', f'key "{key}.' if settings else 'key "')
+            raise ValueError(f"reward {spec.label!r} ({spec.name}) option {key!r}: {why}") from None
+
+
+def settings_class(name: str, key: str) -> type | None:
+    """The dataclass a reward's option ``key`` takes as a mapping (a judge's :class:`JudgeConfig`), if any."""
+    entry = REWARDS.get(name)
+    hints = typing.get_type_hints(entry.__init__ if inspect.isclass(entry) else entry)
+    members = typing.get_args(hints.get(key)) or (hints.get(key),)
+    return next((t for t in members if dataclasses.is_dataclass(t)), None)
+
+
+@functools.lru_cache(maxsize=None)
+def reward_parser(name: str):
+    """A jsonargparse parser of the registered reward ``name``'s options, typed by its signature."""
+    entry = REWARDS.get(name)
+    skip = frozenset({"completions", *reward_info(name).columns})
+    return option_parser(entry, skip)
+
+
+@functools.lru_cache(maxsize=None)
+def option_parser(obj, skip: frozenset = frozenset()):
+    """A jsonargparse parser of a function's parameters or a (data)class's fields, typed by their annotations."""
+    from jsonargparse import ArgumentParser
+
+    parser = ArgumentParser(exit_on_error=False)
+    if inspect.isclass(obj):
+        parser.add_class_arguments(obj, skip=set(skip))
+    else:
+        parser.add_function_arguments(obj, skip=set(skip))
+    return parser
 
 
 @dataclasses.dataclass

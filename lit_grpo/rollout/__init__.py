@@ -1,14 +1,14 @@
-"""Rollouts: a rollout's data (:mod:`.rows`), the engine interface a training step calls (:mod:`.engine`), and its
+"""Rollouts: the engine interface a training step calls and a rollout's data (:mod:`.engine`), and its
 two engines, plain (:mod:`.plain`) and shared prefix (:mod:`.shared`); :func:`build_engine` picks one, once."""
 
 from __future__ import annotations
 
 from lit_grpo.families import Family
 from lit_grpo.layout import RowLayout
-from lit_grpo.rollout.engine import RolloutEngine
+from lit_grpo.rollout.engine import (Rollout, RolloutEngine, SamplingConfig, build_rollout, completion_logps,
+                                     completion_mask, encode_prompts, model_inputs, refuse_sampling_option,
+                                     repeat_rows)
 from lit_grpo.rollout.plain import PlainEngine, sample_completions
-from lit_grpo.rollout.rows import (Rollout, SamplingConfig, build_rollout, completion_logps, completion_mask,
-                                   encode_prompts, model_inputs, refuse_sampling_option, repeat_rows)
 from lit_grpo.rollout.shared import SharedPrefixEngine
 
 __all__ = ["PlainEngine", "Rollout", "RolloutEngine", "SamplingConfig", "SharedPrefixEngine", "build_engine",

@@ -1,8 +1,8 @@
-"""The rollout engine: the one interface through which a training step uses the policy.
+"""The rollout engine: the one interface through which a training step uses the policy, and a rollout's data.
 
 A step needs three things from the policy model, and asks an engine for each:
 
-1. :meth:`RolloutEngine.sample`: G completions per prompt (a :class:`~lit_grpo.rollout.rows.Rollout`);
+1. :meth:`RolloutEngine.sample`: G completions per prompt (a :class:`Rollout`);
 2. :meth:`RolloutEngine.logps`: per-token log-probs of a range of the rollout's rows, with or without grad,
    with the per-token entropy on request (scoring, reference and update passes);
 3. :meth:`RolloutEngine.attention_logps`: the same log-probs from one full-sequence forward that the
@@ -12,18 +12,177 @@ Two engines implement it: :class:`~lit_grpo.rollout.plain.PlainEngine` (``transf
 full forward per pass) and :class:`~lit_grpo.rollout.shared.SharedPrefixEngine` (each prompt prefilled once
 for its group, image features reused across passes). :func:`lit_grpo.rollout.build_engine` chooses one, once,
 from the config and the model family; the module never asks which.
+
+The rollout's data lives here too: the sampling settings (:class:`SamplingConfig`), the :class:`Rollout`
+(G completions per prompt with their prompts), prompt encoding, stop-token masks, and the full forward over every
+row's prompt + completion (:func:`completion_logps`, what every engine's log-probs must equal).
+
+Shapes: ``B`` prompts, ``G`` group size, ``N = B * G``, ``P`` prompt tokens (left-padded), ``T``
+completion tokens, ``V`` vocabulary.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+from typing import Any
 
 import torch
 from torch import Tensor, nn
+from transformers import GenerationConfig
 
+from lit_grpo.grpo import selective_log_softmax
 from lit_grpo.layout import RowLayout
-from lit_grpo.rollout.rows import Rollout, SamplingConfig, completion_logps
+
+
+@dataclasses.dataclass
+class SamplingConfig:
+    """How completions are sampled."""
+
+    num_generations: int = 8
+    """G: completions per prompt (the group)."""
+    temperature: float = 1.0
+    """Sampling temperature; log-probs use the same temperature."""
+    top_p: float = 1.0
+    """Nucleus sampling mass (applied after top-k); the log-probs model it."""
+    top_k: int = 0
+    """Top-k sampling (0 = off); the log-probs model it."""
+    max_completion_length: int = 512
+    """Most tokens a completion may have."""
+
+
+def refuse_sampling_option(name: str) -> str:
+    """The one-line refusal of a ``sampling`` option that :class:`SamplingConfig` does not have: a generation
+    option (``repetition_penalty``, ``min_p``, ...) changes the sampled distribution in a way the loss's
+    log-probs do not model, so it is refused rather than silently trained off-policy."""
+    options = ", ".join(f.name for f in dataclasses.fields(SamplingConfig))
+    if name in GenerationConfig().to_dict():
+        return (f"sampling.{name} is refused: the loss cannot model it (its log-probs are those of temperature, "
+                f"top-k and top-p only, so sampling with {name} would train on a distribution other than the one "
+                f"sampled); sampling options: {options}")
+    return f"sampling.{name} is not an option; sampling options: {options}"
+
+
+@dataclasses.dataclass(eq=False)
+class Rollout:
+    """Completions of prompts: ``N`` rows, row ``n`` completing prompt ``prompt_index[n]``.
+
+    ``prompts`` holds the processor's tensors of each prompt once (``input_ids``/``attention_mask``
+    ``[B, P]``, image tensors as the processor made them); ``completion_ids`` ``[N, T]``; ``completion_mask``
+    ``[N, T]`` bool, true up to and including the first stop token; ``truncated`` ``[N]`` bool, no stop token
+    within ``T``. A sampled rollout has its G completions of a prompt contiguous. Built from per-row prompts
+    (``Rollout(prompt_rows, ids, mask, truncated, texts)``), every row completes its own prompt.
+    """
+
+    prompts: dict[str, Any]
+    completion_ids: Tensor
+    completion_mask: Tensor
+    truncated: Tensor
+    completions: list[str]
+    layout: RowLayout = dataclasses.field(default_factory=RowLayout)
+    """How ``prompts``' tensors are indexed by row and extended over the completion (model family)."""
+    prompt_index: Tensor | None = None
+    """``[N]`` long: the prompt each row completes (rows of one prompt share its prefix); ``None``: row ``n``
+    completes prompt ``n``."""
+    memo: dict[Any, Any] = dataclasses.field(default_factory=dict)
+    """What an engine computed once for these prompts and reuses in its later passes (the shared engine: each
+    prompt's language-model inputs); row subsets share it."""
+
+    def __post_init__(self):
+        if self.prompt_index is None:
+            self.prompt_index = torch.arange(self.completion_ids.shape[0], device=self.completion_ids.device)
+
+    @property
+    def num_completions(self) -> int:
+        return self.completion_ids.shape[0]
+
+    @property
+    def num_prompts(self) -> int:
+        return int(self.prompts["input_ids"].shape[0])
+
+    @functools.cached_property
+    def prompt(self) -> dict[str, Any]:
+        """Every row's own prompt inputs (``N`` rows, images included)."""
+        return self.layout.select(self.prompts, self.prompt_index, self.num_prompts)
+
+    def rows(self, index: Tensor | slice) -> "Rollout":
+        """The completions ``index`` selects (a micro-batch) with the same prompts (nothing copied)."""
+        idx = torch.arange(self.num_completions, device=self.completion_ids.device)[index]
+        return Rollout(self.prompts, self.completion_ids[idx], self.completion_mask[idx], self.truncated[idx],
+                       [self.completions[i] for i in idx.tolist()], self.layout,
+                       self.prompt_index[idx.to(self.prompt_index.device)], self.memo)
+
+
+def encode_prompts(processor, messages: list[list[dict]], images: list[list]) -> dict[str, Tensor]:
+    """Apply the processor's chat template and tokenise B prompts with their images, left-padded, untruncated."""
+    texts = [processor.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in messages]
+    tok = getattr(processor, "tokenizer", processor)
+    tok.padding_side = "left"
+    enc = processor(images=images, text=texts, padding=True, truncation=False, return_tensors="pt")
+    return dict(enc)
+
+
+def repeat_rows(inputs: dict[str, Any], repeats: int, layout: RowLayout | None = None) -> dict[str, Any]:
+    """Each prompt's row repeated ``repeats`` times, copies contiguous (``repeat_interleave``)."""
+    b = inputs["input_ids"].shape[0]
+    idx = torch.arange(b).repeat_interleave(repeats)
+    return (layout or RowLayout()).select(inputs, idx, b)
+
+
+def completion_mask(ids: Tensor, stop_ids: list[int]) -> tuple[Tensor, Tensor]:
+    """Mask up to and including the first stop token, and whether each row has none (truncated).
+
+    Shape: ids ``[N, T]`` -> mask ``[N, T]`` bool, truncated ``[N]`` bool.
+    """
+    is_stop = torch.isin(ids, torch.tensor(stop_ids, device=ids.device))  # (N, T)
+    has_stop = is_stop.any(1)
+    first = torch.where(has_stop, is_stop.float().argmax(1), torch.full_like(has_stop, ids.shape[1], dtype=torch.long))
+    mask = torch.arange(ids.shape[1], device=ids.device)[None, :] <= first[:, None]
+    return mask, ~has_stop
+
+
+def build_rollout(prompts: dict[str, Any], index: Tensor | None, ids: Tensor, tok, stop_ids: list[int],
+                  layout: RowLayout | None = None, memo: dict | None = None) -> Rollout:
+    """The :class:`Rollout` of sampled completion ids ``[N, T]`` of ``prompts`` (row ``n`` completes prompt
+    ``index[n]``): stop-token mask, padding after it, texts."""
+    if ids.shape[1] == 0:  # nothing generated: keep one pad column so shapes stay valid
+        ids = torch.full((ids.shape[0], 1), tok.pad_token_id, dtype=torch.long, device=ids.device)
+    mask, truncated = completion_mask(ids, stop_ids)
+    ids = torch.where(mask, ids, torch.full_like(ids, tok.pad_token_id))
+    texts = tok.batch_decode(ids.masked_fill(~mask, tok.pad_token_id), skip_special_tokens=True)
+    return Rollout(prompts, ids, mask, truncated, texts, layout or RowLayout(), index,
+                   {} if memo is None else memo)
+
+
+def model_inputs(rollout: Rollout) -> dict[str, Tensor]:
+    """Forward inputs over every row's prompt + completion (positions left to the model, exactly as in
+    ``generate``); per-token extras are extended over the completion by the rollout's :class:`RowLayout`."""
+    p = rollout.prompt
+    attention = torch.cat([p["attention_mask"], rollout.completion_mask.to(p["attention_mask"].dtype)], 1)
+    inputs = rollout.layout.extend({k: v for k, v in p.items() if k not in ("input_ids", "attention_mask")},
+                                   rollout.completion_mask)
+    inputs["input_ids"] = torch.cat([p["input_ids"], rollout.completion_ids], 1)
+    inputs["attention_mask"] = attention
+    return inputs
+
+
+def completion_logps(model: nn.Module, rollout: Rollout, temperature: float, suppress_ids: Tensor | None = None,
+                     with_entropy: bool = False, *, top_k: int = 0, top_p: float = 1.0) -> tuple[Tensor, Tensor | None]:
+    """Per-token log-probs of the completion tokens under ``model`` (the sampled distribution), from one forward
+    of the whole model over every row's prompt + completion.
+
+    Log-probs come from the model's own forward logits (whatever scaling its class applies, exactly as
+    in generation), processed by :func:`lit_grpo.grpo.warp` as the sampler processed them (``suppress_ids``
+    removed, ``temperature``, ``top_k``, ``top_p``).
+    Shape: -> logps ``[N, T]`` float32 (and entropy ``[N, T]`` with ``with_entropy``).
+    """
+    t = rollout.completion_ids.shape[1]
+    out = model(**model_inputs(rollout), use_cache=False, logits_to_keep=t + 1)
+    logits = out.logits[:, -(t + 1):-1]  # (N, T, V): position i predicts completion token i
+    return selective_log_softmax(logits, rollout.completion_ids, temperature, suppress_ids, with_entropy=with_entropy,
+                                 top_k=top_k, top_p=top_p)
+
 
 
 class RolloutEngine:
@@ -47,7 +206,7 @@ class RolloutEngine:
       the sampler used (:func:`lit_grpo.grpo.selective_log_softmax`); the entropy ``[n, T]`` float32 of the same
       distribution with ``entropy=True``, else None. Values at masked positions are finite and unused. With
       ``grad=True`` the log-probs carry the gradient to every trainable weight that produced them.
-      Must equal :func:`lit_grpo.rollout.rows.completion_logps` (one full forward of prompt + completion) up to
+      Must equal :func:`completion_logps` (one full forward of prompt + completion) up to
       float rounding, whatever the row range, and, for the sampling policy, the log-probs of the distribution the
       tokens were sampled from (the first importance ratio is 1).
     - ``attention_logps(model, rollout, rows, scorer, images)``: ``logps(..., grad=False)`` computed by one

@@ -12,8 +12,8 @@ from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 from lit_grpo.grpo import warp
 from lit_grpo.layout import RowLayout
-from lit_grpo.rollout.engine import RolloutEngine
-from lit_grpo.rollout.rows import Rollout, SamplingConfig, build_rollout, completion_logps, repeat_rows
+from lit_grpo.rollout.engine import (Rollout, RolloutEngine, SamplingConfig, build_rollout, completion_logps,
+                                     repeat_rows)
 
 
 class WarpLogits(LogitsProcessor):

@@ -38,8 +38,7 @@ from transformers import DynamicCache
 from lit_grpo.rollout.checkpointed import checkpointed_logps, checkpointing
 from lit_grpo.families import Family, unwrap
 from lit_grpo.grpo import selective_log_softmax, warp
-from lit_grpo.rollout.engine import RolloutEngine
-from lit_grpo.rollout.rows import Rollout, build_rollout
+from lit_grpo.rollout.engine import Rollout, RolloutEngine, build_rollout
 
 
 @dataclasses.dataclass
@@ -150,7 +149,7 @@ def shared_prefix_logps(model: nn.Module, prompts: PromptCache, rows: Tensor,
                         top_p: float = 1.0) -> tuple[Tensor, Tensor | None]:
     """Per-token log-probs of completion rows ``rows`` (indices into the rollout) with the prompt run once.
 
-    Equal to :func:`lit_grpo.rollout.rows.completion_logps` on the same rows. Shape: completion_ids/mask ``[n, T]``
+    Equal to :func:`lit_grpo.rollout.engine.completion_logps` on the same rows. Shape: completion_ids/mask ``[n, T]``
     -> ``[n, T]`` float32 (and the entropy with ``with_entropy``).
     """
     if checkpointing(model, prompts.family):  # no KV cache under checkpointing: one checkpoint per decoder layer
