@@ -1,11 +1,11 @@
-"""Cost of the attention reward in the scoring pass, against ``output_attentions=True``.
+"""Cost of the attention reward in the log-prob pass, against ``output_attentions=True``.
 
     python benchmarks/asm.py                      # sequence lengths 512, 1024, 2048
     python benchmarks/asm.py --lengths 512 --rows 2
 
 For each total sequence length L (prompt with its image tokens + completion, the completion being
 ``--completion-fraction`` of L), on a Granite-Vision-shaped LLaVA-NeXT model (about 18M parameters,
-float32, SDPA), it measures the trainer's scoring pass (one no-grad forward over prompt + completion
+float32, SDPA), it measures the trainer's log-prob pass (one no-grad forward over prompt + completion
 giving per-token log-probs) three ways:
 
 - ``plain``: the forward alone (what the pass costs without the attention reward);
@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.worker:
         print(json.dumps(_worker(args.lengths[0], args.rows, args.completion_fraction, args.repeats)))
         return
-    print(f"Scoring pass over {args.rows} rows, completion T = {args.completion_fraction:.0%} of L, float32, "
+    print(f"Log-prob pass over {args.rows} rows, completion T = {args.completion_fraction:.0%} of L, float32, "
           f"{os.environ.get('ASM_BENCH_THREADS', '2')} threads, load average {os.getloadavg()[0]:.1f}.\n"
           f"Time: fastest of {args.repeats} runs, plain and ASM alternating. Memory: peak heap in use during the pass "
           "above its level before (glibc mallinfo2 sampled every 0.5 ms; model and inputs excluded).")

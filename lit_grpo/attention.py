@@ -274,7 +274,7 @@ def captured_rows(capture: AttentionCapture, attention_mask: Tensor, chunk_score
 # ----------------------------------------------------------------------------------------- in the trainer
 @dataclasses.dataclass
 class AttentionConfig:
-    """Attention capture in the no-grad scoring pass: the ``asm`` reward column and the attention overlays."""
+    """Attention capture in the no-grad log-prob pass: the ``asm`` reward column and the attention overlays."""
 
     enabled: bool | None = None
     """Capture even when no reward reads ``asm`` (for the overlay callback); None = only when one does."""
@@ -313,7 +313,7 @@ class AttentionScores:
 
 
 class AttentionScorer:
-    """Scores completions from a capture made during the scoring pass's forward (no second forward).
+    """Scores completions from a capture made during the log-prob pass's forward (no second forward).
 
     >>> with scorer.capture(policy, rollout) as cap:            # doctest: +SKIP
     ...     logps, _ = completion_logps(policy, rollout, temperature)

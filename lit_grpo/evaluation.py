@@ -212,7 +212,7 @@ class Evaluator:
         return torch.tensor(correctness(values, self.cfg.pass_threshold), dtype=torch.float32)
 
     def step(self, module, batch, stage: str, batch_idx: int = 0) -> list[dict[str, Any]]:
-        """Complete every prompt of ``batch`` in each mode through ``module`` (its ``rollout``, ``scoring_pass`` and
+        """Complete every prompt of ``batch`` in each mode through ``module`` (its ``rollout``, ``logprob_pass`` and
         ``rewards``; a fixed sampling seed per batch), accumulate the statistics, return the records."""
         records = []
         for mode, n, greedy, temp in self.modes():
@@ -220,7 +220,7 @@ class Evaluator:
                 if self.cfg.seed is not None:
                     torch.manual_seed(self.cfg.seed + batch_idx)
                 rollout = module.rollout(batch, n, greedy=greedy, temperature=temp)
-            extra = module.scoring_pass(batch, rollout, n, train=False).columns() if module.wants_asm else {}
+            extra = module.logprob_pass(batch, rollout, n, train=False).columns() if module.wants_asm else {}
             reward_metrics, call_metrics = {}, {}
             per_reward, total = module.rewards(batch, rollout, n, self.fns, metrics=reward_metrics, extra=extra)
             correct = self.correctness(rollout.completions, module.columns(batch, rollout, n, extra), per_reward,

@@ -22,12 +22,12 @@ LOG_RATIO_CLAMP = 20.0
 
 
 def scale_logits(logits: Tensor, temperature: float, suppress_ids: Tensor | None = None) -> Tensor:
-    """Next-token scores before truncation: ``suppress_ids`` (tokens the sampler never emits, e.g. image
+    """Next-token logits before truncation: ``suppress_ids`` (tokens the sampler never emits, e.g. image
     placeholders) set to ``-inf``, then divided by ``temperature``. Shape: ``[n, V]`` -> ``[n, V]`` float32."""
-    scores = logits.float()
+    logits = logits.float()
     if suppress_ids is not None and suppress_ids.numel():
-        scores = scores.index_fill(-1, suppress_ids.to(scores.device), float("-inf"))
-    return scores / temperature
+        logits = logits.index_fill(-1, suppress_ids.to(logits.device), float("-inf"))
+    return logits / temperature
 
 
 def truncate_scores(scores: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor:

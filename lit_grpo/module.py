@@ -1,8 +1,8 @@
 """The LightningModules: :class:`PolicyModule` (what GRPO and SFT share: the policy, the rollout engine, rewards,
 evaluation, checkpoints), :class:`PolicyPasses` (the policy side of a GRPO step: the scoring and update passes) and
-:class:`GRPOModule`: one training step = rollout -> score -> rewards -> advantages -> policy update -> log.
+:class:`GRPOModule`: one training step = rollout -> log-probs -> rewards -> advantages -> policy update -> log.
 
-The no-grad scoring pass is one forward per micro-batch over prompt + completion; when the attention
+The no-grad log-prob pass is one forward per micro-batch over prompt + completion; when the attention
 reward is configured it runs even with ``num_iterations == 1`` and ``beta == 0``, and hooks on the final
 decoder layer turn that same forward into the ASM column of the rewards (no second forward).
 
@@ -48,12 +48,12 @@ from lit_grpo.rng import gather_rank_rng_states, restore_rank_rng_states, seed_r
 from lit_grpo.rollout import Rollout, RolloutEngine, SamplingConfig, build_engine, encode_prompts
 from lit_grpo.runs import check_trainable_weights
 
-__all__ = ["EvalConfig", "GRPOConfig", "GRPOModule", "PolicyModule", "PolicyPasses", "ScoringPass"]
+__all__ = ["EvalConfig", "GRPOConfig", "GRPOModule", "PolicyModule", "PolicyPasses", "LogprobPass"]
 
 
 @dataclasses.dataclass
-class ScoringPass:
-    """What the no-grad scoring pass gives a step: log-probs ``[N, T]`` of the sampling policy
+class LogprobPass:
+    """What the no-grad log-prob pass gives a step: log-probs ``[N, T]`` of the sampling policy
     (``num_iterations > 1``) and of the reference (``beta > 0``), and the attention scores (when captured)."""
 
     old_logps: Tensor | None = None
@@ -80,12 +80,12 @@ class PolicyPasses:
         return [slice(i, min(i + size, n)) for i in range(0, n, size)]
 
     @torch.no_grad()
-    def scoring_pass(self, policy: nn.Module, rollout: Rollout, images: list[list], train: bool = True) -> ScoringPass:
-        """The no-grad scoring pass: one forward of the policy per micro-batch gives the sampling policy's
+    def logprob_pass(self, policy: nn.Module, rollout: Rollout, images: list[list], train: bool = True) -> LogprobPass:
+        """The no-grad log-prob pass: one forward of the policy per micro-batch gives the sampling policy's
         log-probs (``num_iterations > 1``) and, with the attention capture on, the ASM from the same forward
         (a full-sequence forward, whatever the engine); then the reference pass (``beta > 0``). ``images[n]``:
         row ``n``'s images. ``train=False`` (evaluation) skips log-probs."""
-        out = ScoringPass()
+        out = LogprobPass()
         want_old = train and self.cfg.num_iterations > 1
         if want_old or self.attention_scorer is not None:
             old, attention = [], []
@@ -204,15 +204,15 @@ class PolicyModule(EvaluationHooks, L.LightningModule):
         enc = {k: v.to(self.device) if isinstance(v, Tensor) else v for k, v in enc.items()}
         return self.engine.sample(self.policy, enc, group_size, greedy=greedy, temperature=temperature)
 
-    def scoring_pass(self, batch: PromptBatch, rollout: Rollout, group_size: int, train: bool = True) -> ScoringPass:
-        """The no-grad scoring pass (:meth:`PolicyPasses.scoring_pass`)."""
+    def logprob_pass(self, batch: PromptBatch, rollout: Rollout, group_size: int, train: bool = True) -> LogprobPass:
+        """The no-grad log-prob pass (:meth:`PolicyPasses.logprob_pass`)."""
         images = [s.images for s in batch.samples for _ in range(group_size)]
-        return self.passes.scoring_pass(self.policy, rollout, images, train)
+        return self.passes.logprob_pass(self.policy, rollout, images, train)
 
     def columns(self, batch: PromptBatch, rollout: Rollout, group_size: int,
                 extra: dict[str, list] | None = None) -> dict[str, list]:
         """Reward columns: every Sample field repeated ``group_size`` times, plus ``truncated``,
-        ``completion_length`` (tokens) and the scoring pass's ``extra`` columns (``asm``)."""
+        ``completion_length`` (tokens) and the log-prob pass's ``extra`` columns (``asm``)."""
         per_sample = [s.columns() for s in batch.samples]
         columns = {k: [c[k] for c in per_sample for _ in range(group_size)] for k in per_sample[0]}
         columns["truncated"] = rollout.truncated.tolist()
@@ -225,7 +225,7 @@ class PolicyModule(EvaluationHooks, L.LightningModule):
                 extra: dict[str, list] | None = None) -> tuple[dict[str, Tensor], Tensor]:
         """Per-reward values (components of composite rewards included) and the weighted total of every
         reward (or of ``fns``: evaluation-only metrics weigh 0); reward metrics (e.g. judge latency) go into
-        ``metrics``; ``extra`` holds the scoring pass's columns. A reward that raises (a judge that is down)
+        ``metrics``; ``extra`` holds the log-prob pass's columns. A reward that raises (a judge that is down)
         stops the step on every rank at once, so no rank waits forever in a collective."""
         fns = fns or self.reward_fns
         weights = {k: self.reward_weights.get(k, 0.0) for k in fns}
@@ -300,7 +300,7 @@ class GRPOModule(PolicyModule):
             grpo: objective (beta, clipping, loss aggregation, iterations, micro-batching).
             sampling: rollout sampling (G, temperature, top_p, top_k, max_completion_length).
             evaluation: validation/test completion modes.
-            attention: final-layer attention capture in the scoring pass (the ``attention`` reward's ASM;
+            attention: final-layer attention capture in the log-prob pass (the ``attention`` reward's ASM;
                 on whenever a reward reads ``asm``).
             perf: each prompt computed once per group (shared prompt prefix, image features once per
                 rollout; one checkpoint per decoder layer under gradient checkpointing); the plain path when off
@@ -321,22 +321,22 @@ class GRPOModule(PolicyModule):
     def training_step(self, batch: PromptBatch, batch_idx: int) -> dict[str, Any]:
         start, g = time.perf_counter(), self.sampling.num_generations
         rollout = self.rollout(batch, g)
-        scored = self.scoring_pass(batch, rollout, g)
+        logprobs = self.logprob_pass(batch, rollout, g)
         reward_metrics: dict[str, float] = {}
-        per_reward, total = self.rewards(batch, rollout, g, metrics=reward_metrics, extra=scored.columns())
+        per_reward, total = self.rewards(batch, rollout, g, metrics=reward_metrics, extra=logprobs.columns())
         rank, world = D.world()
         all_total = D.all_gather_cat(total.to(self.device)).cpu()  # (W * N,)
         advantages = group_advantages(all_total, g, self.cfg.scale_rewards, self.cfg.advantage_eps)
         local_adv = advantages.reshape(world, -1)[rank].to(self.device)  # (N,)
         lr = self._lr()  # the lr this step's updates use (the scheduler steps after them)
-        stats = self.update(rollout, local_adv, scored.old_logps, scored.ref_logps)
+        stats = self.update(rollout, local_adv, logprobs.old_logps, logprobs.ref_logps)
         elapsed = time.perf_counter() - start
         self.log_train(per_reward, all_total, advantages, rollout, stats, len(all_total) / elapsed, reward_metrics,
                        lr)
         return {"prompts": [m for m in batch.messages], "completions": rollout.completions,
                 "rewards": {k: v.tolist() for k, v in per_reward.items()}, "total": total.tolist(),
                 "advantages": local_adv.tolist(), "answers": [s.answer for s in batch.samples], "group_size": g,
-                "attention": scored.attention}
+                "attention": logprobs.attention}
 
     def _backward_sync(self, last: bool):
         strategy = self._trainer.strategy if self._trainer is not None else None

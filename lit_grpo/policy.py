@@ -148,12 +148,12 @@ def disable_dropout(model: nn.Module, cfg: PolicyConfig | None = None) -> None:
     attributes named ``*dropout*`` of its modules (attention dropout read at forward time) and of its configs
     (sub-configs included) become 0; a LoRA dropout configured in ``cfg`` gets a one-line warning.
 
-    GRPO needs it (as TRL does): the scoring pass and the first update must run the same policy, so that the
+    GRPO needs it (as TRL does): the log-prob pass and the first update must run the same policy, so that the
     first iteration's importance ratio is exactly 1; with dropout they are two different random sub-networks.
     """
     if cfg is not None and cfg.lora is not None and cfg.lora.dropout > 0:
         rank_zero_warn(f"policy.lora.dropout {cfg.lora.dropout} is not applied: GRPO runs the policy without dropout "
-                       "(the scoring pass and the update must see the same policy)")
+                       "(the log-prob pass and the update must see the same policy)")
     for module in model.modules():
         if isinstance(module, nn.modules.dropout._DropoutNd):
             module.p = 0.0

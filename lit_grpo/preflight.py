@@ -49,7 +49,7 @@ def check_config(config: dict[str, Any], subcommand: str | None) -> None:
 
 def _check_reward(spec: dict[str, Any], where: str) -> None:
     from lit_grpo.rewards.judge.config import JudgeConfig
-    from lit_grpo.rewards.registry import REWARDS, reward_info, reward_options
+    from lit_grpo.rewards.registry import REWARDS, RewardSpec, check_options, reward_info, reward_options
 
     name = spec.get("name")
     if name not in REWARDS:
@@ -62,6 +62,10 @@ def _check_reward(spec: dict[str, Any], where: str) -> None:
     if unknown:
         raise ValueError(f"{where}.kwargs: reward {name!r} takes no option {unknown[0]!r}; "
                          f"its options: {', '.join(sorted(valid)) or 'none'}")
+    try:  # each value against its parameter's type
+        check_options(RewardSpec(name, kwargs=kwargs))
+    except ValueError as exc:
+        raise ValueError(f"{where}.kwargs: {exc}") from None
     fn = REWARDS.get(name)
     if not inspect.isclass(fn):  # a reward checks its option values even on an empty batch
         required = [p.name for p in inspect.signature(fn).parameters.values()  # columns it did not declare

@@ -1,4 +1,4 @@
-"""The attention reward in the trainer: ASM from the scoring pass's own forward, the reward column, the
+"""The attention reward in the trainer: ASM from the log-prob pass's own forward, the reward column, the
 TensorBoard overlays (read back from the event file), and evaluation."""
 
 import math
@@ -66,7 +66,7 @@ def test_training_step_scores_asm_in_the_one_scoring_forward(with_attention, sha
     calls = _count_scoring_forwards(module, prompt_length)
     torch.manual_seed(0)
     out = module.training_step(batch, 0)
-    # num_iterations=1, beta=0: without the attention reward there is no scoring pass at all (plain path: 1 = the
+    # num_iterations=1, beta=0: without the attention reward there is no log-prob pass at all (plain path: 1 = the
     # update; shared prefix: the update runs the language model on the prompts, then on the completions); with
     # it, exactly one more full-sequence forward, whose hooks give the ASM
     assert len(calls) == (1 if with_attention else 0) + (0 if share_prefix else 1)
@@ -87,8 +87,8 @@ def test_attention_can_be_captured_for_logging_without_the_reward(tiny_model_dir
                                                                                         max_completion_length=6))
     batch = _batch(puzzle_samples[:2])
     rollout = module.rollout(batch, 2)
-    scored = module.scoring_pass(batch, rollout, 2)
-    assert scored.old_logps is None and scored.attention.asm.shape == (4,)
+    logprobs = module.logprob_pass(batch, rollout, 2)
+    assert logprobs.old_logps is None and logprobs.attention.asm.shape == (4,)
     with pytest.raises(ValueError, match="enabled"):
         GRPOModule(policy=PolicyConfig(name_or_path=tiny_model_dir), rewards=REWARDS,
                    attention=AttentionConfig(enabled=False))
@@ -99,9 +99,9 @@ def test_micro_batched_scoring_gives_the_same_asm(tiny_model_dir, puzzle_samples
     batch = _batch(puzzle_samples[:2])
     torch.manual_seed(0)
     rollout = module.rollout(batch, 4)
-    whole = module.scoring_pass(batch, rollout, 4)
+    whole = module.logprob_pass(batch, rollout, 4)
     module.cfg.micro_batch_size = 3
-    parts = module.scoring_pass(batch, rollout, 4)
+    parts = module.logprob_pass(batch, rollout, 4)
     torch.testing.assert_close(parts.attention.asm, whole.attention.asm, atol=1e-5, rtol=0)
     torch.testing.assert_close(parts.old_logps, whole.old_logps, atol=1e-5, rtol=0)
 
@@ -121,7 +121,7 @@ def test_overlays_are_logged_as_the_panels_read_back_from_tensorboard(tiny_model
     module = _module(tiny_model_dir)
     batch = _batch(puzzle_samples[:2])
     torch.manual_seed(0)
-    scores = module.scoring_pass(batch, module.rollout(batch, 4), 4).attention
+    scores = module.logprob_pass(batch, module.rollout(batch, 4), 4).attention
     writer = SummaryWriter(str(tmp_path))
     AttentionOverlays(num_completions=2, side=200).log_attention(writer, scores, batch.samples, 4, step=3)
     writer.close()

@@ -2,7 +2,7 @@
 
 The sampler (plain ``generate`` and the shared-prefix decoder) draws from temperature, top-k and top-p of the
 policy's logits and nothing else, whatever the checkpoint's ``generation_config`` carries, and the loss's
-log-probs are those of the same distribution; the policy runs without dropout in GRPO, so the scoring pass and
+log-probs are those of the same distribution; the policy runs without dropout in GRPO, so the log-prob pass and
 the first update see the same policy.
 """
 
@@ -209,7 +209,7 @@ def _train_adapter(policy):
 
 
 def test_first_iteration_ratio_is_one_with_lora_dropout(tiny_model_dir, puzzle_samples):
-    """policy.lora.dropout 0.1 and num_iterations 2: the scoring pass's log-probs and the first update's are equal
+    """policy.lora.dropout 0.1 and num_iterations 2: the log-prob pass's log-probs and the first update's are equal
     to float precision, so no token is clipped on the first iteration (the dropout is off, with a one-line
     warning)."""
     from lit_grpo.data.datamodule import PromptBatch
@@ -223,7 +223,7 @@ def test_first_iteration_ratio_is_one_with_lora_dropout(tiny_model_dir, puzzle_s
     torch.manual_seed(0)
     ro = module.rollout(batch, 4)
     assert module.policy.training
-    old = module.scoring_pass(batch, ro, 4).old_logps
+    old = module.logprob_pass(batch, ro, 4).old_logps
     adv = torch.tensor([1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 0.3, -0.3])
     stats = module.accumulate_gradients(ro, adv, old, None)
     assert stats["clip_ratio"] == 0.0

@@ -179,9 +179,9 @@ def test_module_passes_equal_plain_path(lora, tiny_model_dir, puzzle_samples):
     assert ro.memo and ro.num_completions == 8 and ro.num_prompts == 2
     ro.completion_mask[:, 4:] &= torch.arange(8)[:, None] % 3 != 0  # different lengths per row
     engines = (module.engine, plain_engine)
-    got = module.scoring_pass(batch, ro, 4)
+    got = module.logprob_pass(batch, ro, 4)
     module.passes.engine = plain_engine
-    want = module.scoring_pass(batch, ro, 4)
+    want = module.logprob_pass(batch, ro, 4)
     valid = ro.completion_mask
     for a, b in ((got.old_logps, want.old_logps), (got.ref_logps, want.ref_logps)):
         assert (a - b)[valid].abs().max() < 1e-5

@@ -188,6 +188,36 @@ def test_unknown_reward_options_are_refused_naming_the_valid_ones(name, kwargs, 
     assert f"has no option {unknown}" in str(err.value) and valid in str(err.value)
 
 
+@pytest.mark.parametrize("name, kwargs, expected", [
+    ("binary", {"mode": 3}, "option 'mode': key \"mode\": Expected a <class 'str'>. Got value: 3"),
+    ("format", {"tags": "answer"}, "option 'tags': key \"tags\": Expected a <class 'list'>. Got value: answer"),
+    ("rubric", {"absent_factor": "x"}, "option 'absent_factor': key \"absent_factor\": Expected a <class 'float'>"),
+    ("rubric", {"weights": {"principle": "x"}}, "option 'weights'"),
+    # a judge's settings field by field (a mapping checked against JudgeConfig and its offline part)
+    ("open_accuracy", {"judge": {"modle": "m"}}, "option 'judge': Option 'modle' is not accepted"),
+    ("rubric", {"judge": {"timeout_s": "slow"}}, "option 'judge': key \"judge.timeout_s\": Expected a <class 'float'>"),
+    ("open_accuracy", {"judge": {"offline": {"rel_tol": "a"}}}, "key \"judge.offline.rel_tol\": Expected a <class 'float'>"),
+])
+def test_reward_option_values_are_checked_against_their_types(name, kwargs, expected):
+    from lit_grpo.rewards import RewardSpec, build_reward
+
+    with pytest.raises(ValueError) as err:
+        build_reward(RewardSpec(name, kwargs=kwargs))
+    assert str(err.value).startswith(f"reward {name!r} ({name}) ") and expected in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("name, kwargs", [
+    ("binary", {"mode": "multiline"}), ("format", {"tags": ["think", "answer"]}), ("rubric", {"absent_factor": 1}),
+    ("rubric", {"weights": {"principle": 0.5, "unit": 0.5}, "strict": True}),
+    ("open_accuracy", {"judge": {"model": "m", "timeout_s": 3, "offline": {"rel_tol": 0.02}}}),
+])
+def test_reward_option_values_of_the_right_type_pass(name, kwargs):
+    from lit_grpo.rewards import RewardSpec, build_reward
+
+    assert callable(build_reward(RewardSpec(name, kwargs=kwargs)))
+
+
 def test_reward_options_and_columns_come_from_the_registration():
     from lit_grpo.rewards import RewardSpec, build_reward
     from lit_grpo.rewards.registry import reward_info, reward_options

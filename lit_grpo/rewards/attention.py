@@ -1,9 +1,9 @@
-"""The attention reward r_attn: the ASM the scoring pass computed from the policy's own attention.
+"""The attention reward r_attn: the ASM the log-prob pass computed from the policy's own attention.
 
 Source: the physics reward-design paper (Granite Vision on PhyX), "attention-weight reward": the
 fraction of the final layer's image attention that falls on foreground pixels, averaged over the
 generated tokens (the Attention Score Mask). It needs no annotation and no external model; the
-score itself is computed in :mod:`lit_grpo.attention` during the trainer's no-grad scoring pass and
+score itself is computed in :mod:`lit_grpo.attention` during the trainer's no-grad log-prob pass and
 reaches rewards as the ``asm`` column. ``Fmt + Acc + ASM`` is the reward list
 ``[{name: format}, {name: accuracy}, {name: attention, weight: w}]``.
 """
@@ -27,11 +27,11 @@ def attention_reward(completions: list[str], asm: list[float] | None = None, **_
     [0.25, None]
     """
     if asm is None:
-        raise ValueError("the attention reward needs the scoring pass's 'asm' column; run it in GRPOModule, "
+        raise ValueError("the attention reward needs the log-prob pass's 'asm' column; run it in GRPOModule, "
                          "which captures the final layer's attention whenever this reward is configured")
     if len(asm) != len(completions):
         raise ValueError(f"'asm' has {len(asm)} values for {len(completions)} completions")
     return [None if a is None or math.isnan(a) else float(a) for a in asm]
 
 
-"""Scoring-pass columns this reward reads (see :func:`lit_grpo.rewards.registry.required_columns`)."""
+"""Log-prob-pass columns this reward reads (see :func:`lit_grpo.rewards.registry.required_columns`)."""

@@ -2,7 +2,7 @@
 
 A reward is a callable ``(completions: list[str], **columns) -> list[float | None]`` where every column
 is a list aligned with ``completions`` (``answer``, ``answer_format``, ``options``, ``principle``,
-``unit``, ``domain``, ``id``, ``meta``, ``images`` and any extras of the scoring pass). Two values are
+``unit``, ``domain``, ``id``, ``meta``, ``images`` and any extras of the log-prob pass). Two values are
 not numbers, as in TRL: ``None`` means "does not apply" (``accuracy`` on an open-ended row, a missing
 gold): the term is left out of that completion's total. NaN means "failed" (a judge call that failed, a
 jury without quorum): that completion's total cannot be scored, it gets advantage 0 and is counted in
@@ -228,7 +228,7 @@ def _warn_gameable(label: str, note: str) -> None:
 
 
 def required_columns(specs: list[RewardSpec]) -> set[str]:
-    """Columns of the scoring pass the rewards read (``asm``): the columns their registrations list that are neither
+    """Columns of the log-prob pass the rewards read (``asm``): the columns their registrations list that are neither
     a :class:`~lit_grpo.data.sample.Sample` field nor a rollout column (``truncated``, ``completion_length``)."""
     given = {f.name for f in dataclasses.fields(Sample)} | {"truncated", "completion_length"}
     return {c for spec in specs for c in reward_info(spec.name).columns if c not in given}

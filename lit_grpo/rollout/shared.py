@@ -19,7 +19,7 @@ completion (sampling, scoring, reference, update). Two optimisations, each exact
   decode with :func:`lit_grpo.grpo.warp` (suppressed tokens, temperature, top-k, top-p: the function the log-probs use).
 
 The attention reward's capture needs one full-sequence forward (its hooks read the final layer's queries
-and keys over prompt + completion), so the scoring pass that carries the capture takes the plain path
+and keys over prompt + completion), so the log-prob pass that carries the capture takes the plain path
 (images of every row encoded); the reference and update passes still share the prefix.
 
 Shapes: ``B`` prompts (unique rows), ``N`` completion rows, ``P`` prompt tokens, ``T`` completion tokens,
@@ -181,9 +181,9 @@ def sample_shared(model: nn.Module, prompts: PromptCache, cfg, stop_ids: list[in
     done = torch.zeros(last.shape[0], dtype=torch.bool, device=last.device)
     tokens = []
     for step in range(cfg.max_completion_length):
-        scores = warp(head(last), 1.0 if greedy else cfg.temperature, 0 if greedy else cfg.top_k,
+        logits = warp(head(last), 1.0 if greedy else cfg.temperature, 0 if greedy else cfg.top_k,
                       1.0 if greedy else cfg.top_p, suppress_ids)
-        token = scores.argmax(-1) if greedy else torch.multinomial(scores.softmax(-1), 1)[:, 0]
+        token = logits.argmax(-1) if greedy else torch.multinomial(logits.softmax(-1), 1)[:, 0]
         token = torch.where(done, torch.full_like(token, pad_id), token)
         tokens.append(token)
         done |= torch.isin(token, stop)
