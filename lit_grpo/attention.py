@@ -112,6 +112,12 @@ def attention_rows(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, attention_mas
     matmul below does exactly that without materialising the copies. Scores are made ``chunk_scores`` at a
     time (``N x H x chunk x L``; twice that in memory with their softmax).
     """
+    with torch.autocast(q.device.type, enabled=False):  # float32 throughout, also under bf16-mixed autocast
+        return _attention_rows(q, k, cos, sin, attention_mask, scale, head_dim, chunk_scores, columns)
+
+
+def _attention_rows(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, attention_mask: Tensor, scale: float,
+                    head_dim: int, chunk_scores: int, columns: Tensor | None) -> Tensor:
     n, tq, L = q.shape[0], q.shape[1], k.shape[1]
     cos, sin = cos.float(), sin.float()
     kh = apply_rotary(k.float().view(n, L, -1, head_dim).transpose(1, 2), cos, sin)  # (N, Hk, L, D)

@@ -94,6 +94,19 @@ def test_row_attention_hand_example():
     torch.testing.assert_close(chunked, rows, rtol=0, atol=0)
 
 
+def test_rows_stay_float32_under_bf16_autocast():
+    """Under ``bf16-mixed`` autocast (the paper configs' precision) the reconstruction still runs in float32: the
+    hand example's rows exactly, and masked scores filled with float32's minimum without a bf16 overflow."""
+    k = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    q = torch.tensor([[2.0, 0.0], [0.0, 2.0]])
+    cos, sin = torch.ones(3, 2), torch.zeros(3, 2)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        rows = attention_rows(q[None].bfloat16(), k[None].bfloat16(), cos[None], sin[None],
+                              torch.tensor([[0, 1, 1]]), scale=0.5, head_dim=2)
+    assert rows.dtype == torch.float32
+    torch.testing.assert_close(rows[0], torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.5, 0.5]]), rtol=0, atol=0)
+
+
 def test_gqa_heads_are_repeat_interleaved():
     """Two query heads per KV head: query heads 0, 1 use KV head 0 and heads 2, 3 use KV head 1."""
     torch.manual_seed(0)

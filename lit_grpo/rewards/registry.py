@@ -83,8 +83,9 @@ def reward_options(name: str) -> list[str]:
 
 def check_options(spec: "RewardSpec") -> None:
     """Refuse ``kwargs`` that are not options of the reward (a typo would be ignored by its ``**_``), and option
-    values of the wrong type: each is checked against its parameter's annotation (jsonargparse, as the CLI checks
-    every other option; a dataclass option such as a judge's settings field by field).
+    values of the wrong type: each value a config can hold is checked against its parameter's annotation
+    (jsonargparse, as the CLI checks every other option; a mapping for a dataclass option, such as a judge's
+    settings, field by field).
 
     Raises:
         ValueError: naming the reward, the unknown keys and the valid ones, or the option and the type it needs.
@@ -95,6 +96,8 @@ def check_options(spec: "RewardSpec") -> None:
         raise ValueError(f"reward {spec.label!r} ({spec.name}) has no option {', '.join(map(repr, unknown))}; "
                          f"its options: {', '.join(valid) or 'none'}")
     for key, value in spec.kwargs.items():
+        if not config_value(value):  # an object handed over in Python (a Judge instance): the caller's to type
+            continue
         settings = settings_class(spec.name, key) if isinstance(value, dict) else None
         parser = option_parser(settings) if settings is not None else reward_parser(spec.name)
         try:
@@ -102,6 +105,15 @@ def check_options(spec: "RewardSpec") -> None:
         except Exception as exc:  # jsonargparse: 'Parser key "k": Expected a <class ...>. Got value: v'
             why = " ".join(str(exc).split()).replace('Parser key "', f'key "{key}.' if settings else 'key "')
             raise ValueError(f"reward {spec.label!r} ({spec.name}) option {key!r}: {why}") from None
+
+
+def config_value(value: Any) -> bool:
+    """Whether ``value`` is what a config holds (None, str, numbers, lists and mappings of them)."""
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and config_value(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return all(config_value(v) for v in value)
+    return value is None or isinstance(value, (str, int, float, bool))
 
 
 def settings_class(name: str, key: str) -> type | None:
