@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-from torch import Tensor
+from torch import Tensor, nn
 
 
 def world() -> tuple[int, int]:
@@ -61,3 +61,16 @@ def _device() -> torch.device:
     if dist.get_backend() == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
+
+
+def clip_grad_norm(root: nn.Module | None, parameters: list[nn.Parameter], max_norm: float) -> Tensor:
+    """Clip gradients to a total 2-norm of ``max_norm`` and return the norm before clipping.
+
+    ``root``: the strategy's wrapped model. Under FSDP each rank holds a shard of every gradient, so the norm must
+    come from the root FSDP module's own ``clip_grad_norm_`` (over every rank's shards; ``torch.nn.utils.
+    clip_grad_norm_`` would clip each shard by its own norm); any other wrapper (DDP, none) holds whole
+    gradients, and torch's function over ``parameters`` is exact.
+    """
+    if root is not None and callable(getattr(root, "clip_grad_norm_", None)):
+        return root.clip_grad_norm_(max_norm)
+    return torch.nn.utils.clip_grad_norm_(parameters, max_norm)

@@ -353,7 +353,8 @@ class GRPOModule(PolicyModule):
             opt.zero_grad()
             stats = self.accumulate_gradients(rollout, advantages, old_logps, ref_logps)
             clip = self.cfg.max_grad_norm if self.cfg.max_grad_norm is not None else math.inf
-            stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.trainable_parameters(), clip))
+            root = getattr(self._trainer.strategy, "model", None) if self._trainer is not None else None
+            stats["grad_norm"] = float(D.clip_grad_norm(root, self.trainable_parameters(), clip))
             self._optimizer_step(opt, last=i == self.cfg.num_iterations - 1)
             for k, v in stats.items():
                 totals[k] = totals.get(k, 0.0) + v / self.cfg.num_iterations

@@ -37,7 +37,8 @@ def check_config(config: dict[str, Any], subcommand: str | None) -> None:
     model = config.get("model") or {}
     init = model.get("init_args") or {} if isinstance(model, dict) else {}
     for check, arg in ((_check_rewards, init), (_check_evaluation, init), (_check_settings, init),
-                       (_check_data, (config.get("data") or {}, subcommand)), (_check_policy, init)):
+                       (_check_data, (config.get("data") or {}, subcommand)), (_check_policy, init),
+                       (_check_trainer, config.get("trainer") or {})):
         try:
             check(arg)
         except (ValueError, KeyError, FileNotFoundError, TypeError) as exc:
@@ -124,9 +125,32 @@ def _check_policy(init: dict[str, Any]) -> None:
     policy = init.get("policy") or {}
     if policy.get("dtype", "float32") not in DTYPES:
         raise ValueError(f"model.init_args.policy.dtype: must be one of {', '.join(DTYPES)}, got {policy['dtype']!r}")
+    if policy.get("dtype") == "float16":
+        raise ValueError("model.init_args.policy.dtype: float16 is not supported (no loss scaling: sampling and the "
+                         "updates overflow to inf / NaN within a few steps); use bfloat16, or float32 weights with "
+                         "trainer.precision bf16-mixed")
     if policy.get("name_or_path") and policy.get("embedded") is None:
         check_model_path(policy["name_or_path"], policy.get("local_files_only", False),
                          "model.init_args.policy.name_or_path")
+
+
+FLOAT16_PRECISIONS = ("16", "16-mixed", "16-true")
+
+
+def _check_trainer(trainer: dict[str, Any]) -> None:
+    """float16 precision is refused (the loss clips gradients before a float16 scaler would unscale them); an FSDP
+    strategy needs CUDA GPUs (torch's FSDP refuses a CPU), so it is refused here rather than after the model is
+    built."""
+    import torch
+
+    if str(trainer.get("precision")) in FLOAT16_PRECISIONS:
+        raise ValueError(f"trainer.precision: {trainer['precision']} (float16) is not supported; use bf16-mixed "
+                         "(float32 weights, bf16 compute) or 32")
+    strategy = trainer.get("strategy")
+    name = strategy.get("class_path", "") if isinstance(strategy, dict) else str(strategy or "")
+    if "fsdp" in name.lower() and not torch.cuda.is_available():
+        raise ValueError(f"trainer.strategy: {name} needs CUDA GPUs (torch's FSDP refuses a CPU) and none is "
+                         "available; leave out the FSDP overlay (one device, or DDP: --trainer.strategy ddp)")
 
 
 def _check_data(arg: tuple[dict[str, Any], str | None]) -> None:

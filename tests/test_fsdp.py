@@ -2,6 +2,7 @@
 refused on a CPU for the reason Lightning gives."""
 
 import pytest
+import torch
 import yaml
 from conftest import FAMILIES
 
@@ -50,3 +51,24 @@ def test_fsdp_is_refused_on_a_cpu():
     with pytest.raises(ValueError, match="requires a GPU accelerator"):
         L.Trainer(accelerator="cpu", strategy="fsdp", devices=2)
     assert issubclass(LayerFSDPStrategy, L.pytorch.strategies.FSDPStrategy)
+
+
+def test_gradients_are_clipped_by_the_fsdp_root_when_there_is_one():
+    """Under FSDP each rank holds gradient shards: the norm is the root module's ``clip_grad_norm_`` (over every
+    shard), not torch's over this rank's shards. Without such a root (one device, DDP) torch's exact norm:
+    gradients (3, 4) have norm 5, clipped to norm 1 -> (0.6, 0.8)."""
+    from lit_grpo.distributed import clip_grad_norm
+
+    class Root(torch.nn.Module):
+        def clip_grad_norm_(self, max_norm):
+            self.called_with = max_norm
+            return torch.tensor(7.0)
+
+    p = torch.nn.Parameter(torch.zeros(2))
+    p.grad = torch.tensor([3.0, 4.0])
+    root = Root()
+    assert float(clip_grad_norm(root, [p], 1.0)) == 7.0 and root.called_with == 1.0
+    assert p.grad.tolist() == [3.0, 4.0]  # the root clips its own shards; nothing done here
+    ddp_like = torch.nn.Linear(1, 1)  # a wrapper without clip_grad_norm_
+    assert float(clip_grad_norm(ddp_like, [p], 1.0)) == 5.0
+    torch.testing.assert_close(p.grad, torch.tensor([0.6, 0.8]))

@@ -11,12 +11,15 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from lit_grpo.cli import main
 from lit_grpo.data.datamodule import DatasetSpec
 
 ROOT = Path(__file__).parents[1]
+
+NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="FSDP is refused only where no CUDA GPU is")
 
 
 def run(capsys, *args):
@@ -160,6 +163,11 @@ def test_an_override_reaches_the_judge_a_later_overlay_interpolates(capsys):
     (["--data.train.rows=abc"], ["data.train.rows must be a slice", "'abc'"]),
     (["--data.train.rows=5:2"], ["data.train.rows '5:2' keeps no row"]),
     (["--data.batch_size=0"], ["data.batch_size must be >= 1", "got 0"]),
+    (["--trainer.precision=16-mixed"], ["trainer.precision: 16-mixed (float16) is not supported", "bf16-mixed"]),
+    (["--model.init_args.policy.dtype=float16"], ["policy.dtype: float16 is not supported", "use bfloat16"]),
+    pytest.param(["--config=configs/fsdp.yaml"], ["trainer.strategy: lit_grpo.fsdp.LayerFSDPStrategy needs CUDA GPUs"],
+                 marks=NO_CUDA),
+    pytest.param(["--trainer.strategy=fsdp"], ["trainer.strategy: fsdp needs CUDA GPUs"], marks=NO_CUDA),
     (["--data.train.path=someowner/somedata"], ["data.train.path 'someowner/somedata'", "not in the local cache"]),
 ], ids=lambda v: v[0] if isinstance(v, list) and v and v[0].startswith("-") else None)
 def test_a_mistake_is_one_line_naming_the_key(capsys, tmp_path, args, must):
