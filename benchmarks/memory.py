@@ -1,33 +1,31 @@
 """Peak memory of the update pass, plain vs shared prefix, gradient checkpointing off and on, and the largest
 micro-batch that fits a GPU at the paper's settings.
 
-    python benchmarks/memory.py                      # measure (8 fresh processes, a few minutes) and extrapolate
-    python benchmarks/memory.py --completion-tokens 32 --rows 2 --image 384x384
+    python benchmarks/memory.py                      # measure (16 fresh processes, 2 at a time) and extrapolate
+    python benchmarks/memory.py --rows 4,8 --completion-tokens 512 --image 384x384 --jobs 2
 
 Model: :mod:`granite_shape` (Granite Vision 3.3 2B's width, heads, vocabulary and image tokens; random weights
 from a config), with 1 and 2 decoder layers and 4 SigLIP layers (the features the projector reads); full
 fine-tuning of the language model and projector (the paper configs), vision tower frozen, bf16 autocast over
 float32 weights (``trainer.precision: bf16-mixed``), SDPA; the frozen vision tower runs in float32 outside
 autocast (CPU bf16 autocast of SigLIP materialises a ~3.7 GB temporary in a batched matmul, a CPU kernel
-artifact that would swamp every figure). One update micro-batch: ``--rows`` completions of one
-prompt (its image: ``--image``), ``--completion-tokens`` each, log-probs, a token-mean loss, backward.
+artifact that would swamp every figure). One update micro-batch: ``m`` completions of one prompt (its image:
+``--image``), ``--completion-tokens`` each (the paper's T = 512 by default, so nothing is extrapolated in T),
+log-probs, a token-mean loss, backward; measured at two micro-batch sizes ``m1, m2`` (``--rows``).
 
 Memory: the peak of the C heap in use during the pass (glibc ``mallinfo2``, sampled every 0.5 ms, as in
 ``benchmarks/asm.py``) above its level just before; weights and gradient buffers (allocated before) are
-excluded, so the figure is the pass's activations and working memory ``A``. One fresh process per point.
+excluded, so the figure is the pass's activations and working memory ``A(L, m)``. One fresh process per point.
 
-Extrapolation (the formula printed with the table):
+Extrapolation (the formula printed with the table), linear in depth and in the tokens the layers run:
 
-- depth: ``A(L) = c + L * s``; ``s = A(2) - A(1)`` per decoder layer, ``c = A(1) - s`` (embeddings, projector,
-  vision features, head and log-probs, taken as fixed per micro-batch);
-- a layer's ``s`` is ``w + a * tokens``: ``w`` = 2 B per trainable parameter of a decoder layer (the bf16 copies
-  of its weights that autocast keeps for the pass, on a GPU too), ``a`` bytes per token and layer, where the
-  tokens a layer runs are ``m (P + T)`` for ``m`` completions on the plain path (every row carries its prompt)
-  and ``ceil(m / G) P + m T`` on the shared path (each prompt once, micro-batches aligned to groups);
-- under checkpointing both paths keep each layer's input, the same bytes per token; the shared path's own ``a``
-  (a few MiB per layer here) is below what the heap sampling resolves, so it is taken as at least the plain
-  path's;
-- full depth at ``m`` completions of ``T = 512`` tokens: ``A(m) = c + 40 (w + a tokens(m))``, ``G = 8``;
+- ``tokens(m)``: ``m (P + T)`` on the plain path (every row carries its prompt), ``ceil(m / G) P + m T`` on the
+  shared path (each prompt once, micro-batches aligned to groups);
+- per decoder layer ``s(m) = A(2, m) - A(1, m) = w + a tokens(m)``, outside the layers
+  ``c(m) = A(1, m) - s(m) = c0 + c1 tokens(m)`` (embeddings, vision features, head and log-probs, and under
+  checkpointing the one layer being recomputed in backward: all grow with the micro-batch); ``a, w, c1, c0`` from
+  the two micro-batch sizes;
+- full depth: ``A(m) = c0 + c1 tokens(m) + 40 (w + a tokens(m))``, ``G = 8``;
 - per GPU: fixed memory ``F = 16 B x trainable + 4 B x frozen parameters`` (float32 weights, gradients and two
   AdamW moments; DDP keeps a full copy per GPU), the largest ``m`` (at most the rank's share of the step,
   ``128 x 8 / 4 = 256`` completions) with ``F + A(m) <= 0.9 x 80 GB`` (10% left to the allocator and the CUDA
@@ -43,6 +41,7 @@ import math
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -110,16 +109,24 @@ def _tokens(path: str, m: int, p: int, t: int, g: int) -> int:
     return m * (p + t) if path == "plain" else math.ceil(m / g) * p + m * t
 
 
+def _measure(key: tuple, args) -> dict:
+    path, ckpt, layers, rows = key
+    out = subprocess.run([sys.executable, __file__, "--point", f"{layers},{path},{ckpt}", "--rows", str(rows),
+                          "--completion-tokens", str(args.completion_tokens), "--image", args.image],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rows", type=int, default=2, help="completions in the measured micro-batch")
-    parser.add_argument("--completion-tokens", type=int, default=32, help="tokens per measured completion")
+    parser.add_argument("--rows", default="4,8", help="the two micro-batch sizes measured (completions), m1,m2")
+    parser.add_argument("--completion-tokens", type=int, default=512, help="tokens per measured completion (T)")
     parser.add_argument("--image", default="384x384", help="the prompt image, WIDTHxHEIGHT")
     parser.add_argument("--group", type=int, default=8, help="G")
-    parser.add_argument("--target-tokens", type=int, default=512, help="T of the extrapolation")
     parser.add_argument("--prompts-per-step", type=int, default=128)
     parser.add_argument("--gpus", type=int, default=4)
     parser.add_argument("--gpu-gb", type=float, default=80.0)
+    parser.add_argument("--jobs", type=int, default=2, help="measurements at once (one torch thread each)")
     parser.add_argument("--points", help="JSON file of earlier measurements to reuse (written by every run)")
     parser.add_argument("--point", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -127,28 +134,27 @@ def main(argv: list[str] | None = None) -> None:
     if args.point:  # a child process: one measurement, as JSON
         layers, path, ckpt = args.point.split(",")
         torch.set_num_threads(1)
-        print(json.dumps(measure_point(int(layers), path == "shared", ckpt == "on", args.rows,
+        print(json.dumps(measure_point(int(layers), path == "shared", ckpt == "on", int(args.rows),
                                        args.completion_tokens, image)))
         return
-    points = {}
+    sizes = tuple(int(r) for r in args.rows.split(","))
+    if len(sizes) != 2 or sizes[0] >= sizes[1]:
+        parser.error("--rows takes two increasing micro-batch sizes, e.g. 2,4")
     saved = Path(args.points) if args.points else None
+    points = {}
     if saved is not None and saved.is_file():
-        points = {tuple(k.split(",")[:2]) + (int(k.split(",")[2]),): v for k, v in json.loads(saved.read_text()).items()}
-    for path in ("plain", "shared"):
-        for ckpt in ("off", "on"):
-            for layers in (1, 2):
-                if (path, ckpt, layers) in points:
-                    continue
-                out = subprocess.run([sys.executable, __file__, "--point", f"{layers},{path},{ckpt}",
-                                      "--rows", str(args.rows), "--completion-tokens", str(args.completion_tokens),
-                                      "--image", args.image], capture_output=True, text=True, check=True)
-                points[path, ckpt, layers] = json.loads(out.stdout.strip().splitlines()[-1])
-                print(f"measured {path:6s} checkpointing {ckpt:3s} {layers} layer(s): "
-                      f"{points[path, ckpt, layers]['mib']:8.1f} MiB in {points[path, ckpt, layers]['seconds']:.1f} s",
-                      flush=True)
-                if saved is not None:
-                    saved.write_text(json.dumps({",".join(map(str, k)): v for k, v in points.items()}))
-    table(points, args)
+        points = {(p, c, int(l), int(r)): v for k, v in json.loads(saved.read_text()).items()
+                  for p, c, l, r in [k.split(",")]}
+    todo = [(p, c, l, r) for p in ("plain", "shared") for c in ("off", "on") for l in (1, 2) for r in sizes
+            if (p, c, l, r) not in points]
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        for key, point in zip(todo, pool.map(lambda k: _measure(k, args), todo)):
+            points[key] = point
+            print(f"measured {key[0]:6s} checkpointing {key[1]:3s} {key[2]} layer(s) {key[3]} rows: "
+                  f"{point['mib']:8.1f} MiB in {point['seconds']:.1f} s", flush=True)
+            if saved is not None:
+                saved.write_text(json.dumps({",".join(map(str, k)): v for k, v in points.items()}))
+    table(points, sizes, args)
 
 
 def layer_weight_bytes() -> int:
@@ -158,39 +164,48 @@ def layer_weight_bytes() -> int:
     return 2 * (2 * h * h + 2 * h * d_kv + 3 * h * i)
 
 
-def table(points: dict, args) -> None:
+def fit(points: dict, path: str, ckpt: str, sizes: tuple[int, int], t: int, g: int) -> dict:
+    """The model's coefficients (bytes) from the four points of one path and checkpointing setting."""
+    p = points[path, ckpt, 1, sizes[0]]["prompt_tokens"]
+    tok = [_tokens(path, m, p, t, g) for m in sizes]
+    s = [(points[path, ckpt, 2, m]["mib"] - points[path, ckpt, 1, m]["mib"]) * 2 ** 20 for m in sizes]
+    c = [points[path, ckpt, 1, m]["mib"] * 2 ** 20 - s_m for m, s_m in zip(sizes, s)]
+    a = max((s[1] - s[0]) / (tok[1] - tok[0]), 0.0)
+    c1 = max((c[1] - c[0]) / (tok[1] - tok[0]), 0.0)
+    return {"p": p, "a": a, "w": s[0] - a * tok[0], "c1": c1, "c0": c[0] - c1 * tok[0], "s": s, "c": c}
+
+
+def table(points: dict, sizes: tuple[int, int], args) -> None:
     counts = parameter_counts()
     trainable = counts["language_model"] + counts["projector"]
     fixed = 16 * trainable + 4 * counts["vision_tower"]
     budget = 0.9 * args.gpu_gb * 1e9
     cap = args.prompts_per_step * args.group // args.gpus
-    depth, g, t, w = TEXT["num_hidden_layers"], args.group, args.target_tokens, layer_weight_bytes()
-    print(f"\nrows {args.rows}, measured T {args.completion_tokens}, image {args.image}; extrapolated to {depth} "
-          f"layers, G {g}, T {t}, {args.prompts_per_step} prompts x {g} on {args.gpus} x {args.gpu_gb:g} GB")
+    depth, g, t = TEXT["num_hidden_layers"], args.group, args.completion_tokens
+    m1, m2 = sizes
+    print(f"\nmeasured at m = {m1} and {m2} completions of T {t} tokens, image {args.image}; extrapolated to {depth} "
+          f"layers, G {g}, {args.prompts_per_step} prompts x {g} on {args.gpus} x {args.gpu_gb:g} GB")
     print(f"F = 16 B x {trainable / 1e9:.3f}e9 trainable + 4 B x {counts['vision_tower'] / 1e9:.3f}e9 frozen "
-          f"= {fixed / GIB:.1f} GiB; budget 0.9 x {args.gpu_gb:g} GB = {budget / GIB:.1f} GiB; w = {w / 2 ** 20:.0f} MiB; "
-          f"m <= {cap} completions per GPU")
-    print("s = A(2) - A(1); c = A(1) - s; a = (s - w) / tokens(rows, P, T_measured); "
-          f"A(m) = c + {depth} (w + a tokens(m)); tokens_plain(m) = m (P + T), tokens_shared(m) = ceil(m / G) P + m T; "
-          "largest m: F + A(m) <= budget")
-    print("\n| path | checkpointing | A(1) MiB | A(2) MiB | s MiB/layer | a KiB/token/layer | A(8) GiB at 40 layers, "
-          "T 512 | KiB per completion token (A(8) / 8 T) | largest micro-batch per GPU |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          f"= {fixed / GIB:.1f} GiB; budget 0.9 x {args.gpu_gb:g} GB = {budget / GIB:.1f} GiB; analytic bf16 layer "
+          f"weights {layer_weight_bytes() / 2 ** 20:.0f} MiB; m <= {cap} completions per GPU")
+    print("s(m) = A(2, m) - A(1, m) = w + a tokens(m); c(m) = A(1, m) - s(m) = c0 + c1 tokens(m); "
+          f"A(m) = c0 + c1 tokens(m) + {depth} (w + a tokens(m)); tokens_plain(m) = m (P + T), "
+          "tokens_shared(m) = ceil(m / G) P + m T; largest m: F + A(m) <= budget")
+    print(f"\n| path | checkpointing | A(1, {m1}) / A(1, {m2}) MiB | A(2, {m1}) / A(2, {m2}) MiB | w MiB | "
+          f"a KiB/token/layer | c0 MiB | c1 KiB/token | A(8) GiB at {depth} layers | KiB per completion token | "
+          "largest micro-batch per GPU |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for path, ckpt in (("plain", "off"), ("shared", "off"), ("plain", "on"), ("shared", "on")):
-        a1, a2 = points[path, ckpt, 1]["mib"] * 2 ** 20, points[path, ckpt, 2]["mib"] * 2 ** 20
-        p = points[path, ckpt, 1]["prompt_tokens"]
-        s = a2 - a1
-        c = a1 - s
-        a = max(s - w, 0.0) / _tokens(path, args.rows, p, args.completion_tokens, g)
-        if ckpt == "on" and path == "shared":  # both keep each layer's input per token: at least the plain figure
-            plain = points["plain", "on", 2]["mib"] - points["plain", "on", 1]["mib"]
-            a = max(a, max(plain * 2 ** 20 - w, 0.0) / _tokens("plain", args.rows, p, args.completion_tokens, g))
+        f = fit(points, path, ckpt, sizes, t, g)
 
         def act(m: int) -> float:
-            return c + depth * (w + a * _tokens(path, m, p, t, g))
+            tokens = _tokens(path, m, f["p"], t, g)
+            return f["c0"] + f["c1"] * tokens + depth * (f["w"] + f["a"] * tokens)
 
         best = max([m for m in range(1, cap + 1) if fixed + act(m) <= budget], default=0)
-        print(f"| {path} | {ckpt} | {a1 / 2 ** 20:.0f} | {a2 / 2 ** 20:.0f} | {s / 2 ** 20:.0f} | {a / 1024:.1f} | "
+        mib = [[points[path, ckpt, layers, m]["mib"] for m in sizes] for layers in (1, 2)]
+        print(f"| {path} | {ckpt} | {mib[0][0]:.0f} / {mib[0][1]:.0f} | {mib[1][0]:.0f} / {mib[1][1]:.0f} | "
+              f"{f['w'] / 2 ** 20:.0f} | {f['a'] / 1024:.1f} | {f['c0'] / 2 ** 20:.0f} | {f['c1'] / 1024:.1f} | "
               f"{act(g) / GIB:.1f} | {act(g) / (g * t) / 1024:.0f} | {best} |")
 
 
