@@ -76,7 +76,7 @@ class PerfConfig:
     """How much of each prompt is shared among its G completions."""
 
     share_prefix: bool = True
-    """Run each prompt once per pass (sampling, scoring, reference, update) and let its completions attend to
+    """Run each prompt once per pass (sampling, old log-probs, reference, update) and let its completions attend to
     its cached keys and values; False = the plain path (every completion row carries its own prompt copy)."""
     cache_image_features: bool = True
     """With ``share_prefix``: encode each prompt's images once per rollout and reuse them in every pass, when

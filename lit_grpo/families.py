@@ -9,7 +9,7 @@ One small adapter per family, registered by ``config.model_type`` in :data:`FAMI
   suffix, which would also hit the vision encoder;
 - how one prompt's image tokens map to 2-D patch grids (:class:`ImageGrid`);
 - how the processor's tensors are indexed by prompt row and extended over a completion
-  (:class:`~lit_grpo.layout.RowLayout`; Qwen's flattened ``pixel_values`` and its
+  (:class:`~lit_grpo.rollout.engine.RowLayout`; Qwen's flattened ``pixel_values`` and its
   ``mm_token_type_ids``).
 
 Grid choice (``grid``): ``"base"`` = one low-resolution grid covering the whole image (LLaVA-NeXT's
@@ -30,7 +30,7 @@ from transformers import Qwen2VLProcessor, SmolVLMProcessor
 from transformers.processing_utils import ProcessorMixin
 
 from lit_grpo.registry import Registry
-from lit_grpo.layout import RowLayout, images_by_tokens, select_rows
+from lit_grpo.rollout.engine import RowLayout, images_by_tokens, select_rows
 
 GRIDS = ("base", "tiles", "all")
 Box = tuple[float, float, float, float]

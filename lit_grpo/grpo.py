@@ -30,22 +30,22 @@ def scale_logits(logits: Tensor, temperature: float, suppress_ids: Tensor | None
     return logits / temperature
 
 
-def truncate_scores(scores: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor:
-    """Top-k, then top-p (nucleus) truncation of scaled scores: tokens outside the kept set get ``-inf``.
+def truncate_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor:
+    """Top-k, then top-p (nucleus) truncation of scaled logits: tokens outside the kept set get ``-inf``.
 
     As transformers' ``TopKLogitsWarper`` and ``TopPLogitsWarper`` (one token always kept); ``top_k`` 0 and
     ``top_p`` 1 keep every token. Shape: ``[n, V]`` -> ``[n, V]``.
     """
     if top_k and top_k > 0:
-        kth = torch.topk(scores, min(top_k, scores.shape[-1])).values[..., -1:]
-        scores = scores.masked_fill(scores < kth, float("-inf"))
+        kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
     if top_p < 1.0:
-        sorted_scores, order = torch.sort(scores, descending=False)
-        cumulative = sorted_scores.softmax(-1).cumsum(-1)
+        sorted_logits, order = torch.sort(logits, descending=False)
+        cumulative = sorted_logits.softmax(-1).cumsum(-1)
         remove = cumulative <= (1 - top_p)
         remove[..., -1:] = False  # keep at least one token
-        scores = scores.masked_fill(remove.scatter(-1, order, remove), float("-inf"))
-    return scores
+        logits = logits.masked_fill(remove.scatter(-1, order, remove), float("-inf"))
+    return logits
 
 
 def warp(logits: Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0,
@@ -56,7 +56,7 @@ def warp(logits: Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0,
 
     Shape: ``[n, V]`` any float dtype -> ``[n, V]`` float32.
     """
-    return truncate_scores(scale_logits(logits, temperature, suppress_ids), top_k, top_p)
+    return truncate_logits(scale_logits(logits, temperature, suppress_ids), top_k, top_p)
 
 
 def selective_log_softmax(
@@ -96,7 +96,7 @@ def selective_log_softmax(
         scaled = scale_logits(flat_logits[start : start + chunk_rows], temperature, suppress_ids)  # (c, V)
         idx = flat_index[start : start + chunk_rows, None]  # (c, 1)
         picked = scaled.gather(1, idx).squeeze(1)  # (c,)
-        chunk = truncate_scores(scaled, top_k, top_p) if truncating else scaled
+        chunk = truncate_logits(scaled, top_k, top_p) if truncating else scaled
         lse = torch.logsumexp(chunk, dim=-1)  # (c,)
         if truncating:  # a token outside the kept set joins it: finite and continuous at the boundary
             outside = torch.isinf(chunk.gather(1, idx).squeeze(1))
@@ -113,7 +113,8 @@ def selective_log_softmax(
 
 def nan_group_stats(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """NaN-aware mean, unbiased std and valid count along the last dim (NaN = cannot score, skipped): the one
-    place group statistics are computed (advantages, ``train/reward_std``). The std is exactly 0 with < 2 values
+    place group statistics are computed (advantages, ``train/`` figures, per-prompt evaluation means, the
+    experiments' within-group spread). The std is exactly 0 with < 2 values
     or when every valid value is equal (no rounding residue). Shape: ``[..., G]`` -> three ``[...]``."""
     valid = ~torch.isnan(x)
     count = valid.sum(-1)

@@ -38,20 +38,17 @@ def train_metrics(per_reward: dict[str, Tensor], total: Tensor, advantages: Tens
         "train/rollout/completion_length/max": lengths.max().item(),
         "train/rollout/completion_length/frac_truncated": truncated.float().mean().item(),
     }
-    for label, values in per_reward.items():
-        ok = values[~torch.isnan(values)]
-        log[f"train/reward/{label}"] = ok.mean().item() if ok.numel() else math.nan
-        log[f"train/reward/{label}_std"] = ok.std().item() if ok.numel() > 1 else 0.0
+    for label, values in per_reward.items():  # over all completions the term applied to (one "group")
+        mean, std, count = nan_group_stats(values.float())
+        log[f"train/reward/{label}"] = mean.item() if count else math.nan
+        log[f"train/reward/{label}_std"] = std.item()
     return log
 
 
 def prompt_means(values: Tensor, per_prompt: int) -> Tensor:
     """``[B * n]`` completion values -> ``[B]`` NaN-aware means (NaN when a prompt has no scorable value)."""
-    v = values.detach().float().reshape(-1, per_prompt)
-    valid = ~torch.isnan(v)
-    sums = torch.where(valid, v, torch.zeros_like(v)).sum(1)
-    counts = valid.sum(1)
-    return torch.where(counts > 0, sums / counts.clamp(min=1), torch.full_like(sums, math.nan))
+    mean, _, count = nan_group_stats(values.detach().float().reshape(-1, per_prompt))
+    return torch.where(count > 0, mean, torch.full_like(mean, math.nan))
 
 
 def mean_and_se(values: Tensor) -> tuple[float, float, int]:

@@ -1,5 +1,5 @@
 """The LightningModules: :class:`PolicyModule` (what GRPO and SFT share: the policy, the rollout engine, rewards,
-evaluation, checkpoints), :class:`PolicyPasses` (the policy side of a GRPO step: the scoring and update passes) and
+evaluation, checkpoints), :class:`PolicyPasses` (the policy side of a GRPO step: the log-prob and update passes) and
 :class:`GRPOModule`: one training step = rollout -> log-probs -> rewards -> advantages -> policy update -> log.
 
 The no-grad log-prob pass is one forward per micro-batch over prompt + completion; when the attention
@@ -67,7 +67,7 @@ class LogprobPass:
 
 class PolicyPasses:
     """The passes of one step over a rollout of ``policy`` (given per call: the strategy may wrap it), through
-    ``engine``: scoring (policy, attention capture, reference) and the update's forward + backward.
+    ``engine``: the log-prob pass (policy, attention capture, reference) and the update's forward + backward.
     ``max_completion_length``: the ``dr_grpo`` normaliser."""
 
     def __init__(self, engine: RolloutEngine, cfg: GRPOConfig, max_completion_length: int,
@@ -191,7 +191,7 @@ class PolicyModule(EvaluationHooks, L.LightningModule):
     def attention_scorer(self) -> AttentionScorer | None:
         return self.passes.attention_scorer
 
-    # ----------------------------------------------------------------- rollout, scoring, rewards
+    # ----------------------------------------------------------------- rollout, log-probs, rewards
     def prompt_length(self, messages: list[dict], sample) -> int:
         """Prompt tokens of one sample, image tokens included (used to filter over-long samples)."""
         return encode_prompts(self.processor, [messages], [sample.images])["input_ids"].shape[1]

@@ -5,7 +5,7 @@ import torch
 from conftest import FAMILIES
 from PIL import Image, ImageDraw
 
-import lit_grpo.rollout.checkpointed as cp
+import lit_grpo.rollout.shared as cp
 from lit_grpo.families import row_layout
 from lit_grpo.policy import LoRAConfig, PolicyConfig, load_policy
 from lit_grpo.rollout import PlainEngine, Rollout, SamplingConfig, SharedPrefixEngine, encode_prompts

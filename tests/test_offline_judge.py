@@ -101,5 +101,6 @@ def test_offline_settings_have_their_own_block():
     for flat in ("rel_tol", "partial_rel_tol", "min_reasoning_words"):
         with pytest.raises(ValueError, match=rf"{flat} is an offline judge setting: judge.offline.{flat}"):
             JudgeConfig.from_dict({flat: 1})
-    with pytest.raises(ValueError, match=r"unknown offline judge settings \['rel_tolerance'\]; valid: "):
+    with pytest.raises(ValueError,
+                       match=r"unknown offline judge settings \['rel_tolerance'\]\. Did you mean rel_tol\? Valid: "):
         JudgeConfig.from_dict({"offline": {"rel_tolerance": 0.1}})

@@ -174,7 +174,7 @@ def test_reward_with_wrong_length_is_named():
 
 
 @pytest.mark.parametrize("name, kwargs, unknown, valid", [
-    ("binary", {"mdoe": "last"}, "'mdoe'", "mode"),
+    ("binary", {"mdoe": "last"}, "'mdoe' (did you mean mode?)", "mode"),
     ("format", {"tag": ["think"]}, "'tag'", "tags"),
     ("accuracy", {"answer": ["B"], "tag": "answer"}, "'answer'", "tag"),  # a column is not an option
     ("rubric", {"strickt": True}, "'strickt'", "weights, strict, judge"),
@@ -189,22 +189,33 @@ def test_unknown_reward_options_are_refused_naming_the_valid_ones(name, kwargs, 
 
 
 @pytest.mark.parametrize("name, kwargs, expected", [
-    ("binary", {"mode": 3}, "option 'mode': key \"mode\": Expected a <class 'str'>. Got value: 3"),
-    ("format", {"tags": "answer"}, "option 'tags': key \"tags\": Expected a <class 'list'>. Got value: answer"),
-    ("rubric", {"absent_factor": "x"}, "option 'absent_factor': key \"absent_factor\": Expected a <class 'float'>"),
-    ("rubric", {"weights": {"principle": "x"}}, "option 'weights'"),
-    # a judge's settings field by field (a mapping checked against JudgeConfig and its offline part)
-    ("open_accuracy", {"judge": {"modle": "m"}}, "option 'judge': Option 'modle' is not accepted"),
-    ("rubric", {"judge": {"timeout_s": "slow"}}, "option 'judge': key \"judge.timeout_s\": Expected a <class 'float'>"),
-    ("open_accuracy", {"judge": {"offline": {"rel_tol": "a"}}}, "key \"judge.offline.rel_tol\": Expected a <class 'float'>"),
+    ("binary", {"mode": 3}, "option 'mode': expected str, got 3"),
+    ("format", {"tags": "answer"}, "option 'tags': expected list, got 'answer'"),
+    ("rubric", {"absent_factor": "x"}, "option 'absent_factor': expected float, got 'x'"),
+    ("rubric", {"weights": {"principle": "x"}},
+     "option 'weights': expected one of dict[str, float], None, got {'principle': 'x'}"),
+    # a judge's settings: its own check (unknown keys, did-you-mean, the offline hint), then field by field
+    ("open_accuracy", {"judge": {"num_judgse": 3}}, "unknown judge settings ['num_judgse']"),
+    ("open_accuracy", {"judge": {"num_judgse": 3}}, "Did you mean num_judges?"),
+    ("open_accuracy", {"judge": {"rel_tol": 0.1}}, "rel_tol is an offline judge setting: judge.offline.rel_tol"),
+    ("rubric", {"judge": {"timeout_s": "slow"}}, "option 'judge.timeout_s': expected float, got slow"),
+    ("open_accuracy", {"judge": {"offline": {"rel_tol": "a"}}}, "option 'judge.offline.rel_tol': expected float"),
+    ("open_accuracy", {"judge": 5}, "option 'judge': expected one of Judge, JudgeConfig, dict[str, Any], None, got 5"),
 ])
 def test_reward_option_values_are_checked_against_their_types(name, kwargs, expected):
     from lit_grpo.rewards import RewardSpec, build_reward
 
     with pytest.raises(ValueError) as err:
         build_reward(RewardSpec(name, kwargs=kwargs))
-    assert str(err.value).startswith(f"reward {name!r} ({name}) ") and expected in str(err.value)
-    assert "\n" not in str(err.value)
+    assert str(err.value).startswith(f"reward {name!r} ") and expected in str(err.value)
+    assert "\n" not in str(err.value) and len(str(err.value)) < 420
+
+
+def test_an_aliased_reward_is_named_by_label_and_name():
+    from lit_grpo.rewards import RewardSpec, build_reward
+
+    with pytest.raises(ValueError, match=r"^reward 'b2' \(binary\) option 'mode': expected str, got 3$"):
+        build_reward(RewardSpec("binary", kwargs={"mode": 3}, alias="b2"))
 
 
 @pytest.mark.parametrize("name, kwargs", [

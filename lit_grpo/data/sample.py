@@ -216,11 +216,6 @@ def load_rows(rows: Sequence[Any], to_sample: Callable[[Any, int], Sample], *, n
                          image_sources=image_sources, known=known)
 
 
-def collate_samples(batch: list[Sample]) -> list[Sample]:
-    """Batches are lists of samples; tokenisation happens in the module with the policy's processor."""
-    return list(batch)
-
-
 # ----------------------------------------------------------------- prompt templates
 MC_INSTRUCTION = ("Please directly answer the question and provide the correct OPTION LETTER ONLY, "
                   "e.g., A, B, C, D. OPTION: ")

@@ -17,6 +17,8 @@ import lightning as L
 import torch
 from lightning.pytorch.utilities import rank_zero_only
 
+from lit_grpo.grpo import nan_group_stats
+
 
 def group_spread(values: list[float], group_size: int) -> tuple[float, float]:
     """``(mean within-group std, fraction of groups with a spread)`` of ``values`` ``[B * G]`` (groups of
@@ -25,19 +27,15 @@ def group_spread(values: list[float], group_size: int) -> tuple[float, float]:
     Returns ``(nan, nan)`` when no group has a scorable value.
 
     >>> group_spread([1, 1, 0, 0, 1, 1, 1, 1], 4)
-    (0.2886751345948129, 0.5)
+    (0.28867513459481287, 0.5)
     """
     if group_size < 1 or len(values) % group_size:
         raise ValueError(f"{len(values)} values do not split into groups of {group_size}")
-    groups = torch.tensor(values, dtype=torch.float64).reshape(-1, group_size)
-    stds = []
-    for row in groups:
-        ok = row[~torch.isnan(row)]
-        if ok.numel():
-            stds.append(ok.std().item() if ok.numel() > 1 else 0.0)
-    if not stds:
+    _, std, count = nan_group_stats(torch.tensor(values, dtype=torch.float64).reshape(-1, group_size))
+    std = std[count > 0]  # groups with a scorable value
+    if not std.numel():
         return math.nan, math.nan
-    return sum(stds) / len(stds), sum(s > 1e-12 for s in stds) / len(stds)
+    return std.mean().item(), (std > 0).double().mean().item()
 
 
 class GroupSpread(L.Callback):

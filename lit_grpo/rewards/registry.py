@@ -17,10 +17,12 @@ carries ``components`` (per-completion values logged next to the total, not adde
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import inspect
 import logging
 import math
+import re
 import typing
 from typing import Any, Callable
 
@@ -90,21 +92,48 @@ def check_options(spec: "RewardSpec") -> None:
     Raises:
         ValueError: naming the reward, the unknown keys and the valid ones, or the option and the type it needs.
     """
+    who = repr(spec.label) if spec.label == spec.name else f"{spec.label!r} ({spec.name})"
     valid = reward_options(spec.name)
     unknown = [k for k in spec.kwargs if k not in valid]
     if unknown:
-        raise ValueError(f"reward {spec.label!r} ({spec.name}) has no option {', '.join(map(repr, unknown))}; "
+        close = difflib.get_close_matches(unknown[0], valid, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise ValueError(f"reward {who} has no option {', '.join(map(repr, unknown))}{hint}; "
                          f"its options: {', '.join(valid) or 'none'}")
     for key, value in spec.kwargs.items():
         if not config_value(value):  # an object handed over in Python (a Judge instance): the caller's to type
             continue
         settings = settings_class(spec.name, key) if isinstance(value, dict) else None
+        if settings is not None and hasattr(settings, "from_dict"):  # its own checks: unknown keys, hints
+            try:
+                settings.from_dict(value)
+            except ValueError as exc:
+                raise ValueError(f"reward {who} option {key!r}: {exc}") from None
+            except TypeError:  # a value of the wrong type: the typed check below says which
+                pass
         parser = option_parser(settings) if settings is not None else reward_parser(spec.name)
         try:
             parser.parse_object(value if settings is not None else {key: value}, defaults=False)
-        except Exception as exc:  # jsonargparse: 'Parser key "k": Expected a <class ...>. Got value: v'
-            why = " ".join(str(exc).split()).replace('Parser key "', f'key "{key}.' if settings else 'key "')
-            raise ValueError(f"reward {spec.label!r} ({spec.name}) option {key!r}: {why}") from None
+        except Exception as exc:
+            raise ValueError(f"reward {who} option {type_error(exc, key, value, settings is not None)}") from None
+
+
+def type_error(exc: Exception, key: str, value: Any, nested: bool) -> str:
+    """jsonargparse's message, short: ``'mode': expected str, got 3`` (a union: ``expected one of ...``)."""
+    text = " ".join(str(exc).split())
+    found = re.search(r'Parser key "([^"]+)"', text)
+    name = f"{key}.{found.group(1)}" if nested and found else key
+    got = re.search(r"Got value: (.*?)(?: - |$)", text) if nested else None
+    got = f", got {got.group(1)}" if got else "" if nested else f", got {value!r}"
+    if "Subtypes:" in text:
+        members = text.split("Subtypes: [", 1)[1].split("] Errors", 1)[0]
+        names = [cls.rsplit(".", 1)[-1] if cls else generic.replace("typing.", "")
+                 for cls, generic in re.findall(r"<class '([\w.]+)'>|(\w+\[[^\]]*\])", members)]
+        return f"{name!r}: expected one of {', '.join(n.replace('NoneType', 'None') for n in names)}{got}"
+    expected = re.search(r"Expected a <class '([\w.]+)'>", text)
+    if expected:
+        return f"{name!r}: expected {expected.group(1).rsplit('.', 1)[-1]}{got}"
+    return f"{name!r}: {text}"
 
 
 def config_value(value: Any) -> bool:

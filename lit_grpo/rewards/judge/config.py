@@ -13,6 +13,7 @@ field and never the value (:mod:`lit_grpo.secrets`).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 from typing import Any
 
@@ -98,7 +99,9 @@ class JudgeConfig:
                     if any("key" in k and k != "api_key_env" for k in unknown) else
                     f" {unknown[0]} is an offline judge setting: judge.offline.{unknown[0]}"
                     if unknown[0] in offline else "")
-            raise ValueError(f"unknown judge settings {unknown}; valid: {sorted(known)}.{hint}")
+            close = difflib.get_close_matches(unknown[0], known, n=1)
+            hint = hint or (f" Did you mean {close[0]}?" if close else "")
+            raise ValueError(f"unknown judge settings {unknown}.{hint} Valid: {', '.join(sorted(known))}")
         return cls(**values)
 
 
@@ -106,16 +109,10 @@ def _offline_from_dict(values: dict[str, Any]) -> OfflineJudgeConfig:
     known = {f.name for f in dataclasses.fields(OfflineJudgeConfig)}
     unknown = sorted(set(values) - known)
     if unknown:
-        raise ValueError(f"unknown offline judge settings {unknown}; valid: {sorted(known)}")
+        close = difflib.get_close_matches(unknown[0], known, n=1)
+        hint = f" Did you mean {close[0]}?" if close else ""
+        raise ValueError(f"unknown offline judge settings {unknown}.{hint} Valid: {', '.join(sorted(known))}")
     return OfflineJudgeConfig(**values)
-
-
-def _refuse_credentials(values: dict[str, Any]) -> None:
-    """Raise when judge settings hold an API key; the message names the fields, never the value."""
-    held = find_credentials({"judge": values})
-    if held:
-        raise ValueError(f"{'; '.join(held[:3])}: an API key never goes into a config (it would be printed and "
-                         "saved); export it and set judge.api_key_env to the variable's NAME")
 
 
 def _refuse_credentials(values: dict[str, Any]) -> None:
