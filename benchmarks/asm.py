@@ -86,7 +86,7 @@ class PeakHeap:
 def _setup(length: int, rows: int, fraction: float):
     from PIL import Image, ImageDraw
 
-    from lit_grpo.attention import AttentionConfig, AttentionScorer
+    from lit_grpo.attention import AttentionConfig, AttentionMeter
     from lit_grpo.embedded import EmbeddedModelConfig, build_embedded_vlm
     from lit_grpo.rollout import Rollout, encode_prompts, repeat_rows
 
@@ -107,9 +107,9 @@ def _setup(length: int, rows: int, fraction: float):
     completion = text_ids(t * rows).view(rows, t)
     rollout = Rollout(prompt, completion, torch.ones(rows, t, dtype=torch.bool), torch.zeros(rows, dtype=torch.bool),
                       [""] * rows)
-    scorer = AttentionScorer(model, processor, AttentionConfig())
+    meter = AttentionMeter(model, processor, AttentionConfig())
     params = sum(p.numel() for p in model.parameters())
-    return model, rollout, scorer, [[image]] * rows, params, cfg
+    return model, rollout, meter, [[image]] * rows, params, cfg
 
 
 def _worker(length: int, rows: int, fraction: float, repeats: int) -> dict:
@@ -118,7 +118,7 @@ def _worker(length: int, rows: int, fraction: float, repeats: int) -> dict:
     from lit_grpo.rollout import completion_logps, model_inputs
 
     torch.set_num_threads(int(os.environ.get("ASM_BENCH_THREADS", "2")))
-    model, rollout, scorer, images, params, cfg = _setup(length, rows, fraction)
+    model, rollout, meter, images, params, cfg = _setup(length, rows, fraction)
 
     steps: list[float] = []
 
@@ -128,10 +128,10 @@ def _worker(length: int, rows: int, fraction: float, repeats: int) -> dict:
             return completion_logps(model, rollout, 1.0)[0]
         if kind == "attentions":
             return model(**model_inputs(rollout), use_cache=False, output_attentions=True).attentions
-        with scorer.capture(model, rollout) as cap:
+        with meter.capture(model, rollout) as cap:
             logps = completion_logps(model, rollout, 1.0)[0]
         start = time.perf_counter()
-        asm = scorer.score(cap, rollout, images).asm
+        asm = meter.score(cap, rollout, images).asm
         steps.append(time.perf_counter() - start)
         return logps, asm
 
@@ -150,10 +150,10 @@ def _worker(length: int, rows: int, fraction: float, repeats: int) -> dict:
         out["plain_mib"] = peak.mib
         del result
         with PeakHeap() as peak:
-            with scorer.capture(model, rollout) as cap:
+            with meter.capture(model, rollout) as cap:
                 logps = completion_logps(model, rollout, 1.0)[0]
             with PeakHeap() as own:
-                asm = scorer.score(cap, rollout, images).asm
+                asm = meter.score(cap, rollout, images).asm
         out["asm_mib"], out["asm_own_mib"] = peak.mib, own.mib + (cap.q.nbytes + cap.k.nbytes) / 2 ** 20
         del logps, asm, cap
     model.set_attn_implementation("eager")

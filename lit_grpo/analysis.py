@@ -1,7 +1,7 @@
 """Attention-map analysis for notebooks and callbacks: maps of one sample, overlays, ASM over a dataset
 grouped by domain / reasoning type / rule, and two checkpoints compared.
 
-Everything here runs the same capture and scorer as the trainer (:mod:`lit_grpo.attention`): a
+Everything here runs the same capture and meter (AttentionMeter) as the trainer (:mod:`lit_grpo.attention`): a
 completion is generated (greedy by default), then one full forward over prompt + completion with the
 hooks on gives each token's final-layer attention on the image.
 """
@@ -18,7 +18,7 @@ import torch
 from PIL import Image
 from torch import Tensor, nn
 
-from lit_grpo.attention import AttentionConfig, AttentionScorer, foreground_mask, image_heatmap
+from lit_grpo.attention import AttentionConfig, AttentionMeter, foreground_mask, image_heatmap
 from lit_grpo.data.sample import Sample
 from lit_grpo.data.sample import render_messages
 from lit_grpo.families import ImageGrid, row_layout
@@ -113,15 +113,15 @@ def batch_attention(model: nn.Module, processor, samples: list[Sample], template
                                      stop, image_token_ids(model, processor), greedy=True, layout=layout)
     else:
         rollout = given_rollout(enc, processor, completions, stop, layout)
-    scorer = AttentionScorer(model, processor, AttentionConfig(grid=grid))
+    meter = AttentionMeter(model, processor, AttentionConfig(grid=grid))
     was_training = model.training
     model.eval()
     try:
-        with scorer.capture(model, rollout) as cap:
+        with meter.capture(model, rollout) as cap:
             model(**model_inputs(rollout), use_cache=False)
     finally:
         model.train(was_training)
-    scores = scorer.score(cap, rollout, [s.images for s in samples], keep_tokens=True)
+    scores = meter.score(cap, rollout, [s.images for s in samples], keep_tokens=True)
     tok = getattr(processor, "tokenizer", processor)
     out = []
     for n, s in enumerate(samples):

@@ -318,12 +318,12 @@ class AttentionScores:
                    [t for p in parts for t in p.token_maps] if keep else None)
 
 
-class AttentionScorer:
-    """Scores completions from a capture made during the log-prob pass's forward (no second forward).
+class AttentionMeter:
+    """Measures each completion's ASM from a capture made during the log-prob pass's forward (no second forward).
 
-    >>> with scorer.capture(policy, rollout) as cap:            # doctest: +SKIP
+    >>> with meter.capture(policy, rollout) as cap:            # doctest: +SKIP
     ...     logps, _ = completion_logps(policy, rollout, temperature)
-    >>> scores = scorer.score(cap, rollout, images)              # ``images[n]``: row n's PIL images
+    >>> scores = meter.score(cap, rollout, images)              # ``images[n]``: row n's PIL images
     """
 
     def __init__(self, model: nn.Module, processor, cfg: AttentionConfig | None = None):

@@ -33,7 +33,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 
 from lit_grpo import distributed as D
-from lit_grpo.attention import AttentionConfig, AttentionScorer, AttentionScores
+from lit_grpo.attention import AttentionConfig, AttentionMeter, AttentionScores
 from lit_grpo.config import EvalConfig, GRPOConfig, PerfConfig, check_settings
 from lit_grpo.data.datamodule import PromptBatch
 from lit_grpo.evaluation import EvaluationHooks, Evaluator
@@ -71,9 +71,9 @@ class PolicyPasses:
     ``max_completion_length``: the ``dr_grpo`` normaliser."""
 
     def __init__(self, engine: RolloutEngine, cfg: GRPOConfig, max_completion_length: int,
-                 reference: ReferencePolicy | None = None, attention_scorer: AttentionScorer | None = None):
+                 reference: ReferencePolicy | None = None, attention_meter: AttentionMeter | None = None):
         self.engine, self.cfg, self.reference = engine, cfg, reference
-        self.max_completion_length, self.attention_scorer = max_completion_length, attention_scorer
+        self.max_completion_length, self.attention_meter = max_completion_length, attention_meter
 
     def micro_batches(self, n: int) -> list[slice]:
         size = self.cfg.micro_batch_size or n
@@ -87,13 +87,13 @@ class PolicyPasses:
         row ``n``'s images. ``train=False`` (evaluation) skips log-probs."""
         out = LogprobPass()
         want_old = train and self.cfg.num_iterations > 1
-        if want_old or self.attention_scorer is not None:
+        if want_old or self.attention_meter is not None:
             old, attention = [], []
             for s in self.micro_batches(rollout.num_completions):
-                if self.attention_scorer is None:
+                if self.attention_meter is None:
                     old.append(self.engine.logps(policy, rollout, s)[0])
                     continue
-                logps, scores = self.engine.attention_logps(policy, rollout, s, self.attention_scorer, images[s])
+                logps, scores = self.engine.attention_logps(policy, rollout, s, self.attention_meter, images[s])
                 old.append(logps)
                 attention += [scores] if scores is not None else []
             out.old_logps = torch.cat(old) if want_old else None
@@ -170,9 +170,9 @@ class PolicyModule(EvaluationHooks, L.LightningModule):
             disable_dropout(self.policy, policy)
         self.layout = row_layout(self.policy, self.processor)
         self.wants_asm = "asm" in required_columns(self.reward_specs + list(evaluation.metrics))
-        scorer = AttentionScorer(self.policy, self.processor, attention) \
+        meter = AttentionMeter(self.policy, self.processor, attention) \
             if (attention.enabled if attention.enabled is not None else self.wants_asm) else None
-        if self.wants_asm and scorer is None:
+        if self.wants_asm and meter is None:
             raise ValueError("the attention reward needs attention.enabled true (or unset)")
         self.stop_ids = stop_token_ids(self.policy, self.processor, policy.extra_stop_tokens)
         suppress = image_token_ids(self.policy, self.processor)
@@ -180,7 +180,7 @@ class PolicyModule(EvaluationHooks, L.LightningModule):
         engine = build_engine(self.processor, self.layout, sampling, self.stop_ids, suppress, perf.share_prefix,
                               perf.cache_image_features)
         self.passes = PolicyPasses(engine, grpo, sampling.max_completion_length,
-                                   attention_scorer=scorer)
+                                   attention_meter=meter)
         self.strict_loading = False  # checkpoints hold only trainable weights; on_load_checkpoint checks them
 
     @property
@@ -188,8 +188,8 @@ class PolicyModule(EvaluationHooks, L.LightningModule):
         return self.passes.engine
 
     @property
-    def attention_scorer(self) -> AttentionScorer | None:
-        return self.passes.attention_scorer
+    def attention_meter(self) -> AttentionMeter | None:
+        return self.passes.attention_meter
 
     # ----------------------------------------------------------------- rollout, log-probs, rewards
     def prompt_length(self, messages: list[dict], sample) -> int:

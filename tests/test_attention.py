@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from conftest import FAMILIES
 from PIL import Image, ImageDraw
 
-from lit_grpo.attention import (AttentionCapture, AttentionConfig, AttentionScorer, GridWeights, attention_rows,
+from lit_grpo.attention import (AttentionCapture, AttentionConfig, AttentionMeter, GridWeights, attention_rows,
                                 foreground_mask, grid_maps, image_heatmap, row_token_mean, resize_matrix, token_scores)
 from lit_grpo.testing.zoo import build_vlm
 from lit_grpo.families import ImageGrid, family_for, row_layout
@@ -281,19 +281,19 @@ def test_uniform_attention_gives_exactly_the_foreground_area_fraction(family):
     assert token_scores(grid_maps(row, grids), weights).item() == pytest.approx(expected, abs=1e-6)
 
 
-# ----------------------------------------------------------------------------------------- scorer
+# ----------------------------------------------------------------------------------------- meter
 @pytest.mark.parametrize("family,grid", [("qwen2_vl", None), ("idefics3", "all"), ("llava_next", "all")])
 def test_scorer_matches_eager_rows_and_a_direct_computation(family, grid, zoo_dir):
-    """The trainer's scorer (capture in an SDPA forward, all rows and grids in one table) equals the ASM
+    """The trainer's meter (capture in an SDPA forward, all rows and grids in one table) equals the ASM
     computed grid by grid from eager attention; rows whose images differ in size have different grids."""
     images = [_painted(SQUARE), _painted(MIRROR, size=(W, 2 * H))]
     model, processor = load_policy(PolicyConfig(name_or_path=zoo_dir(family)))
     assert model.config._attn_implementation == "sdpa"
     ro = _rollout(model, processor, images)
-    scorer = AttentionScorer(model, processor, AttentionConfig(grid=grid))
-    with torch.no_grad(), scorer.capture(model, ro) as cap:
+    meter = AttentionMeter(model, processor, AttentionConfig(grid=grid))
+    with torch.no_grad(), meter.capture(model, ro) as cap:
         model(**model_inputs(ro), use_cache=False)
-    scores = scorer.score(cap, ro, [[im] for im in images for _ in range(2)])
+    scores = meter.score(cap, ro, [[im] for im in images for _ in range(2)])
     eager, _ = load_policy(PolicyConfig(name_or_path=zoo_dir(family), attn_implementation="eager"))
     t = ro.completion_ids.shape[1]
     with torch.no_grad():
@@ -312,8 +312,8 @@ def test_scorer_matches_eager_rows_and_a_direct_computation(family, grid, zoo_di
 def test_scorer_refuses_an_empty_capture(zoo_dir):
     model, processor = load_policy(PolicyConfig(name_or_path=zoo_dir("llava_next")))
     ro = _rollout(model, processor, [_painted(SQUARE), _painted(MIRROR)])
-    scorer = AttentionScorer(model, processor)
-    with scorer.capture(model, ro) as cap:
+    meter = AttentionMeter(model, processor)
+    with meter.capture(model, ro) as cap:
         pass
     with pytest.raises(RuntimeError, match="no forward"):
-        scorer.score(cap, ro, [[_painted()]] * 4)
+        meter.score(cap, ro, [[_painted()]] * 4)

@@ -72,7 +72,7 @@ def test_training_step_scores_asm_in_the_one_scoring_forward(with_attention, sha
     assert len(calls) == (1 if with_attention else 0) + (0 if share_prefix else 1)
     assert module.policy.config._attn_implementation == "sdpa"
     if not with_attention:
-        assert out["attention"] is None and module.attention_scorer is None
+        assert out["attention"] is None and module.attention_meter is None
         return
     asm = out["attention"].asm
     assert asm.shape == (8,) and ((asm >= 0) & (asm <= 1)).all()
