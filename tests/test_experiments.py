@@ -245,3 +245,15 @@ def test_seeds_section_ranks_per_seed_and_pools_over_seeds():
     # pooled Fmt + Acc: problems 0.75, 0.5 against 0.25, 0.25 -> differences 0.5, 0.25: mean 0.375, SE 0.125
     assert "| GRPO (Fmt + Acc) | 2 | 0.625 ± 0.125 | +0.375 ± 0.125 (+3.0 SE) |" in md
     assert "| GRPO (Rubric) | 1 |" not in md  # one seed: nothing to pool
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--seeds", "[]"], "error: phyx: seeds must name at least one training seed, e.g. [0, 1]"),
+    (["--jobs", "0"], "error: phyx: jobs must be >= 1 (runs at once), got 0"),
+])
+def test_runner_settings_out_of_range_are_one_line(capsys, args, message):
+    from lit_grpo.experiments import parse
+
+    with pytest.raises(SystemExit) as exit_:
+        parse(["phyx", "--config", "configs/experiments/phyx_demo.yaml", *args])
+    assert exit_.value.code == 2 and capsys.readouterr().err.strip() == message

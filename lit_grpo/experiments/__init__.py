@@ -27,7 +27,10 @@ def parse(args: list[str] | None = None) -> PhyxExperiment:
     parser.add_subcommands().add_subcommand("phyx", phyx)
     cfg = parser.parse_args(args).phyx
     cfg.pop("config", None)
-    return PhyxExperiment(**{k: v for k, v in vars(phyx.instantiate(cfg)).items() if not k.startswith("__")})
+    try:
+        return PhyxExperiment(**{k: v for k, v in vars(phyx.instantiate(cfg)).items() if not k.startswith("__")})
+    except ValueError as exc:  # a setting out of range: one line, as the training CLI says it
+        parser.exit(2, f"error: phyx: {exc}\n")
 
 
 def main(args: list[str] | None = None) -> dict:

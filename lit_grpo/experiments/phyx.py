@@ -126,6 +126,12 @@ class PhyxExperiment:
     chart: bool = True
     """Write the bar chart (needs matplotlib, the ``notebook`` extra)."""
 
+    def __post_init__(self):
+        if not self.seeds:
+            raise ValueError("seeds must name at least one training seed, e.g. [0, 1]")
+        if self.jobs < 1:
+            raise ValueError(f"jobs must be >= 1 (runs at once), got {self.jobs}")
+
     def runs(self) -> list[Run]:
         """The SFT row per format, each condition per format for the first seed, the controls, then the other
         seeds (in this order, so that an interrupted invocation has the first table and the controls)."""
