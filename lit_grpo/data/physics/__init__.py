@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from lit_grpo.data.physics import classical, modern  # noqa: F401  (register the problem types)
-from lit_grpo.data.physics.base import PROBLEMS, Problem
+from lit_grpo.data.physics.base import PROBLEMS, Problem, phyx_row
 from lit_grpo.data.physics.readable import READABLE, readable_item
 from lit_grpo.data.phyx_write import write_phyx
 
@@ -55,19 +55,9 @@ def make_item(index: int, seed: int = 0, types: list[str] | None = None) -> dict
     order = list(range(4))
     rng.shuffle(order)
     labels = "ABCD"
-    return {
-        "id": str(index),
-        "question": problem.question,
-        "question_description": problem.description,
-        "question_description_simplified": problem.simplified,
-        "options": [f"{labels[k]}: {texts[j]}" for k, j in enumerate(order)],
-        "answer": labels[order.index(0)],
-        "image": _encode(problem, jpeg=rng.random() < QUIRK_RATE),
-        "image_caption": problem.caption,
-        "category": problem.domain,
-        "subfield": problem.subfield,
-        "reasoning_type": list(problem.reasoning),
-    }
+    image = _encode(problem, jpeg=rng.random() < QUIRK_RATE)  # after the shuffle: the rng's order as before
+    return phyx_row(problem, index, [f"{labels[k]}: {texts[j]}" for k, j in enumerate(order)],
+                    labels[order.index(0)], image)
 
 
 def _readable(index: int, seed: int, types: list[str] | None) -> dict[str, Any]:

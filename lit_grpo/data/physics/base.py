@@ -87,3 +87,21 @@ def pick(rng: random.Random, lo: float, hi: float, step: float) -> float:
     """A value from ``lo`` to ``hi`` on a grid of ``step`` (nice numbers, as textbook problems use)."""
     n = int(round((hi - lo) / step))
     return round(lo + step * rng.randint(0, n), 10)
+
+
+def phyx_row(problem: Problem, index: int, options: list[str], answer: str, image) -> dict:
+    """``problem`` as a row of PhyX's default layout (:mod:`lit_grpo.data.phyx_write`): ``options`` already
+    labelled (``"A: ..."``), ``answer`` the gold label, ``image`` as the row stores it."""
+    return {
+        "id": str(index),
+        "question": problem.question,
+        "question_description": problem.description,
+        "question_description_simplified": problem.simplified,
+        "options": options,
+        "answer": answer,
+        "image": image,
+        "image_caption": problem.caption,
+        "category": problem.domain,
+        "subfield": problem.subfield,
+        "reasoning_type": list(problem.reasoning),
+    }

@@ -19,7 +19,7 @@ import random
 from typing import Callable
 
 from lit_grpo.data.physics import draw as D
-from lit_grpo.data.physics.base import Problem, fmt_quantity
+from lit_grpo.data.physics.base import Problem, fmt_quantity, phyx_row
 from lit_grpo.registry import Registry
 
 ReadableFn = Callable[[random.Random, int], Problem]
@@ -199,17 +199,6 @@ def readable_item(index: int, seed: int = 0, types: list[str] | None = None) -> 
     problem = READABLE.get(names[index % len(names)])(rng, k)
     texts = options_by_value(problem)
     labels = "ABCD"
-    return {
-        "id": str(index),
-        "question": problem.question,
-        "question_description": problem.description,
-        "question_description_simplified": problem.simplified,
-        "options": [f"{labels[i]}: {t}" for i, t in enumerate(texts)],
-        "answer": labels[texts.index(problem.answer)],
-        "image": problem.image,
-        "image_caption": problem.caption,
-        "category": problem.domain,
-        "subfield": problem.subfield,
-        "reasoning_type": list(problem.reasoning),
-        "solution": problem.solution,
-    }
+    row = phyx_row(problem, index, [f"{labels[i]}: {t}" for i, t in enumerate(texts)],
+                   labels[texts.index(problem.answer)], problem.image)
+    return {**row, "solution": problem.solution}
