@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Annotated
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -27,6 +28,7 @@ from PIL import Image
 from torch import Tensor, nn
 
 from lit_grpo.families import AttentionParts, Family, ImageGrid, family_for
+from lit_grpo.ranges import Checked, Range
 
 BACKGROUND = 230
 """A pixel is background when all three RGB channels are >= this value."""
@@ -279,7 +281,7 @@ def captured_rows(capture: AttentionCapture, attention_mask: Tensor, chunk_score
 
 # ----------------------------------------------------------------------------------------- in the trainer
 @dataclasses.dataclass
-class AttentionConfig:
+class AttentionConfig(Checked):
     """Attention capture in the no-grad log-prob pass: the ``asm`` reward column and the attention overlays."""
 
     enabled: bool | None = None
@@ -287,9 +289,9 @@ class AttentionConfig:
     grid: str | None = None
     """Patch grid(s) the ASM uses: ``base`` (LLaVA-NeXT's base grid, Idefics3's global image), ``tiles``
     (high-resolution tiles), ``all``; None = the family's default (``base``; ``all`` for Idefics3/SmolVLM)."""
-    background_threshold: int = BACKGROUND
+    background_threshold: Annotated[int, Range(ge=0, le=256, note="256 = no pixel is background")] = BACKGROUND
     """A pixel is background when all RGB channels are >= this."""
-    chunk_scores: int = 2 ** 22
+    chunk_scores: Annotated[int, Range(ge=1)] = 2 ** 22
     """Attention scores (rows x heads x queries x keys) the reconstruction makes per step (16 MiB in
     float32, twice that with their softmax); it sets how many query rows each step covers."""
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import string
 from pathlib import Path
+from typing import Annotated
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -25,6 +26,8 @@ from transformers import (
     SiglipVisionConfig,
 )
 from transformers.models.llava_next import LlavaNextImageProcessorPil
+
+from lit_grpo.ranges import Checked, Range
 
 SPECIAL_TOKENS = ["<|end_of_text|>", "<|system|>", "<|user|>", "<|assistant|>", "<image>"]
 
@@ -64,36 +67,36 @@ missing panel has 3. The answer is \\boxed{A}. The answer is \\boxed{B}. The ans
 
 
 @dataclasses.dataclass
-class EmbeddedModelConfig:
+class EmbeddedModelConfig(Checked):
     """Size and seed of the embedded Granite-Vision-shaped VLM."""
 
     seed: int = 0
     """Seed of the tokenizer-free parts: weights are ``torch.manual_seed(seed)`` initialised."""
-    hidden_size: int = 64
+    hidden_size: Annotated[int, Range(ge=1)] = 64
     """Language model width."""
-    num_hidden_layers: int = 2
+    num_hidden_layers: Annotated[int, Range(ge=1)] = 2
     """Language model depth."""
-    num_attention_heads: int = 4
+    num_attention_heads: Annotated[int, Range(ge=1)] = 4
     """Query heads of the language model."""
-    num_key_value_heads: int = 2
+    num_key_value_heads: Annotated[int, Range(ge=1)] = 2
     """Key/value heads (grouped-query attention when fewer than the query heads)."""
-    intermediate_size: int = 128
+    intermediate_size: Annotated[int, Range(ge=1)] = 128
     """MLP width of the language model."""
-    vision_hidden_size: int = 32
+    vision_hidden_size: Annotated[int, Range(ge=1)] = 32
     """SigLIP width."""
-    vision_layers: int = 2
+    vision_layers: Annotated[int, Range(ge=1)] = 2
     """SigLIP depth (``vision_feature_layer`` takes the last layers by negative index)."""
-    image_size: int = 56
+    image_size: Annotated[int, Range(ge=1)] = 56
     """SigLIP input resolution (one tile); with ``patch_size`` 14 the base grid is 4 x 4."""
-    patch_size: int = 14
+    patch_size: Annotated[int, Range(ge=1)] = 14
     """SigLIP patch size in pixels."""
-    attention_multiplier: float | None = None
+    attention_multiplier: Annotated[float, Range(gt=0)] | None = None
     """Granite's attention scale (replaces ``1/sqrt(head_dim)``); None = ``1/sqrt(head_dim)``."""
-    logits_scaling: float = 8.0
+    logits_scaling: Annotated[float, Range(gt=0)] = 8.0
     """Granite's ``logits_scaling``; the LLaVA-NeXT class never applies it (as in the real model)."""
-    vocab_size: int = 448
+    vocab_size: Annotated[int, Range(ge=1)] = 448
     """Target size of the trained BPE vocabulary (special tokens included)."""
-    grid_pinpoints: list[list[int]] | None = None
+    grid_pinpoints: list[list[Annotated[int, Range(ge=1)]]] | None = None
     """LLaVA-NeXT ``image_grid_pinpoints`` (height, width) for the high-resolution tiles; None = 1-3 tiles
     of ``image_size`` in each direction. ``[[image_size, image_size]]`` gives one tile."""
 

@@ -14,7 +14,7 @@ import difflib
 import os
 import re
 from pathlib import Path
-from typing import Iterator
+from typing import Annotated, Iterator
 
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
@@ -23,6 +23,7 @@ from transformers import AutoModelForImageTextToText, PretrainedConfig
 
 from lit_grpo.embedded import EmbeddedModelConfig, save_embedded_vlm
 from lit_grpo.families import load_processor
+from lit_grpo.ranges import Checked, Range
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 LANGUAGE_MODEL_ATTENTION = r".*(language_model|text_model).*\.(q_proj|k_proj|v_proj|o_proj)"
@@ -33,14 +34,14 @@ IMAGE_TOKEN_NAMES = ("<image>", "<|image_pad|>", "<|video_pad|>", "<|vision_star
 
 
 @dataclasses.dataclass
-class LoRAConfig:
+class LoRAConfig(Checked):
     """A PEFT LoRA adapter on the language model (the vision tower stays frozen by default)."""
 
-    r: int = 16
+    r: Annotated[int, Range(ge=1)] = 16
     """Rank."""
-    alpha: int = 32
+    alpha: Annotated[int, Range(gt=0)] = 32
     """Scaling numerator (``lora_alpha``)."""
-    dropout: float = 0.0
+    dropout: Annotated[float, Range(ge=0, lt=1)] = 0.0
     """Dropout on the adapter input (SFT only: GRPO runs the policy without dropout, see ``disable_dropout``)."""
     target_modules: str | list[str] = LANGUAGE_MODEL_ATTENTION
     """Regex (full match on module names) or list of names; the default keeps the vision tower out."""
@@ -49,7 +50,7 @@ class LoRAConfig:
 
 
 @dataclasses.dataclass
-class PolicyConfig:
+class PolicyConfig(Checked):
     """Which model to train and how."""
 
     name_or_path: str = "ibm-granite/granite-vision-3.3-2b"

@@ -2,11 +2,13 @@
 
 :func:`check_config` takes the parsed configuration of one subcommand (a plain nested dict: ``model``,
 ``data``, ``trainer``) and refuses, in one line naming the key and the valid choices: an API key anywhere
-in it (:mod:`lit_grpo.secrets`; the value is never shown), unknown reward / metric / scorer names, reward
-options the reward does not take, judge settings, GRPO and sampling settings out of range, an unknown
-prompt template, reader or generator, a data path that does not exist (a path is generated only where a
-``generate`` block names it), and a model folder that does not exist (see
-:func:`lit_grpo.policy.check_model_path`).
+in it (:mod:`lit_grpo.secrets`; the value is never shown); first, every number that is not finite or out of
+its declared range (:mod:`lit_grpo.ranges`: the model's option groups, the rewards' weights and options, the
+judge, the data module, the generators, the optimizer and lr scheduler, which torch is also asked to build on a
+dummy parameter); then unknown reward / metric / scorer names, reward options the reward does not take, an
+unknown loss or advantage scaling, an unknown prompt template, reader or generator, a data path that does not
+exist (a path is generated only where a ``generate`` block names it), and a model folder that does not exist
+(see :func:`lit_grpo.policy.check_model_path`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import re
 from typing import Any
 
 from lit_grpo.cli_args import ConfigError
+from lit_grpo.ranges import check_arguments
 from lit_grpo.secrets import find_credentials
 
 SPLITS = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("predict",)}
@@ -30,7 +33,9 @@ def check_config(config: dict[str, Any], subcommand: str | None) -> None:
     if held:
         raise ConfigError(f"{held[0]}: an API key never goes into a config (it would be printed and saved); "
                           "export it and set the judge's api_key_env to the variable's NAME (value not shown)")
-    problems: list[str] = []
+    problems = check_ranges(config)
+    if problems:  # before anything builds an object that would refuse the same number less clearly
+        raise ConfigError(problems[0] + _more(problems))
     ckpt = config.get("ckpt_path")
     if ckpt and ckpt not in ("last", "best", "hpc", "registry") and not os.path.isfile(ckpt):
         problems.append(f"ckpt_path {ckpt} is not a file")
@@ -44,8 +49,44 @@ def check_config(config: dict[str, Any], subcommand: str | None) -> None:
         except (ValueError, KeyError, FileNotFoundError, TypeError) as exc:
             problems.append(str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc))
     if problems:
-        more = f" (and {len(problems) - 1} more problem{'s' * (len(problems) > 2)})" if len(problems) > 1 else ""
-        raise ConfigError(problems[0] + more)
+        raise ConfigError(problems[0] + _more(problems))
+
+
+def _more(problems: list[str]) -> str:
+    return f" (and {len(problems) - 1} more problem{'s' * (len(problems) > 2)})" if len(problems) > 1 else ""
+
+
+def check_ranges(config: dict[str, Any]) -> list[str]:
+    """Every number of the model's and the data module's options that is not finite or out of its declared range
+    (:func:`lit_grpo.ranges.check_value`, through the model class's and ``VLMDataModule``'s constructors), then
+    what torch refuses when it builds the configured optimizer and lr scheduler on a dummy parameter."""
+    from lit_grpo.data.datamodule import VLMDataModule
+
+    model = config.get("model") or {}
+    init = model.get("init_args") or {} if isinstance(model, dict) else {}
+    path = model.get("class_path") if isinstance(model, dict) else None
+    problems = check_arguments(path or "lit_grpo.GRPOModule", init, "model.init_args")
+    problems += check_arguments(VLMDataModule, config.get("data") or {}, "data")
+    return problems or _optimizer_problems(init)
+
+
+def _optimizer_problems(init: dict[str, Any]) -> list[str]:
+    import torch
+
+    from lit_grpo.cli_args import _import
+
+    built = None
+    for key in ("optimizer", "lr_scheduler"):
+        spec, where = init.get(key), f"model.init_args.{key}"
+        cls = _import(spec["class_path"]) if isinstance(spec, dict) and spec.get("class_path") else None
+        if cls is None or (key == "lr_scheduler" and built is None):
+            continue
+        first = [torch.nn.Parameter(torch.zeros(1))] if key == "optimizer" else built
+        try:
+            built = cls(first, **(spec.get("init_args") or {}))
+        except (ValueError, TypeError, ZeroDivisionError) as exc:
+            return [f"{where}: {spec['class_path']} refuses its init_args: {exc}"]
+    return []
 
 
 def _check_reward(spec: dict[str, Any], where: str) -> None:
@@ -147,9 +188,6 @@ def _check_data(arg: tuple[dict[str, Any], str | None]) -> None:
     from lit_grpo.data.sample import TEMPLATES
 
     data, subcommand = arg
-    for key in ("batch_size", "eval_batch_size"):
-        if data.get(key) is not None and data[key] < 1:
-            raise ValueError(f"data.{key} must be >= 1 (prompts per step), got {data[key]}")
     if data.get("template") is not None and data["template"] not in TEMPLATES:
         raise ValueError(f"data.template: unknown prompt template {data['template']!r}; "
                          f"registered: {', '.join(TEMPLATES.names())}")

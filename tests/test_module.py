@@ -90,18 +90,20 @@ def test_mask_truncated_completions_removes_them_from_the_loss(tiny_model_dir, p
 @pytest.mark.parametrize("grpo,sampling,message", [
     ({"loss_type": "dapoo"}, {}, "grpo.loss_type must be grpo, bnpo, dr_grpo or dapo, got 'dapoo'"),
     ({"scale_rewards": "grup"}, {}, "grpo.scale_rewards must be group, batch or none, got 'grup'"),
-    ({}, {"num_generations": 1}, "sampling.num_generations must be >= 2, got 1"),
-    ({}, {"num_generations": 0}, "sampling.num_generations must be >= 2, got 0"),
-    ({}, {"max_completion_length": 0}, "sampling.max_completion_length must be >= 1, got 0"),
-    ({}, {"temperature": 0.0}, "sampling.temperature must be > 0, got 0.0 (for greedy evaluation use evaluation.greedy"),
-    ({"micro_batch_size": 0}, {}, "grpo.micro_batch_size must be >= 1 or null"),
-    ({"num_iterations": 0}, {}, "grpo.num_iterations must be >= 1, got 0"),
-    ({}, {"top_p": 1.5}, "sampling.top_p must be in (0, 1] (1 = off), got 1.5"),
-    ({}, {"top_p": 0.0}, "sampling.top_p must be in (0, 1] (1 = off), got 0.0"),
-    ({}, {"top_k": -3}, "sampling.top_k must be >= 0 (0 = off), got -3"),
-    ({"beta": -0.04}, {}, "grpo.beta must be >= 0, got -0.04"),
-    ({"epsilon_high": -0.2}, {}, "grpo.epsilon_high must be >= 0, got -0.2"),
-    ({"max_grad_norm": 0.0}, {}, "grpo.max_grad_norm must be > 0 or null (no clipping), got 0.0"),
+    ({}, {"num_generations": 1}, "SamplingConfig.num_generations must be >= 2 (a group of one completion has no "
+                                 "reward spread"),
+    ({}, {"num_generations": 0}, "SamplingConfig.num_generations must be >= 2"),
+    ({}, {"max_completion_length": 0}, "SamplingConfig.max_completion_length must be >= 1, got 0"),
+    ({}, {"temperature": 0.0}, "SamplingConfig.temperature must be > 0 (for greedy evaluation use evaluation.greedy: "
+                               "true), got 0.0"),
+    ({"micro_batch_size": 0}, {}, "GRPOConfig.micro_batch_size must be >= 1 (null = all completions at once), got 0"),
+    ({"num_iterations": 0}, {}, "GRPOConfig.num_iterations must be >= 1, got 0"),
+    ({}, {"top_p": 1.5}, "SamplingConfig.top_p must be in (0, 1] (1 = off), got 1.5"),
+    ({}, {"top_p": 0.0}, "SamplingConfig.top_p must be in (0, 1] (1 = off), got 0.0"),
+    ({}, {"top_k": -3}, "SamplingConfig.top_k must be >= 0 (0 = off), got -3"),
+    ({"beta": -0.04}, {}, "GRPOConfig.beta must be >= 0, got -0.04"),
+    ({"epsilon_high": -0.2}, {}, "GRPOConfig.epsilon_high must be >= 0, got -0.2"),
+    ({"max_grad_norm": 0.0}, {}, "GRPOConfig.max_grad_norm must be > 0 (null = no clipping), got 0.0"),
 ])
 def test_settings_that_cannot_train_are_refused_by_name(grpo, sampling, message):
     from lit_grpo.config import check_settings

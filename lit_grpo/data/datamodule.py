@@ -11,7 +11,7 @@ import logging
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import Annotated, Any, Callable
 
 import lightning as L
 import torch
@@ -26,6 +26,7 @@ from lit_grpo.data.puzzles import PuzzleConfig, write_puzzles
 from lit_grpo.data.sample import TEMPLATES, Sample, render_messages
 from lit_grpo.data.visualsphinx import read_visualsphinx
 from lit_grpo.errors import InputError
+from lit_grpo.ranges import Checked, Keys, Range, argument_types, check_arguments, raise_problems
 from lit_grpo.registry import Registry
 from lit_grpo.rng import run_seed
 
@@ -40,12 +41,12 @@ GENERATORS: Registry[Callable[..., Path]] = Registry("data generator")
 
 
 @GENERATORS.register("puzzles")
-def _generate_puzzles(path: str, num: int = 1000, seed: int = 0, **cfg: Any) -> Path:
+def _generate_puzzles(path: str, num: Annotated[int, Range(ge=1)] = 1000, seed: int = 0, **cfg: Any) -> Path:
     return write_puzzles(path, num=num, seed=seed, cfg=PuzzleConfig(**cfg))
 
 
 @GENERATORS.register("physics")
-def _generate_physics(path: str, num: int = 256, seed: int = 0, **cfg: Any) -> Path:
+def _generate_physics(path: str, num: Annotated[int, Range(ge=1)] = 256, seed: int = 0, **cfg: Any) -> Path:
     """Embedded PhyX-like physics problems; the layout follows the file name (``.parquet`` default
     layout, ``.jsonl`` raw layout with ``images/`` next to it)."""
     return write_physics(path, num=num, seed=seed, **cfg)
@@ -66,8 +67,19 @@ def generator_options(kind: str) -> list[str]:
     return sorted(names)
 
 
+def generator_option_types(kind: str | None) -> Keys:
+    """Setting -> declared type of a ``generate`` block of ``kind`` (the generator's and those it passes on)."""
+    if kind not in GENERATORS:
+        return Keys()
+    fn = GENERATORS.get(kind)
+    types = {}
+    for target in (*getattr(fn, "forwards_to", ()), fn):
+        types.update(argument_types(target))
+    return Keys(types)
+
+
 @dataclasses.dataclass
-class DatasetSpec:
+class DatasetSpec(Checked):
     """Where one split comes from: a dataset the user has (``path``), or one generated on purpose (``generate``).
 
     Only ``generate.path`` is ever generated, so a mistyped ``path`` is an error naming it, never a synthetic
@@ -92,6 +104,13 @@ class DatasetSpec:
     """Extra keyword arguments of the reader (phyx: ``answer_format``, ``question_variant``, ``layout``,
     ``image_dir``; both: ``max_pixels``, ``on_bad_row``)."""
 
+    @staticmethod
+    def option_types(value) -> dict[str, Any]:
+        """``generate`` and ``reader_args`` are typed by the generator's and the reader's options (:mod:`lit_grpo.ranges`)."""
+        reader = value.get("reader")
+        return {"generate": generator_option_types((value.get("generate") or {}).get("kind")),
+                "reader_args": Keys(argument_types(READERS.get(reader)) if reader in READERS else {})}
+
     def generated(self) -> bool:
         """Whether this split reads the file its ``generate`` block writes."""
         target = (self.generate or {}).get("path")
@@ -111,6 +130,8 @@ class DatasetSpec:
                 rows = parse_slice(str(self.rows))
             except ValueError as exc:
                 raise ValueError(f"{name}.{exc}") from None
+            if rows.step == 0:
+                raise ValueError(f"{name}.rows {self.rows!r} has step 0; e.g. '1000:3000' or '::2'")
             start, stop = rows.start or 0, rows.stop
             if stop is not None and start >= 0 and stop >= 0 and stop <= start:
                 raise ValueError(f"{name}.rows {self.rows!r} keeps no row (stop <= start); e.g. '1000:3000'")
@@ -229,12 +250,12 @@ class VLMDataModule(L.LightningDataModule):
         val: DatasetSpec | None = None,
         test: DatasetSpec | None = None,
         predict: DatasetSpec | None = None,
-        batch_size: int = 4,
-        eval_batch_size: int = 8,
+        batch_size: Annotated[int, Range(ge=1, note="prompts per step")] = 4,
+        eval_batch_size: Annotated[int, Range(ge=1)] = 8,
         template: str = "visualsphinx_seed",
         system_prompt: str | None = None,
-        max_prompt_length: int | None = None,
-        num_workers: int = 0,
+        max_prompt_length: Annotated[int, Range(ge=1)] | None = None,
+        num_workers: Annotated[int, Range(ge=0)] = 0,
         on_bad_row: str = "raise",
         on_overlap: str = "refuse",
     ):
@@ -256,6 +277,7 @@ class VLMDataModule(L.LightningDataModule):
                 ``allow`` keeps them and logs the count (deliberate: a check that a policy fits its own eval set).
         """
         super().__init__()
+        raise_problems(check_arguments(VLMDataModule, locals(), "data"))  # the declared ranges (lit_grpo.ranges)
         TEMPLATES.get(template)  # fail at construction on a typo
         self.specs = {"train": train, "val": val, "test": test or val, "predict": predict or test or val}
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size

@@ -30,6 +30,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_only
 
 from lit_grpo.data.sample import Sample
+from lit_grpo.ranges import Checked, Keys, argument_types, check_value
 from lit_grpo.registry import Registry
 
 log = logging.getLogger(__name__)
@@ -83,14 +84,26 @@ def reward_options(name: str) -> list[str]:
     return [p.name for p in params if p.kind in plain and p.name not in skip]
 
 
+def reward_option_types(name: str | None) -> Keys:
+    """Option -> declared type (ranges kept, :mod:`lit_grpo.ranges`) of the reward registered as ``name``; empty for
+    a name that is not registered (refused elsewhere, naming the registered ones)."""
+    if name not in REWARDS:
+        return Keys()
+    entry, options = REWARDS.get(name), reward_options(name)
+    hints = argument_types(entry)
+    return Keys({k: hints[k] for k in options if k in hints})
+
+
 def check_options(spec: "RewardSpec") -> None:
     """Refuse ``kwargs`` that are not options of the reward (a typo would be ignored by its ``**_``), and option
     values of the wrong type: each value a config can hold is checked against its parameter's annotation
     (jsonargparse, as the CLI checks every other option; a mapping for a dataclass option, such as a judge's
-    settings, field by field).
+    settings, field by field), and numbers that are not finite or out of their declared range
+    (:mod:`lit_grpo.ranges`).
 
     Raises:
-        ValueError: naming the reward, the unknown keys and the valid ones, or the option and the type it needs.
+        ValueError: naming the reward, the unknown keys and the valid ones, or the option and the type or range it
+            needs.
     """
     who = repr(spec.label) if spec.label == spec.name else f"{spec.label!r} ({spec.name})"
     valid = reward_options(spec.name)
@@ -100,6 +113,10 @@ def check_options(spec: "RewardSpec") -> None:
         hint = f" (did you mean {close[0]}?)" if close else ""
         raise ValueError(f"reward {who} has no option {', '.join(map(repr, unknown))}{hint}; "
                          f"its options: {', '.join(valid) or 'none'}")
+    types = reward_option_types(spec.name)
+    problems = [p for key, value in spec.kwargs.items() for p in check_value(value, types.get(key, Any), key)]
+    if problems:  # non-finite or out of its declared range (lit_grpo.ranges)
+        raise ValueError(f"reward {who} option {problems[0]}")
     for key, value in spec.kwargs.items():
         if not config_value(value):  # an object handed over in Python (a Judge instance): the caller's to type
             continue
@@ -175,7 +192,7 @@ def option_parser(obj, skip: frozenset = frozenset()):
 
 
 @dataclasses.dataclass
-class RewardSpec:
+class RewardSpec(Checked):
     """One term of the total reward: ``weight * reward(name, **kwargs)``."""
 
     name: str
@@ -186,6 +203,11 @@ class RewardSpec:
     """Options of the reward (see its docstring)."""
     alias: str | None = None
     """Name under which it is logged (defaults to ``name``); lets one reward appear twice."""
+
+    @staticmethod
+    def option_types(value) -> dict[str, Any]:
+        """``kwargs`` is typed by the reward's own options (:mod:`lit_grpo.ranges`)."""
+        return {"kwargs": reward_option_types(value.get("name"))}
 
     @property
     def label(self) -> str:

@@ -28,13 +28,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 from torch import Tensor, nn
 from transformers import GenerationConfig
 
 from lit_grpo.grpo import selective_log_softmax
+from lit_grpo.ranges import Checked, Range
 
 
 # ----------------------------------------------------------------- rows: how processor tensors map to prompt rows
@@ -106,18 +107,19 @@ def images_by_tokens(tokens_per_row: list[int], tokens_per_image: list[int]) -> 
 
 
 @dataclasses.dataclass
-class SamplingConfig:
+class SamplingConfig(Checked):
     """How completions are sampled."""
 
-    num_generations: int = 8
+    num_generations: Annotated[int, Range(ge=2, note="a group of one completion has no reward spread, so every "
+                                                    "advantage and the loss would be 0")] = 8
     """G: completions per prompt (the group)."""
-    temperature: float = 1.0
+    temperature: Annotated[float, Range(gt=0, note="for greedy evaluation use evaluation.greedy: true")] = 1.0
     """Sampling temperature; log-probs use the same temperature."""
-    top_p: float = 1.0
+    top_p: Annotated[float, Range(gt=0, le=1, note="1 = off")] = 1.0
     """Nucleus sampling mass (applied after top-k); the log-probs model it."""
-    top_k: int = 0
+    top_k: Annotated[int, Range(ge=0, note="0 = off")] = 0
     """Top-k sampling (0 = off); the log-probs model it."""
-    max_completion_length: int = 512
+    max_completion_length: Annotated[int, Range(ge=1)] = 512
     """Most tokens a completion may have."""
 
 

@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
-from typing import Any
+from typing import Annotated, Any
 
+from lit_grpo.ranges import Checked, Range
 from lit_grpo.rewards.judge.offline import OfflineJudgeConfig
 from lit_grpo.secrets import find_credentials
 
 
 @dataclasses.dataclass
-class JudgeConfig:
+class JudgeConfig(Checked):
     """Where and how to ask the judge. Numbers the paper does not give are our documented defaults."""
 
     base_url: str | None = None
@@ -32,15 +32,15 @@ class JudgeConfig:
     """Model name sent with each request (the paper's judge: GPT-oss 120B served with vLLM)."""
     api_key_env: str | None = "JUDGE_API_KEY"
     """NAME of the environment variable holding the API key (never the key itself); unset -> no key sent."""
-    num_judges: int = 3
+    num_judges: Annotated[int, Range(ge=1)] = 3
     """Jury size K: independent calls per completion (the paper: 3)."""
-    min_votes: int | None = None
+    min_votes: Annotated[int, Range(ge=1, note="at most num_judges; null = all K")] | None = None
     """Successful calls needed to score a completion (default: all K); fewer give NaN."""
-    temperature: float = 0.7
+    temperature: Annotated[float, Range(ge=0)] = 0.7
     """Judge sampling temperature (not given by the paper)."""
-    top_p: float = 1.0
+    top_p: Annotated[float, Range(gt=0, le=1)] = 1.0
     """Judge nucleus sampling."""
-    max_tokens: int = 2048
+    max_tokens: Annotated[int, Range(ge=1)] = 2048
     """Reply token limit; a reply cut at this limit is a failed call (reasoning models need room)."""
     seed: int | None = 0
     """Juror k's request carries ``seed + k`` (reproducible, distinct jurors); ``None`` sends no seed."""
@@ -48,23 +48,23 @@ class JudgeConfig:
     """Ask for the reply schema with ``response_format: json_schema``; turn off for servers that reject it."""
     extra_body: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Extra request fields, e.g. ``{"reasoning_effort": "low"}``."""
-    timeout_s: float = 60.0
+    timeout_s: Annotated[float, Range(gt=0)] = 60.0
     """Limit of one HTTP attempt (connect, send, wait, read)."""
-    call_deadline_s: float = 300.0
+    call_deadline_s: Annotated[float, Range(gt=0)] = 300.0
     """Total limit of one call, retries and waits included."""
-    step_deadline_s: float = 900.0
+    step_deadline_s: Annotated[float, Range(gt=0)] = 900.0
     """Total limit of all the calls of one step; calls still running then are failed."""
-    max_retries: int = 5
+    max_retries: Annotated[int, Range(ge=0)] = 5
     """Retries after a timeout, a dropped connection, HTTP 429 or 5xx."""
-    backoff_s: float = 1.0
+    backoff_s: Annotated[float, Range(ge=0)] = 1.0
     """First retry delay without ``Retry-After``; doubles each retry (with jitter)."""
-    backoff_max_s: float = 30.0
+    backoff_max_s: Annotated[float, Range(ge=0)] = 30.0
     """Largest retry delay without ``Retry-After`` (``Retry-After`` is honoured as given, within the deadline)."""
-    concurrency: int = 64
+    concurrency: Annotated[int, Range(ge=1)] = 64
     """Requests in flight at once."""
-    max_failure_fraction: float = 0.25
+    max_failure_fraction: Annotated[float, Range(ge=0, le=1)] = 0.25
     """Stop the run when more than this fraction of a step's calls fail."""
-    cache_size: int = 200_000
+    cache_size: Annotated[int, Range(ge=0)] = 200_000
     """Identical requests answered from memory for the run (least recently used evicted)."""
     offline: OfflineJudgeConfig = dataclasses.field(default_factory=OfflineJudgeConfig)
     """Settings of the offline judge (used when ``base_url`` is unset): its tolerances and reasoning proxy."""
@@ -72,18 +72,9 @@ class JudgeConfig:
     def __post_init__(self):
         if isinstance(self.offline, dict):
             self.offline = _offline_from_dict(self.offline)
-        if self.num_judges < 1:
-            raise ValueError(f"judge num_judges must be >= 1, got {self.num_judges}")
-        if self.min_votes is not None and not 1 <= self.min_votes <= self.num_judges:
+        super().__post_init__()  # the declared ranges
+        if self.min_votes is not None and self.min_votes > self.num_judges:
             raise ValueError(f"judge min_votes must be in 1..num_judges={self.num_judges}, got {self.min_votes}")
-        if not 0.0 <= self.max_failure_fraction <= 1.0:
-            raise ValueError(f"judge max_failure_fraction must be in [0, 1], got {self.max_failure_fraction}")
-        for name in ("timeout_s", "call_deadline_s", "step_deadline_s"):
-            value = getattr(self, name)
-            if value is None or not math.isfinite(value) or value <= 0:
-                raise ValueError(f"judge {name} must be a positive finite number of seconds, got {value!r}")
-        if self.concurrency < 1:
-            raise ValueError(f"judge concurrency must be >= 1, got {self.concurrency}")
         _refuse_credentials(dataclasses.asdict(self))
 
     @classmethod

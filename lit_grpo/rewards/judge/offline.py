@@ -28,7 +28,9 @@ import dataclasses
 import math
 import re
 import threading
+from typing import Annotated
 
+from lit_grpo.ranges import Checked, Range
 from lit_grpo.rewards.judge.jury import Vote
 from lit_grpo.rewards.judge.prompts import JudgeItem, JudgeTask
 from lit_grpo.rewards.parsing import extract_answer, extract_boxed, extract_tag
@@ -103,7 +105,7 @@ def _close(a: float, b: float, tol: float) -> bool:
 
 
 def grade_open_answer(answer: str | None, gold: str, *, unit: str | None = None, gold_unit: str | None = None,
-                      rel_tol: float = 0.01, partial_rel_tol: float = 0.05) -> int:
+                      rel_tol: Annotated[float, Range(ge=0)] = 0.01, partial_rel_tol: float = 0.05) -> int:
     """Correctness 0/1/2 of an open-ended answer against the gold answer text (scale in the module docstring).
 
     ``unit`` is the ``<unit>`` field, used when the answer itself has no unit; ``gold_unit`` is the
@@ -151,14 +153,14 @@ def reasoning_score(think: str | None, min_words: int = 20) -> int:
 
 
 @dataclasses.dataclass
-class OfflineJudgeConfig:
+class OfflineJudgeConfig(Checked):
     """The offline judge's settings (``judge.offline``); the defaults are our documented choices."""
 
-    rel_tol: float = 0.01
+    rel_tol: Annotated[float, Range(ge=0)] = 0.01
     """Relative tolerance of a fully correct value."""
-    partial_rel_tol: float = 0.05
+    partial_rel_tol: Annotated[float, Range(ge=0)] = 0.05
     """Relative tolerance of a partially correct value."""
-    min_reasoning_words: int = 20
+    min_reasoning_words: Annotated[int, Range(ge=0)] = 20
     """Words in ``<think>`` for a reasoning score of 2."""
 
 
