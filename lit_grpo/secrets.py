@@ -6,23 +6,33 @@ when it sends a request. Anything else that holds a key would be printed (``--pr
 
 - :func:`find_credentials` lists the places of a configuration (a plain nested dict) that hold a key:
   any value that contains the value of a key variable (``JUDGE_API_KEY`` and every variable an
-  ``api_key_env`` names), and, inside a ``judge`` block, a value that looks like a credential (``sk-...``,
-  ``Bearer ...``, ``hf_...``, a URL with a password, ...) or a key named like one (``api_key``,
-  ``Authorization``, ``headers``, ...). The places are reported as dotted paths, never with their values.
-- :func:`redact` masks the same things in a text (an HTTP error body, an exception message) as ``***``.
+  ``api_key_env`` names), as it is or escaped (:func:`key_pattern`); a ``base_url`` with a user name or password
+  (``https://user:key@host``, ``https://key@host``) or a credential-named query parameter (``?api_key=...``);
+  and, inside a ``judge`` block, a value that looks like a credential (``sk-...``, ``Bearer ...``, ``hf_...``,
+  ...) or a key named like one (``api_key``, ``Authorization``, ``headers``, ...). The places are reported as
+  dotted paths, never with their values.
+- :func:`redact` masks the same things in a text (an HTTP error body, an exception message) as ``***``: a key's
+  value of any length in every form a server or a library echoes it: as it is, JSON-escaped (``\\/``,
+  ``\\u00xx``, doubly escaped), percent-encoded (``%2F``, ``%252F``, ``+`` for a space), as HTML entities, in hex,
+  and inside base64 or base64url (a header dump of ``Basic``/``Bearer`` credentials: the characters that only the
+  key decides, at each of the three byte alignments).
 """
 
 from __future__ import annotations
 
+import base64
+import functools
 import os
 import re
+import urllib.parse
 from typing import Any, Iterable
 
 KEY_VARIABLE = "JUDGE_API_KEY"
 """The default ``judge.api_key_env``; its value is masked even where no config names it."""
 MASK = "***"
-MIN_KEY_LENGTH = 8
-"""Shorter environment values are not treated as keys (every text would contain them)."""
+MIN_BASE64_CORE = 2
+"""Inside base64 a key is recognised by the characters only it decides (about 4 per 3 bytes of the key); a
+shorter run is no recognisable part of it. Short keys mask short runs, in base64 blobs and elsewhere alike."""
 
 CREDENTIAL_VALUE = re.compile(
     r"\b(sk-[A-Za-z0-9_\-]{12,}|hf_[A-Za-z0-9]{16,}|gh[pousr]_[A-Za-z0-9]{16,}|github_pat_[A-Za-z0-9_]{16,}"
@@ -39,6 +49,9 @@ CREDENTIAL_NAME = re.compile(
     re.IGNORECASE,
 )
 """Names of request fields that carry a credential (refused in a judge block, e.g. under ``extra_body``)."""
+URL_CREDENTIAL_PARAMETER = re.compile(rf"{CREDENTIAL_NAME.pattern}|^(sig|signature|code|subscription[_-]?key)$",
+                                      re.IGNORECASE)
+"""Query parameters of a URL that carry a credential (``?api_key=``, ``?key=``, ``?sig=``, Azure's ``?code=``)."""
 
 
 def key_variables(config: Any = None) -> list[str]:
@@ -51,21 +64,71 @@ def key_variables(config: Any = None) -> list[str]:
 
 
 def key_values(names: Iterable[str]) -> list[str]:
-    """The values of those variables that are set and long enough to be keys, longest first."""
+    """The values of those variables that are set (any length), longest first."""
     values = {os.environ.get(n) or "" for n in names}
-    return sorted((v for v in values if len(v) >= MIN_KEY_LENGTH), key=len, reverse=True)
+    return sorted((v for v in values if v), key=len, reverse=True)
+
+
+def _hex_byte(b: int) -> str:
+    """Regex of one byte as two hex digits in either case: ``2f`` -> ``2[fF]``."""
+    return "".join(f"[{c}{c.upper()}]" if c.isalpha() else c for c in f"{b:02x}")
+
+
+def _char_forms(ch: str) -> str:
+    """Regex of one character of a key in every form it is echoed in: itself, a JSON ``\\/`` or ``\\uXXXX`` escape
+    (with any number of backslashes: JSON inside JSON), a ``\\xXX`` escape, percent-encoding (once or twice; ``+``
+    for a space), an HTML entity."""
+    utf8 = ch.encode("utf-8")
+    forms = [re.escape(ch), r"\\+u\{?" + "".join(_hex_byte(b) for b in ord(ch).to_bytes(2, "big")) + r"\}?"
+             if ord(ch) < 0x10000 else None,
+             "".join("%" + _hex_byte(b) for b in utf8), "".join("%25" + _hex_byte(b) for b in utf8),
+             f"&#0*{ord(ch)};", "&#[xX]0*" + _hex_byte(ord(ch)).lstrip("0") + ";" if ord(ch) < 256 else None]
+    if ch in "/\"\\":
+        forms.append(r"\\+" + re.escape(ch))
+    if len(utf8) == 1:
+        forms.append(r"\\+x" + _hex_byte(utf8[0]))
+    if ch == " ":
+        forms.append(r"\+")
+    forms += [f"&{name};" for name, c in (("amp", "&"), ("lt", "<"), ("gt", ">"), ("quot", '"'), ("apos", "'"))
+              if c == ch]
+    return "(?:" + "|".join(f for f in forms if f) + ")"
+
+
+def _base64_cores(key: str) -> list[str]:
+    """The parts of base64 / base64url text that only ``key`` decides, wherever it starts in the encoded bytes (at
+    each of the three alignments), longest first."""
+    data, cores = key.encode("utf-8"), set()
+    for offset in range(3):
+        encoded = base64.b64encode(b"\0" * offset + data).decode("ascii")
+        chars = [c for c in range(len(encoded)) if 6 * c // 8 >= offset and (6 * c + 5) // 8 < offset + len(data)]
+        if chars:
+            core = encoded[chars[0]:chars[-1] + 1]
+            if len(core) >= MIN_BASE64_CORE:
+                cores |= {core, core.replace("+", "-").replace("/", "_")}
+    return sorted(cores, key=len, reverse=True)
+
+
+@functools.lru_cache(maxsize=64)
+def key_pattern(key: str, encoded: bool = True) -> re.Pattern:
+    """A regex of ``key`` in every form it can be echoed (see the module docstring); ``encoded=False``: as it is
+    and escaped only (what a config value can hold), without its base64 and hex forms."""
+    forms = ["".join(_char_forms(ch) for ch in key)]
+    if encoded:
+        raw = key.encode("utf-8").hex()
+        forms += [re.escape(core) for core in _base64_cores(key)] + [raw, raw.upper()]
+    return re.compile("|".join(forms))
 
 
 def redact(text: str, names: Iterable[str] = (KEY_VARIABLE,)) -> str:
-    """``text`` with the value of every key variable in ``names`` and anything that looks like a credential
-    replaced by ``***``.
+    """``text`` with the value of every key variable in ``names`` (in every form it is echoed in) and anything
+    that looks like a credential replaced by ``***``.
 
     >>> redact("HTTP 401: bad key 'sk-abcdefghijklmnop1234'")
     "HTTP 401: bad key '***'"
     """
     text = str(text)
     for value in key_values(names):
-        text = text.replace(value, MASK)
+        text = key_pattern(value).sub(MASK, text)
     return CREDENTIAL_VALUE.sub(MASK, text)
 
 
@@ -75,20 +138,38 @@ def find_credentials(config: Any) -> list[str]:
     >>> find_credentials({"judge": {"extra_body": {"api_key": "x"}, "model": "m"}})
     ['judge.extra_body.api_key (a credential field)']
     """
-    keys = key_values(key_variables(config))
+    keys = [key_pattern(k, encoded=False) for k in key_values(key_variables(config))]
     found: list[str] = []
     for path, value in _walk(config):
         where = ".".join(str(p) for p in path)
         if any(where.startswith(f.split(" ")[0] + ".") for f in found):
             continue  # inside a place already reported
         in_judge = "judge" in path[:-1]
+        url = _url_credential(value) if path and path[-1] == "base_url" else None
         if in_judge and path[-1] != "api_key_env" and isinstance(path[-1], str) and CREDENTIAL_NAME.match(path[-1]):
             found.append(f"{where} (a credential field)")
-        elif isinstance(value, str) and any(k in value for k in keys):
+        elif url:
+            found.append(f"{where} ({url})")
+        elif isinstance(value, str) and any(k.search(value) for k in keys):
             found.append(f"{where} (holds the value of a key variable)")
         elif in_judge and isinstance(value, str) and CREDENTIAL_VALUE.search(value):
             found.append(f"{where} (looks like a credential)")
     return found
+
+
+def _url_credential(value: Any) -> str | None:
+    """What in URL ``value`` carries a credential: a user name or password, or a credential-named query parameter."""
+    if not isinstance(value, str):
+        return None
+    try:
+        parts = urllib.parse.urlsplit(value.strip())
+    except ValueError:
+        return None
+    if parts.username or parts.password or "@" in parts.netloc:
+        return "a user name or password in the URL"
+    named = [k for k, _ in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+             if URL_CREDENTIAL_PARAMETER.match(k.strip())]
+    return f"the URL's query parameter {named[0]!r} carries a credential" if named else None
 
 
 def _walk(node: Any, path: tuple = ()) -> Iterable[tuple[tuple, Any]]:

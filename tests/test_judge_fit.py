@@ -88,31 +88,59 @@ def test_fit_with_judge_rewards_never_writes_the_api_key(tmp_path, monkeypatch, 
     assert KEY not in out + err + caplog.text and "judge/version_0" in out + err + caplog.text
 
 
-def test_a_key_echoed_by_the_server_reaches_no_file_and_no_console(tmp_path, monkeypatch, capfd, caplog):
-    """Every fourth judge call answers HTTP 400 quoting the request's Authorization header: the failures are
-    logged and counted, and the key is in no file of the run and nowhere on the console."""
-    monkeypatch.setenv(KEY_ENV, KEY)
-    server_ref = {}
+ECHO_KEY = "sk-live/Q3+9x=7Zt2Wm4f"
+"""A key with the characters that escapers rewrite (``/``, ``+``, ``=``)."""
+
+
+def _echoes(key: str) -> list[str]:
+    """The key as servers write it back: as it is, JSON-escaped (PHP's ``\\/``, ``\\u00xx``), percent-encoded, as
+    HTML entities, and in base64 / base64url header dumps (``Basic user:key``, ``Bearer key``)."""
+    import base64
+    import urllib.parse
+
+    return [key, key.replace("/", "\\/"), "".join(f"\\u{ord(c):04x}" for c in key), urllib.parse.quote(key, safe=""),
+            "".join(f"&#{ord(c)};" for c in key), base64.b64encode(f"user:{key}".encode()).decode(),
+            base64.urlsafe_b64encode(f"Bearer {key}".encode()).decode(), base64.b64encode(key.encode()).decode()]
+
+
+@pytest.mark.slow
+def test_a_key_echoed_in_any_encoding_reaches_no_file_and_no_console(tmp_path, monkeypatch, capfd, caplog):
+    """Every other judge call answers HTTP 401 echoing the request's key in one of eight encodings (in turn), through
+    fit, test and predict: the failures are logged and counted, and no form of the key is in any file of the runs
+    (config.yaml, hparams.yaml, events, checkpoints, tables, predictions) or on the console."""
+    monkeypatch.setenv(KEY_ENV, ECHO_KEY)
+    forms = _echoes(ECHO_KEY)
 
     def script(body, n):
-        if n % 4 == 3:
-            return Reply(status=400, raw_body=f"rejected {server_ref['server'].requests[n].headers['Authorization']}")
+        if n % 2:
+            return Reply(status=401, raw_body=f'{{"error": "invalid api key", "echo": "{forms[n // 2 % len(forms)]}"}}')
         return votes_by_seed([{"correctness": 2}])(body, n)
 
     with LoopbackJudgeServer(script) as server:
-        server_ref["server"] = server
         rewards = [{"name": "open_accuracy", "kwargs": {"judge": "LOOPBACK"}}]
         cfg = yaml.safe_load(_config(tmp_path, server.base_url, rewards).read_text())
-        cfg["model"]["init_args"]["rewards"][0]["kwargs"]["judge"]["max_failure_fraction"] = 0.5
+        cfg["model"]["init_args"]["rewards"][0]["kwargs"]["judge"]["max_failure_fraction"] = 0.75
+        cfg["model"]["init_args"]["evaluation"] = {"judge": cfg["model"]["init_args"]["rewards"][0]["kwargs"]["judge"]}
+        cfg["trainer"]["callbacks"] += [{"class_path": f"lit_grpo.callbacks.{c}"} for c in ("AccuracyTable",
+                                                                                          "PredictionsJSONL")]
         (tmp_path / "judge.yaml").write_text(yaml.safe_dump(cfg))
-        cli = main(["fit", "--config", "configs/demo_phyx_oe.yaml", "--config", str(tmp_path / "judge.yaml")])
-        assert any(r.headers["Authorization"] == f"Bearer {KEY}" for r in server.requests)
+        args = ["--config", "configs/demo_phyx_oe.yaml", "--config", str(tmp_path / "judge.yaml")]
+        cli = main(["fit", *args])
+        for sub in ("test", "predict"):
+            main([sub, *args, "--ckpt_path", str(tmp_path / "ckpt" / "last.ckpt")])
+        assert len(server.requests) > 2 * len(forms) and all(
+            r.headers["Authorization"] == f"Bearer {ECHO_KEY}" for r in server.requests)
     assert cli.trainer.global_step == 2
     out, err = capfd.readouterr()
     console = out + err + caplog.text
-    assert "HTTP 400: rejected Bearer ***" in console
+    assert "HTTP 401 (is the API key in $LIT_GRPO_TEST_JUDGE_KEY right?): {\"error\": \"invalid api key\", \"echo\": " \
+           "\"***\"}" in console
     files = [p for p in tmp_path.rglob("*") if p.is_file()]
-    assert [str(p) for p in files if KEY.encode() in p.read_bytes()] == [] and KEY not in console
+    assert {"config.yaml", "hparams.yaml", "last.ckpt", "predictions.jsonl", "test_accuracy_greedy.csv"} <= {
+        p.name for p in files}
+    assert any("events.out" in p.name for p in files)
+    leaked = [(str(p), f) for p in files for f in forms if f.encode() in p.read_bytes()]
+    assert leaked == [] and [f for f in forms if f in console] == []
 
 
 WRONG_PLACES = {

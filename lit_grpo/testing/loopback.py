@@ -32,8 +32,11 @@ class Reply:
     drop: bool = False
     """Close the connection without any response."""
     finish_reason: str = "stop"
-    raw_body: str | None = None
-    """Send this body verbatim instead of a chat-completions JSON."""
+    raw_body: str | bytes | None = None
+    """Send this body verbatim instead of a chat-completions JSON (bytes as they are: e.g. gzip data, with
+    ``headers={"Content-Encoding": "gzip"}``)."""
+    message: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Further fields of the reply's message (``reasoning``, ``reasoning_content`` as vLLM's reasoning parsers send)."""
     tokens: int = 30
 
 
@@ -119,10 +122,11 @@ class LoopbackJudgeServer:
                 payload = (reply.raw_body if reply.raw_body is not None else json.dumps({
                     "id": f"cmpl-{n}", "object": "chat.completion", "model": body.get("model"),
                     "choices": [{"index": 0, "finish_reason": reply.finish_reason,
-                                 "message": {"role": "assistant", "content": reply.content}}],
+                                 "message": {"role": "assistant", "content": reply.content, **reply.message}}],
                     "usage": {"prompt_tokens": reply.tokens - 10, "completion_tokens": 10,
                               "total_tokens": reply.tokens},
-                })).encode()
+                }))
+                payload = payload.encode() if isinstance(payload, str) else payload
                 try:
                     self.send_response(reply.status)
                     for k, v in {"Content-Type": "application/json", **reply.headers}.items():

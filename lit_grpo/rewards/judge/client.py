@@ -8,8 +8,15 @@ What it guarantees (the known failure modes of judge servers):
 - deadlines of our own: ``timeout_s`` per attempt, ``call_deadline_s`` per call (retries and waits
   included; a wait that would pass it fails the call now), ``step_deadline_s`` for all calls of a step;
 - strict replies: ``response_format`` with the task's JSON schema, ``finish_reason`` must be ``stop``
-  (a reply cut at ``max_tokens`` is a failed call, never a score), the JSON is validated; a reply
-  that fails validation goes through the tolerant parser, which is counted (``parse_fallbacks``);
+  (a reply cut at ``max_tokens`` is a failed call, never a score), the verdict is read from the reply's
+  ``content`` (its final channel, :func:`~lit_grpo.rewards.judge.jury.final_channel`; a ``reasoning`` /
+  ``reasoning_content`` field is never graded) and validated; a reply that fails validation goes through the
+  tolerant parser (the last complete verdict object), which is counted (``parse_fallbacks``);
+- bounded replies: at most ``max_reply_bytes`` are read, after decompression (gzip or deflate, decoded here in
+  bounded steps; ``Accept-Encoding`` asks for nothing else), so a compression bomb or an endless body is a
+  failed call, and parsing is linear in the reply; whatever cannot be read is a failed call within the deadline,
+  never an exception (a client that does not finish within ``step_deadline_s`` + :data:`LOOP_GRACE_S` fails its
+  calls);
 - identical requests (same body, same juror) are sent once and cached for the run;
 - a failed call is ``None`` (NaN downstream) and counted; more than ``max_failure_fraction`` failed
   calls in one step raise :class:`JudgeUnavailableError` naming the endpoint;
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import dataclasses
 import email.utils
 import hashlib
@@ -40,9 +48,12 @@ import httpx
 from lit_grpo.rewards.judge.config import JudgeConfig
 from lit_grpo.rewards.judge.jury import Vote, VerdictError, parse_vote_strict, parse_vote_tolerant
 from lit_grpo.rewards.judge.prompts import JudgeItem, JudgeTask, messages
+from lit_grpo.rewards.judge.replies import ACCEPT_ENCODING, BoundedBody, ReplyError
 from lit_grpo.secrets import KEY_VARIABLE, redact
 
 log = logging.getLogger(__name__)
+LOOP_GRACE_S = 30.0
+"""How long past ``step_deadline_s`` a step waits for the client's event loop before failing every call left."""
 POOL_SIZE = 8
 """Connections per httpx pool; ``concurrency`` slots are spread over ``ceil(concurrency / POOL_SIZE)`` pools."""
 
@@ -87,7 +98,13 @@ class _LoopThread:
         self.thread.start()
 
     def run(self, coro, timeout: float):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+        """The coroutine's result; ``concurrent.futures.TimeoutError`` (the coroutine cancelled) after ``timeout``."""
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise
 
     @staticmethod
     def stop(loop: asyncio.AbstractEventLoop, thread: threading.Thread, clients: list) -> None:
@@ -179,23 +196,25 @@ class OpenAIJudge:
                 return CallResult(None, f"call deadline of {cfg.call_deadline_s:g}s passed ({error})", retries=retries)
             retry_after, attempt_limit = None, min(cfg.timeout_s, remaining)
             try:
-                resp = await asyncio.wait_for(client.post(self.endpoint, json=body, headers=self._headers(),
-                                                          timeout=attempt_limit), attempt_limit)
+                status, headers, data = await asyncio.wait_for(self._post(client, body, attempt_limit), attempt_limit)
             except (httpx.TimeoutException, asyncio.TimeoutError):
                 error = f"timeout after {attempt_limit:.3g}s"
             except httpx.TransportError as exc:
                 error = self._redact(f"connection error ({type(exc).__name__}: {exc})")
+            except ReplyError as exc:  # too large or unreadable: asking again would not help
+                return CallResult(None, str(exc), retries=retries)
             else:
-                if resp.status_code == 200:
-                    result = self._read(resp, task)
+                if status == 200:
+                    result = self._read(data, task)
                     result.latency_s, result.retries = loop.time() - start, retries
                     return result
-                error = f"HTTP {resp.status_code}"
-                if resp.status_code in (401, 403):
+                error = f"HTTP {status}"
+                if status in (401, 403):
                     error += f" (is the API key in ${cfg.api_key_env} right?)"
-                if resp.status_code != 429 and resp.status_code < 500:
-                    return CallResult(None, f"{error}: {self._redact(resp.text)[:200]}", retries=retries)
-                retry_after = parse_retry_after(resp.headers.get("retry-after"))
+                if status != 429 and status < 500:
+                    text = self._redact(data.decode("utf-8", errors="replace"))
+                    return CallResult(None, f"{error}: {text[:200]}", retries=retries)
+                retry_after = parse_retry_after(headers.get("retry-after"))
             if retries >= cfg.max_retries:
                 return CallResult(None, f"{error} after {retries} retries", retries=retries)
             delay = retry_after if retry_after is not None else self._backoff(retries)
@@ -205,18 +224,34 @@ class OpenAIJudge:
             retries += 1
             await asyncio.sleep(delay)
 
-    def _read(self, resp: httpx.Response, task: JudgeTask) -> CallResult:
-        """One HTTP 200 reply -> a vote, or a failed call (malformed body, cut reply, invalid verdict)."""
+    async def _post(self, client: httpx.AsyncClient, body: dict[str, Any], limit: float) -> tuple[int, Any, bytes]:
+        """One attempt: ``(status, headers, body bytes)``, the body read through :class:`BoundedBody`."""
+        headers = {**self._headers(), "Accept-Encoding": ACCEPT_ENCODING}
+        async with client.stream("POST", self.endpoint, json=body, headers=headers, timeout=limit) as resp:
+            reader = BoundedBody(resp.headers.get("content-encoding"), self.cfg.max_reply_bytes)
+            async for chunk in resp.aiter_raw():
+                reader.feed(chunk)
+            return resp.status_code, resp.headers, reader.finish()
+
+    def _read(self, body: bytes, task: JudgeTask) -> CallResult:
+        """One HTTP 200 reply body -> a vote, or a failed call (malformed body, cut reply, no final answer, invalid
+        verdict). Only ``message.content`` is graded, never a ``reasoning`` / ``reasoning_content`` field."""
         try:
-            data = resp.json()
+            data = json.loads(body)
             choice = data["choices"][0]
-            content, finish = choice["message"]["content"], choice.get("finish_reason")
+            message, finish = choice["message"], choice.get("finish_reason")
+            content = message.get("content")
             tokens = int((data.get("usage") or {}).get("total_tokens") or 0)
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
-            return CallResult(None, self._redact(f"malformed response body ({type(exc).__name__}: {exc})"))
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError) as exc:
+            return CallResult(None, self._redact(f"malformed response body ({type(exc).__name__}: "
+                                                 f"{str(exc)[:100]})"))
         if finish != "stop":
             return CallResult(None, f"reply not finished (finish_reason={finish!r}); raise judge.max_tokens?",
                               tokens=tokens)
+        if not isinstance(content, str) or not content.strip():
+            thought = any(message.get(k) for k in ("reasoning", "reasoning_content"))
+            return CallResult(None, "reply has no final answer (empty content" + (
+                "; only reasoning, which is never graded)" if thought else ")"), tokens=tokens)
         try:
             return CallResult(parse_vote_strict(content, task), tokens=tokens)
         except VerdictError:
@@ -289,7 +324,11 @@ class OpenAIJudge:
             self._runner = _LoopThread()
             self._finalizer = weakref.finalize(self, _LoopThread.stop, self._runner.loop, self._runner.thread,
                                                self._clients)
-        return self._runner.run(self._dispatch(todo, task), timeout=self.cfg.step_deadline_s + 30)
+        try:
+            return self._runner.run(self._dispatch(todo, task), timeout=self.cfg.step_deadline_s + LOOP_GRACE_S)
+        except concurrent.futures.TimeoutError:  # the loop did not finish the step's calls: each is a failed call
+            return {k: CallResult(None, f"the client did not finish within step_deadline_s="
+                                        f"{self.cfg.step_deadline_s:g}s (+{LOOP_GRACE_S:g}s)") for k in todo}
 
     def _record(self, results: dict[str, CallResult], cache_hits: int, wall_s: float) -> None:
         m, finished = self._metrics, [r for r in results.values() if r.vote is not None]

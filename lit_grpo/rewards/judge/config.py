@@ -64,6 +64,8 @@ class JudgeConfig(Checked):
     """Requests in flight at once."""
     max_failure_fraction: Annotated[float, Range(ge=0, le=1)] = 0.25
     """Stop the run when more than this fraction of a step's calls fail."""
+    max_reply_bytes: Annotated[int, Range(ge=1024)] = 4 * 2**20
+    """Largest reply body read, after decompression (4 MiB); a longer one is a failed call."""
     cache_size: Annotated[int, Range(ge=0)] = 200_000
     """Identical requests answered from memory for the run (least recently used evicted)."""
     offline: OfflineJudgeConfig = dataclasses.field(default_factory=OfflineJudgeConfig)

@@ -3,6 +3,10 @@
 A vote is a ``dict`` field -> integer (``{"correctness": 2, "principle": 1, ...}``); a failed call is
 ``None``. The paper (R3.B) averages the continuous dimensions (correctness, reasoning) over the K=3
 judges and takes a majority vote on the binary ones (principle, unit).
+
+A reply is read from its final channel only (:func:`final_channel`: the paper's judge, gpt-oss, writes an
+analysis channel first, whose draft verdicts are never graded), strictly as the schema's JSON object, else by the
+tolerant parser (the last complete verdict object); both are linear in the reply's length.
 """
 
 from __future__ import annotations
@@ -47,48 +51,103 @@ def _check(obj: Any, task: JudgeTask, lenient: bool) -> Vote:
     return {f: _as_int(obj[f], f, top, lenient) for f, top in task.fields.items()}
 
 
+_HARMONY_FINAL = re.compile(r"<\|channel\|>\s*final\b[^<]*(?:<\|constrain\|>[^<]*)?<\|message\|>")
+"""The header of a harmony final message: ``<|channel|>final<|message|>``, ``<|channel|>final <|constrain|>json<|message|>``."""
+_HARMONY_STOP = re.compile(r"<\|(?:end|return|call|endoftext|start)\|>")
+_STRIPPED_FINAL = "assistantfinal"
+"""What ``<|start|>assistant<|channel|>final<|message|>`` leaves when a server drops special tokens."""
+_CONSTRAIN = re.compile(r"^\s*(?:<\|constrain\|>\s*)?json(?=\s*[{\[])", re.IGNORECASE)
+
+
+def final_channel(text: str | None) -> str:
+    """The part of a judge reply that holds its verdict: for a gpt-oss (harmony) reply, the text of its LAST final
+    channel, never its analysis; any other reply as it is.
+
+    Reply shapes (the ``content`` of a chat completion; the analysis channel is never graded):
+
+    - ``<|channel|>analysis<|message|>...<|end|><|start|>assistant<|channel|>final<|message|>{...}<|return|>``
+      (special tokens kept; vLLM issue #23694 shows ``<|channel|>final<|message|>{...}<|return|>``);
+    - ``<|channel|>final <|constrain|>json<|message|>{...}`` (llama.cpp / LM Studio serving gpt-oss with a JSON
+      constraint; vLLM's gpt-oss reasoning parser allows tokens between ``final`` and ``<|message|>``);
+    - ``analysis...assistantfinal{...}`` (special tokens dropped by the server, as text-generation-webui issue
+      #7374 shows: ``analysisUser says ... assistantfinalHello!``);
+    - a server with a reasoning parser (vLLM ``--reasoning-parser openai_gptoss``) puts the analysis into the
+      message's ``reasoning`` (formerly ``reasoning_content``) field and the final channel alone into ``content``,
+      which is read as it is.
+
+    Raises:
+        VerdictError: a harmony reply with an analysis channel and no final one (reasoning only).
+    """
+    text = text or ""
+    finals = list(_HARMONY_FINAL.finditer(text))
+    if finals:
+        text = text[finals[-1].end():]
+        stop = _HARMONY_STOP.search(text)
+        return _CONSTRAIN.sub("", text[:stop.start()] if stop else text)
+    at = text.rfind(_STRIPPED_FINAL)
+    if at >= 0:
+        return _CONSTRAIN.sub("", text[at + len(_STRIPPED_FINAL):])
+    if "<|channel|>" in text or re.match(r"\s*analysis(?=[^\s:.,;!?-])", text):
+        raise VerdictError("the reply has an analysis channel but no final one (reasoning is never graded)")
+    return text
+
+
 def parse_vote_strict(text: str, task: JudgeTask) -> Vote:
-    """The reply must be exactly a JSON object with the task's integer fields in range (the schema).
+    """The reply's final channel (:func:`final_channel`) must be exactly a JSON object with the task's integer fields
+    in range (the schema).
 
     Raises:
         VerdictError: anything else.
     """
+    final = final_channel(text)
     try:
-        obj = json.loads(text)
-    except (TypeError, ValueError) as exc:
-        raise VerdictError(f"reply is not JSON ({exc})") from None
+        obj = json.loads(final)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise VerdictError(f"reply is not JSON ({type(exc).__name__})") from None
     return _check(obj, task, lenient=False)
 
 
-def _json_objects(text: str):
-    """Every ``{...}`` span with balanced braces, outermost first."""
-    for start in [m.start() for m in re.finditer(r"\{", text)]:
-        depth = 0
-        for i in range(start, len(text)):
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            if depth == 0:
-                yield text[start:i + 1]
-                break
+def flat_objects(text: str) -> list[str]:
+    """Every ``{...}`` span without a nested object in it, in order, found in one pass (linear in the text's
+    length, whatever its braces): braces inside a JSON string of an object do not count. A verdict is such an
+    object."""
+    spans, stack, in_string, escaped = [], [], False, False
+    for i, ch in enumerate(text):
+        if in_string:
+            escaped, in_string = (not escaped and ch == "\\"), in_string and not (ch == '"' and not escaped)
+        elif ch == '"' and stack:
+            in_string = True
+        elif ch == "{":
+            if stack:
+                stack[-1][1] = True  # the enclosing object is not flat
+            stack.append([i, False])
+        elif ch == "}" and stack:
+            start, nested = stack.pop()
+            if not nested:
+                spans.append(text[start:i + 1])
+    return spans
 
 
 def parse_vote_tolerant(text: str, task: JudgeTask) -> Vote:
-    """Fallback parser: a JSON object anywhere in the text (code fences, prose around it, extra fields,
-    ``"2"`` or ``2.0`` for 2), else ``field: N`` / ``"field" = N`` pairs for every field.
+    """Fallback parser of the reply's final channel (:func:`final_channel`): the LAST complete verdict object in it
+    (code fences, prose around it, extra fields, ``"2"`` or ``2.0`` for 2: an earlier draft never wins over a later
+    verdict), else the last ``field: N`` / ``"field" = N`` pair of every field. Linear in the reply's length.
 
     Raises:
         VerdictError: no reading gives every field in range.
     """
-    for span in _json_objects(text or ""):
+    text = final_channel(text)
+    for span in reversed(flat_objects(text)):
         try:
             return _check(json.loads(span), task, lenient=True)
-        except (ValueError, VerdictError):
+        except (ValueError, VerdictError, RecursionError):
             continue
     found = {}
     for field in task.fields:
-        m = re.search(rf"[\"']?\b{field}\b[\"']?\s*[:=]\s*[\"']?(\d+)", text or "", re.IGNORECASE)
-        if m is None:
+        pairs = list(re.finditer(rf"[\"']?\b{field}\b[\"']?[ \t]*[:=][ \t]*[\"']?(\d+)", text, re.IGNORECASE))
+        if not pairs:
             raise VerdictError(f"no value for {field!r} in the reply")
-        found[field] = int(m.group(1))
+        found[field] = int(pairs[-1].group(1))
     return _check(found, task, lenient=True)
 
 
