@@ -213,15 +213,27 @@ def completion_mask(ids: Tensor, stop_ids: list[int]) -> tuple[Tensor, Tensor]:
     return mask, ~has_stop
 
 
+def completion_texts(tok, ids: Tensor, mask: Tensor, drop_ids) -> list[str]:
+    """The text of each completion as the rewards and judges read it: its tokens within ``mask`` except padding and
+    ``drop_ids`` (the stop tokens, image tokens), decoded with every other token kept, special ones included. A
+    checkpoint that registers its tags as special tokens (``<think>``, ``<answer>``: many reasoning fine-tunes do)
+    keeps them in the text; ``skip_special_tokens`` would give ``two redB`` for ``<think>two red</think><answer>B
+    </answer>``. Shape: ids, mask ``[N, T]`` -> ``N`` strings."""
+    drop = torch.tensor(sorted({int(tok.pad_token_id), *map(int, drop_ids)}), device=ids.device)
+    keep = mask & ~torch.isin(ids, drop)
+    return [tok.decode(row[k].tolist(), skip_special_tokens=False) for row, k in zip(ids, keep)]
+
+
 def build_rollout(prompts: dict[str, Any], index: Tensor | None, ids: Tensor, tok, stop_ids: list[int],
-                  layout: RowLayout | None = None, memo: dict | None = None) -> Rollout:
+                  layout: RowLayout | None = None, memo: dict | None = None, image_ids=()) -> Rollout:
     """The :class:`Rollout` of sampled completion ids ``[N, T]`` of ``prompts`` (row ``n`` completes prompt
-    ``index[n]``): stop-token mask, padding after it, texts."""
+    ``index[n]``): stop-token mask, padding after it, texts (:func:`completion_texts`, without the stop tokens and
+    ``image_ids``)."""
     if ids.shape[1] == 0:  # nothing generated: keep one pad column so shapes stay valid
         ids = torch.full((ids.shape[0], 1), tok.pad_token_id, dtype=torch.long, device=ids.device)
     mask, truncated = completion_mask(ids, stop_ids)
     ids = torch.where(mask, ids, torch.full_like(ids, tok.pad_token_id))
-    texts = tok.batch_decode(ids.masked_fill(~mask, tok.pad_token_id), skip_special_tokens=True)
+    texts = completion_texts(tok, ids, mask, [*stop_ids, *image_ids])
     return Rollout(prompts, ids, mask, truncated, texts, layout or RowLayout(), index,
                    {} if memo is None else memo)
 

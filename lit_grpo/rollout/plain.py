@@ -62,7 +62,8 @@ def sample_completions(model: nn.Module, processor, prompt: dict[str, Tensor], c
                                  logits_processor=LogitsProcessorList([processor_]))
     finally:
         model.train(was_training)
-    return build_rollout(prompt, None, out[:, prompt["input_ids"].shape[1]:], tok, stop_ids, layout)
+    return build_rollout(prompt, None, out[:, prompt["input_ids"].shape[1]:], tok, stop_ids, layout,
+                         image_ids=suppress_ids)
 
 
 class PlainEngine(RolloutEngine):

@@ -238,7 +238,7 @@ class SharedPrefixEngine(RolloutEngine):
         finally:
             model.train(was_training)
         return build_rollout(prompts, index, ids, self.tokenizer, self.stop_ids, self.family,
-                             {("prompt_cache", self.cache_features): cache})
+                             {("prompt_cache", self.cache_features): cache}, image_ids=self.suppress_ids.tolist())
 
     def row_logps(self, model: nn.Module, rollout: Rollout, rows: slice,
                   entropy: bool) -> tuple[Tensor, Tensor | None]:
