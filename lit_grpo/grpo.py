@@ -162,14 +162,28 @@ def group_advantages(rewards: Tensor, group_size: int, scale: str = "group", eps
     return adv.reshape(-1)
 
 
+_K3_SERIES = [1.0 / math.factorial(k) for k in range(2, 17)]
+"""Taylor coefficients of ``exp(d) - d - 1 = sum_{k >= 2} d^k / k!`` (to d^16: below 2e-16 relative at |d| = 0.5)."""
+K3_SERIES_BELOW = 0.5
+"""``|d|`` up to which :func:`k3_kl` sums the series; above it ``expm1(d) - d`` loses under one digit."""
+
+
 def k3_kl(logps: Tensor, ref_logps: Tensor) -> Tensor:
     """Per-token k3 estimator of KL(policy || reference): ``exp(d) - d - 1`` with ``d = ref - logp``.
 
-    Always >= 0, unbiased (Schulman 2020, "Approximating KL divergence"). ``d`` is clamped to
-    ``[-20, 20]``. Shape: ``[N, T]`` -> ``[N, T]``.
+    Unbiased (Schulman 2020, "Approximating KL divergence") and never negative: written as it reads, the
+    difference cancels for small ``d`` (``d = 1e-6`` in float32 gives -5.96e-08 instead of 5.0e-13), so for
+    ``|d| <= 0.5`` it is the Taylor series ``d^2/2! + d^3/3! + ... + d^16/16!`` (Horner; every term's sum positive
+    there), and above ``expm1(d) - d``; both exact to the dtype's precision. ``d`` is clamped to ``[-20, 20]``.
+    Shape: ``[N, T]`` -> ``[N, T]``.
     """
     d = (ref_logps - logps).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    return torch.exp(d) - d - 1
+    small = d.abs() <= K3_SERIES_BELOW
+    x = torch.where(small, d, torch.zeros_like(d))  # the series only where it converges fast (no overflow elsewhere)
+    series = torch.full_like(x, _K3_SERIES[-1])
+    for c in reversed(_K3_SERIES[:-1]):
+        series = series * x + c
+    return torch.where(small, series * x * x, torch.expm1(d) - d)
 
 
 def _agg_grpo(per_token: Tensor, mask: Tensor, *, num_sequences: float, **_) -> Tensor:

@@ -63,7 +63,8 @@ class PolicyConfig(Checked):
     lora: LoRAConfig | None = None
     """LoRA adapter; ``None`` trains every language-model and projector weight (full fine-tune)."""
     freeze_vision_tower: bool = True
-    """Keep the vision encoder frozen in full fine-tuning."""
+    """Keep the vision encoder frozen: in full fine-tuning, and with LoRA whatever ``lora.target_modules`` match
+    (no adapter is put on a vision module; a loaded adapter's vision weights stay frozen)."""
     attn_implementation: str = "sdpa"
     """Attention kernel (``sdpa`` or ``eager``)."""
     embedded: EmbeddedModelConfig | None = None
@@ -131,8 +132,8 @@ def load_policy(cfg: PolicyConfig) -> tuple[nn.Module, object]:
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     if cfg.lora is not None:
-        model = apply_lora(model, cfg.lora)
-    elif cfg.freeze_vision_tower:
+        model = apply_lora(model, cfg.lora, cfg.freeze_vision_tower)
+    if cfg.freeze_vision_tower:  # whatever LoRA targets: an adapter loaded from disk may hold vision weights too
         for name, p in model.named_parameters():
             if is_vision_parameter(name):
                 p.requires_grad_(False)
@@ -177,14 +178,29 @@ def is_vision_parameter(name: str) -> bool:
     return any(k in name for k in ("vision_tower", "vision_model", ".visual.", "vision_encoder"))
 
 
-def apply_lora(model: nn.Module, cfg: LoRAConfig) -> nn.Module:
-    """Wrap ``model`` with a LoRA adapter (fresh, or loaded trainable from ``cfg.adapter_path``)."""
+def _targeted(name: str, targets: str | list[str]) -> bool:
+    """Whether PEFT's ``target_modules`` rule picks module ``name`` (a regex: full match; a list: the name or its
+    last parts)."""
+    if isinstance(targets, str):
+        return re.fullmatch(targets, name) is not None
+    return any(name == t or name.endswith(f".{t}") for t in targets)
+
+
+def apply_lora(model: nn.Module, cfg: LoRAConfig, freeze_vision_tower: bool = True) -> nn.Module:
+    """Wrap ``model`` with a LoRA adapter (fresh, or loaded trainable from ``cfg.adapter_path``). With
+    ``freeze_vision_tower`` a fresh adapter leaves out every vision module its targets match (one warning names how
+    many), so nothing in the vision tower trains; :func:`load_policy` freezes a loaded adapter's vision weights."""
     from peft import LoraConfig, PeftModel, get_peft_model
 
     if cfg.adapter_path:
         return PeftModel.from_pretrained(model, cfg.adapter_path, is_trainable=True)
+    vision = [n for n, _ in model.named_modules() if n and is_vision_parameter(n + ".")] if freeze_vision_tower else []
+    matched = [n for n in vision if _targeted(n, cfg.target_modules)]
+    if matched:
+        rank_zero_warn(f"policy.lora.target_modules matches {len(matched)} modules of the vision tower (e.g. "
+                       f"{matched[0]}); they get no adapter, since policy.freeze_vision_tower is true")
     config = LoraConfig(r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules=cfg.target_modules,
-                        bias="none")
+                        exclude_modules=vision or None, bias="none")
     return get_peft_model(model, config)
 
 
