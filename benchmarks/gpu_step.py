@@ -1,4 +1,4 @@
-"""GRPO steps at the paper's per-GPU settings on a Granite-Vision-3.3-2B-shaped model: lit_grpo and TRL.
+"""GRPO steps at the paper's settings on one GPU with a Granite-Vision-3.3-2B-shaped model: lit_grpo and TRL.
 
     python benchmarks/gpu_step.py                 # one GPU: the full-size random model, bf16-mixed (<= 4 min on an H200)
     python benchmarks/gpu_step.py --tiny          # the embedded toy model on the CPU (what the test suite runs)
@@ -6,8 +6,9 @@
 
 Model: :mod:`granite_shape` (Granite Vision 3.3 2B's shape, random weights from a config, saved once to a
 temporary folder and loaded by path like a real checkpoint; ``--tiny``: the embedded 0.2M-parameter model).
-Settings per GPU, as the paper configs on 4 GPUs: 32 prompts x G = 8 = 256 completions per optimizer step
-(128 prompts per step in all), at most 512 completion tokens, micro-batches of 16 completions, temperature
+Settings of the paper configs on one GPU: 16 prompts x G = 8 = 128 completions per optimizer step (the paper's
+global batch size of 128, in TRL's meaning: completions per step; on N GPUs each takes 16 / N prompts), at most
+512 completion tokens, micro-batches of 16 completions, temperature
 1.0, beta 0, one update per rollout, full fine-tuning of the language model and projector (vision tower frozen),
 float32 weights under ``bf16-mixed``, SDPA, gradient checkpointing on; the embedded puzzles (a 132 x 88 image: one
 384 px tile, 1,261 image tokens of a 1,363-token prompt). Random weights almost never sample the stop token, so completions run to the full 512 tokens.
@@ -49,7 +50,7 @@ PEAK_TFLOPS = {"H200": 989.0, "H100 SXM": 989.0, "H100 NVL": 835.0, "H100 PCIe":
                "A10G": 70.0, "A10": 125.0, "RTX 4090": 165.0, "RTX 6000 Ada": 364.0, "V100": 125.0}
 """bf16 (V100: fp16) dense tensor-core peak in TFLOPS by device-name substring (first match, in this order)."""
 
-PAPER = dict(prompts=32, group=8, tokens=512, micro_batch=16)
+PAPER = dict(prompts=16, group=8, tokens=512, micro_batch=16)
 TINY = dict(prompts=2, group=4, tokens=8, micro_batch=4)
 
 

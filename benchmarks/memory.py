@@ -27,9 +27,11 @@ Extrapolation (the formula printed with the table), linear in depth and in the t
   the two micro-batch sizes;
 - full depth: ``A(m) = c0 + c1 tokens(m) + 40 (w + a tokens(m))``, ``G = 8``;
 - per GPU: fixed memory ``F = 16 B x trainable + 4 B x frozen parameters`` (float32 weights, gradients and two
-  AdamW moments; DDP keeps a full copy per GPU), the largest ``m`` (at most the rank's share of the step,
-  ``128 x 8 / 4 = 256`` completions) with ``F + A(m) <= 0.9 x 80 GB`` (10% left to the allocator and the CUDA
-  context).
+  AdamW moments; DDP keeps a full copy per GPU), the largest ``m`` (at most the rank's share of the step) with
+  ``F + A(m) <= 0.9 x 80 GB`` (10% left to the allocator and the CUDA context).
+
+The step is the paper's: a global batch size of 128 in TRL's meaning, completions per optimizer step, i.e. 16
+prompts x G = 8 (the paper configs' ``data.batch_size: 16``); on 4 GPUs each takes 4 prompts, 32 completions.
 """
 
 from __future__ import annotations
@@ -117,18 +119,24 @@ def _measure(key: tuple, args) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", default="4,8", help="the two micro-batch sizes measured (completions), m1,m2")
     parser.add_argument("--completion-tokens", type=int, default=512, help="tokens per measured completion (T)")
     parser.add_argument("--image", default="384x384", help="the prompt image, WIDTHxHEIGHT")
     parser.add_argument("--group", type=int, default=8, help="G")
-    parser.add_argument("--prompts-per-step", type=int, default=128)
+    parser.add_argument("--prompts-per-step", type=int, default=16,
+                        help="prompts per optimizer step over all GPUs (the paper: 16 x G = 128 completions)")
     parser.add_argument("--gpus", type=int, default=4)
     parser.add_argument("--gpu-gb", type=float, default=80.0)
     parser.add_argument("--jobs", type=int, default=2, help="measurements at once (one torch thread each)")
     parser.add_argument("--points", help="JSON file of earlier measurements to reuse (written by every run)")
     parser.add_argument("--point", help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
     args = parser.parse_args(argv)
     image = tuple(int(x) for x in args.image.split("x"))
     if args.point:  # a child process: one measurement, as JSON
@@ -184,7 +192,8 @@ def table(points: dict, sizes: tuple[int, int], args) -> None:
     depth, g, t = TEXT["num_hidden_layers"], args.group, args.completion_tokens
     m1, m2 = sizes
     print(f"\nmeasured at m = {m1} and {m2} completions of T {t} tokens, image {args.image}; extrapolated to {depth} "
-          f"layers, G {g}, {args.prompts_per_step} prompts x {g} on {args.gpus} x {args.gpu_gb:g} GB")
+          f"layers, G {g}, {args.prompts_per_step} prompts x {g} = {args.prompts_per_step * g} completions per step on "
+          f"{args.gpus} x {args.gpu_gb:g} GB")
     print(f"F = 16 B x {trainable / 1e9:.3f}e9 trainable + 4 B x {counts['vision_tower'] / 1e9:.3f}e9 frozen "
           f"= {fixed / GIB:.1f} GiB; budget 0.9 x {args.gpu_gb:g} GB = {budget / GIB:.1f} GiB; analytic bf16 layer "
           f"weights {layer_weight_bytes() / 2 ** 20:.0f} MiB; m <= {cap} completions per GPU")
