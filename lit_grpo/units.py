@@ -19,6 +19,12 @@ The registry is pint's default definitions with two changes and a few additions,
 - **refused**: a unit that pint can only read through a physical constant (``k`` is Boltzmann's
   constant, ``c`` the speed of light: ``\\hat{k}`` or a symbolic answer is not a unit), and text that is
   symbolic (Greek letters, functions, subscripts, numbers that are not exponents).
+- **ambiguous alone, read in context**: ``ms`` (``kms``) right before a negative power, as physicists write
+  ``9.8 ms^-2`` for metres per second squared, which pint would read as per millisecond squared. Alone it is
+  refused (:func:`parse_unit` gives ``None``); compared with another unit (:func:`convert`, :func:`same_unit`) the
+  reading with that unit's dimension is taken (:func:`unit_readings`), so ``9.8 ms^-2`` equals ``9.8 m/s^2``.
+- **temperature differences**: ``Δ°C`` (``\\Delta ^{\\circ}C``), the old ``C°`` and ``°C`` inside a compound unit
+  are kelvin-sized differences; ``deg C`` / ``degrees Celsius`` are degrees Celsius, never coulomb degrees.
 """
 
 from __future__ import annotations
@@ -67,6 +73,10 @@ _MARKUP = r"\\(?:text|mathrm|rm|operatorname|mathit|mathbf|textrm|mbox)\s*\{([^{
 _REPLACEMENTS = [  # (pattern, replacement), applied in order to unit text
     (r"\\(?:hat|vec|mathbf)\s*\{\s*\\?(?:hat\s*\{)?[ijkxyzn]\s*\}?\s*\}|\\hat\s*[ijkxyzn]\b", " "),  # unit vectors
     (r"\\[,;:! ]|~|\\left|\\right|\\\(|\\\)|\\\[|\\\]|\$|\\+\s*$", " "),
+    (r"(?:Δ|\\Delta\b)\s*(?:\{\s*\})?\s*(?:\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|\\circ|°)\s*([CF])\b|\b([CF])\s*°", r" delta_deg\1\2 "),
+    (r"(?:Δ|\\Delta\b)\s*K\b", " K "),
+    (r"\bdeg(?:ree)?s?\.?\s*(?:C\b|Celsius\b)", " degC "),
+    (r"\bdeg(?:ree)?s?\.?\s*(?:F\b|Fahrenheit\b)", " degF "),
     (r"\^\s*\{\s*\\circ\s*\}\s*C\b|°\s*C\b|℃", " degC "),
     (r"\^\s*\{\s*\\circ\s*\}\s*F\b|°\s*F\b|℉", " degF "),
     (r"\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|\\circ|°|\\degree", " degree "),
@@ -82,7 +92,7 @@ _REPLACEMENTS = [  # (pattern, replacement), applied in order to unit text
 ]
 _WORDS = {"percent": "percent", "degrees": "degree", "deg": "degree", "revs": "rev"}
 _SYMBOLIC = re.compile(r"\\(?!(?:text|mathrm|rm|operatorname|mathit|mathbf|textrm|mbox|mu|Omega|circ|degree|cdot|"
-                       r"times|AA|left|right|frac|hat|vec|%|[,;:! ()\[\]]))[A-Za-z]+|_|=|\b(?:sin|cos|tan|sqrt|ln|log|"
+                       r"times|AA|left|right|frac|hat|vec|%|[,;:! ()\[\]]|Delta\s*(?:\{\s*\})?\s*\^))[A-Za-z]+|_|=|\b(?:sin|cos|tan|sqrt|ln|log|"
                        r"exp)\b")
 
 
@@ -138,8 +148,8 @@ def normalise_unit_text(text: str) -> str:
             s = f"{num.strip() or '1'}/({'*'.join(parts)})"
     s = re.sub(r"(?<=[A-Za-z0-9)])\s+(?=[A-Za-z(])", "*", s)  # "N m" -> "N*m"
     s = s.replace(" ", "")
-    if re.search(r"deg[CF]", s) and re.sub(r"deg[CF]", "", s).strip("*/()"):
-        s = re.sub(r"deg([CF])", r"delta_deg\1", s)
+    if re.search(r"(?<!delta_)deg[CF]", s) and re.sub(r"(?:delta_)?deg[CF]", "", s).strip("*/()"):
+        s = re.sub(r"(?<!delta_)deg([CF])", r"delta_deg\1", s)
     return s
 
 
@@ -157,26 +167,40 @@ _CONSTANT_UNITS = {"speed_of_light", "elementary_charge"}
 """Constants physicists write alone as a unit (``0.6c``, ``2e``); any other constant makes a unit ambiguous."""
 
 
-def _read_unit(text: str) -> tuple[pint.Unit | None, bool]:
-    """``(unit, refused)``: the pint unit of ``text`` (``None`` when unreadable), and whether it was refused as
-    ambiguous (symbolic, or read only through a physical constant)."""
+_COMPACT_METRE = re.compile(r"(?<![A-Za-z_])(k?)ms(?=\*\*-)")
+"""``ms`` / ``kms`` right before a negative power (normalised): ``m s^-n`` as physicists write it, or ``ms^-n``."""
+
+
+def _read_unit(text: str) -> tuple[list[pint.Unit], bool]:
+    """``(readings, refused)``: the pint units ``text`` can mean (none when unreadable; two for a compact ``ms^-n``),
+    and whether it was refused as ambiguous (symbolic, or read only through a physical constant)."""
     if looks_symbolic(text):
-        return None, True
+        return [], True
     s = normalise_unit_text(text)
     if not s or re.fullmatch(r"[-+0-9.*()/]+", s):
-        return None, False
-    unit = _pint_unit(s, text)
-    if unit is not None and set(unit._units) & _constants() and not (
-            len(unit._units) == 1 and dict(unit._units).popitem() in {(c, 1) for c in _CONSTANT_UNITS}):
-        return None, True
-    return unit, False
+        return [], False
+    forms = [s, _COMPACT_METRE.sub(r"\1m*s", s)] if _COMPACT_METRE.search(s) else [s]
+    units = [u for u in (_pint_unit(f, text if len(forms) == 1 else f) for f in forms) if u is not None]
+    if any(set(u._units) & _constants() and not (
+            len(u._units) == 1 and dict(u._units).popitem() in {(c, 1) for c in _CONSTANT_UNITS}) for u in units):
+        return [], True
+    return units, False
+
+
+def unit_readings(text: str | None) -> list[pint.Unit]:
+    """Every pint unit ``text`` can mean: ``[]`` (empty, unknown, symbolic, a bare number, or readable only through a
+    physical constant), one, or two for a compact ``ms^-n`` / ``kms^-n`` (``9.8 ms^-2``: metres per second squared,
+    or per millisecond squared), which only a comparison with another unit decides (:func:`convert`)."""
+    return [] if text is None else _read_unit(text)[0]
 
 
 def parse_unit(text: str | None) -> pint.Unit | None:
     """pint unit of ``text`` after :func:`normalise_unit_text`, or ``None`` (empty, unknown, symbolic, a bare
-    number, or readable only through a physical constant: ``k`` is Boltzmann's constant, so ``k ohm`` and
-    ``\\hat{k}`` are refused; ``c`` and ``e`` alone are the speed of light and the elementary charge)."""
-    return None if text is None else _read_unit(text)[0]
+    number, readable only through a physical constant: ``k`` is Boltzmann's constant, so ``k ohm`` and
+    ``\\hat{k}`` are refused, ``c`` and ``e`` alone are the speed of light and the elementary charge; or ambiguous
+    alone: ``ms^-2``, see :func:`unit_readings`)."""
+    readings = unit_readings(text)
+    return readings[0] if len(readings) == 1 else None
 
 
 def _pint_unit(s: str, raw: str) -> pint.Unit | None:
@@ -263,16 +287,16 @@ def derive_unit(answer: str | None) -> tuple[str | None, pint.Unit | None]:
     rest = rest.strip()
     if not rest or not normalise_unit_text(rest):
         return None, None
-    unit, refused = _read_unit(rest)
-    if refused or (unit is not None and unit == registry().dimensionless):
+    units, refused = _read_unit(rest)
+    if refused or (len(units) == 1 and units[0] == registry().dimensionless):
         return None, None
-    return clean_unit_text(rest) or None, unit
+    return clean_unit_text(rest) or None, units[0] if len(units) == 1 else None
 
 
-def _as_unit(unit: str | pint.Unit | None) -> pint.Unit | None:
+def _as_units(unit: str | pint.Unit | None) -> list[pint.Unit]:
     if unit is None or (isinstance(unit, str) and not unit.strip()):
-        return registry().dimensionless
-    return parse_unit(unit) if isinstance(unit, str) else unit
+        return [registry().dimensionless]
+    return unit_readings(unit) if isinstance(unit, str) else [unit]
 
 
 _ANGLE_OF = {"hertz": "turn", "revolutions_per_minute": "turn", "revolutions_per_second": "turn"}
@@ -308,12 +332,17 @@ def convert(value: float, unit: str | pint.Unit | None, target: str | pint.Unit 
     ``None`` when a unit cannot be read, or the two differ in dimension (angles included: ``60 rpm`` -> ``1 Hz``,
     ``1 rad/s`` -> ``0.159 Hz``, ``1 s^-1`` -> ``1 Hz``, but a bare ``30`` is no angle). Offset units convert.
 
+    A unit with two readings (``ms^-2``, :func:`unit_readings`) is read as the one of the other side's dimension;
+    ``None`` when both or neither fit.
+
     >>> convert(2, "km", "m"), convert(25, "%", None), convert(3, "m", "s"), convert(60, "rpm", "Hz")
     (2000.0, 0.25, None, 1.0)
     """
-    a, b = _as_unit(unit), _as_unit(target)
-    if a is None or b is None:
-        return None
+    found = {v for a in _as_units(unit) for b in _as_units(target) if (v := _convert_one(value, a, b)) is not None}
+    return found.pop() if len(found) == 1 else None
+
+
+def _convert_one(value: float, a: pint.Unit, b: pint.Unit) -> float | None:
     if a.dimensionality != b.dimensionality:
         a_read, b_read = _read_angle_free(a, b), _read_angle_free(b, a)
         a, b = a if a_read is None else a_read, b if b_read is None else b_read
@@ -324,11 +353,20 @@ def convert(value: float, unit: str | pint.Unit | None, target: str | pint.Unit 
 
 
 def same_unit(predicted: str | None, gold: str | None, rel_tol: float = 1e-9) -> bool:
-    """True when both parse and are the same unit by dimension AND scale (``m/s`` == ``meter/second``;
-    ``km/h`` != ``m/s``; ``N*m`` == ``J``; ``kΩ`` == ``kiloohm``; ``rad/s`` != ``Hz``)."""
-    a, b = parse_unit(predicted), parse_unit(gold)
-    factor = None if a is None or b is None else convert(1.0, a, b)
+    """True when both are read and are the same unit by dimension AND scale (``m/s`` == ``meter/second``;
+    ``km/h`` != ``m/s``; ``N*m`` == ``J``; ``kΩ`` == ``kiloohm``; ``rad/s`` != ``Hz``; ``ms^-2`` == ``m/s^2``, the
+    reading of the other side's dimension)."""
+    if not unit_readings(predicted) or not unit_readings(gold):
+        return False
+    factor = convert(1.0, predicted, gold)
     return factor is not None and math.isclose(factor, 1.0, rel_tol=rel_tol)
+
+
+def unit_symbol(text: str | None) -> str | None:
+    """The unit's symbols as pint writes them (``meters per second`` -> ``m / s``, ``newtons`` -> ``N``); ``None``
+    when it has no single reading."""
+    unit = parse_unit(text)
+    return None if unit is None else f"{unit:~}"
 
 
 def to_quantity(text: str) -> pint.Quantity | None:

@@ -53,21 +53,25 @@ UNIT = [  # (predicted, gold, paper rule, strict rule)
     ("kN", "N", 0.0, 0.0),  # length <= 2: exact match only
     ("N", "kN", 0.0, 0.0),
     ("n", "N", 0.0, 0.0),
-    ("m/s", "meters per second", 0.0, 1.0),  # the paper's claim aside, neither string contains the other
+    ("m/s", "meters per second", 1.0, 1.0),  # the pair the paper names: its rule compares the units' symbols too
     ("meters per second (m/s)", "m/s", 1.0, 0.0),  # substring hit; pint cannot read the whole field
-    ("meter per second", "m/s", 0.0, 1.0),
-    ("m s^-1", "m/s", 0.0, 1.0),
+    ("meter per second", "m/s", 1.0, 1.0),
+    ("newtons", "N", 1.0, 1.0),  # symbols N and N: exact, as a 1-character unit must be
+    ("kilometres per hour", "km/h", 1.0, 1.0),
+    ("meters per second", "m/s^2", 1.0, 0.0),  # m / s is in m / s ** 2: the paper's substring rule, loose as it is
+    ("kilonewtons", "N", 0.0, 0.0),
+    ("m s^-1", "m/s", 1.0, 1.0),
     ("km/h", "m/s", 0.0, 0.0),  # same dimension, other scale
     ("cm", "m", 0.0, 0.0),
     ("m/s^2", "m/s^2", 1.0, 1.0),
-    ("m/s²", "m/s^2", 0.0, 1.0),
+    ("m/s²", "m/s^2", 1.0, 1.0),
     ("m/s", "m/s^2", 1.0, 0.0),  # substring of the gold
     ("kg*m/s^2", "N", 0.0, 1.0),
     ("N·m", "J", 0.0, 1.0),
-    ("J/kg K", "J/(kg·K)", 0.0, 1.0),
-    ("degrees", "°", 0.0, 1.0),
+    ("J/kg K", "J/(kg·K)", 1.0, 1.0),
+    ("degrees", "°", 1.0, 1.0),
     ("°", "°", 1.0, 1.0),
-    ("ohms", "Ω", 0.0, 1.0),
+    ("ohms", "Ω", 1.0, 1.0),
     ("mW", "MW", 0.0, 0.0),  # case is kept: milli is not mega
     ("eV", "J", 0.0, 0.0),
     ("", "N", 0.0, 0.0),

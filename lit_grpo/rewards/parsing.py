@@ -122,6 +122,9 @@ _CUE = r"(?:\b(?i:is|was|be|answer|option|choice|choose|select|pick)\b|[:=：])"
 _AT_END = re.compile(  # "... it is C", "Answer seems to be A", "the answer is (B).": a cue word, then one letter, end
     rf"{_CUE}\s*(?:\(\s*([A-Za-z])\s*\)|\[\s*([A-Za-z])\s*\]|\*{{0,2}}([A-Z])\*{{0,2}})\s*[.!]?\s*$")
 _IS_CORRECT = re.compile(r"^\(?([A-Z])\)?\s+(?i:is\s+(?:the\s+)?(?:correct|right|best)\b|is\s+the\s+answer\b)")
+_REASON = r"\s*(?:[,;:—–-]+\s*)?(?i:because|since|as(?!\s+well)|given|due\s+to|owing\s+to)\b"
+_JUSTIFIED = re.compile(rf"^(?:\(([A-Z])\)|\*{{0,2}}([A-Z])\*{{0,2}}){_REASON}")  # "C because I computed..."
+_CUE_JUSTIFIED = re.compile(rf"{_CUE}\s*(?:\(([A-Z])\)|\*{{0,2}}([A-Z])\*{{0,2}}){_REASON}")  # "I choose B since"
 
 
 def extract_option_letter(text: str | None, labels: str = "ABCDEFGHIJ") -> str | None:
@@ -131,7 +134,9 @@ def extract_option_letter(text: str | None, labels: str = "ABCDEFGHIJ") -> str |
     ``(B)``, ``[B]``, ``B.``, ``B)``, ``B: 7.55 N``, ``**B**``, ``\\boxed{B}``, after a lead such as
     ``Answer:`` / ``The answer is``), it starts ``C is correct``, or it ends with it right after a cue word
     (``is``, ``be``, ``answer``, ``option``, ``choice``, ``choose``, ``:``, ``=``: ``I think it is C``,
-    ``Answer seems to be A``, ``the answer is (B).``); a bare letter at the end must be a capital. Sentences
+    ``Answer seems to be A``, ``the answer is (B).``); a bare letter at the end must be a capital. A capital letter
+    followed by its reason counts in either place (``The answer is C because I computed the integral``, ``B since
+    the slope doubles``, ``I choose D, as the field is uniform``). Sentences
     that merely hold a capital (``A force of 5 N``, ``Based on...``, ``the force at A is larger than at B``,
     ``either A or B``, ``not C``) give ``None``: no letter is better than a wrong one. Only ``labels`` count.
 
@@ -141,7 +146,9 @@ def extract_option_letter(text: str | None, labels: str = "ABCDEFGHIJ") -> str |
     if text is None:
         return None
     s = _WRAPPER.sub(lambda m: m.group(1) or "", text).strip().strip("*").strip()
-    m = _LETTER.match(_LEAD.sub("", s).strip().strip("*").strip()) or _IS_CORRECT.match(s) or _AT_END.search(s)
+    lead_free = _LEAD.sub("", s).strip()
+    m = (_LETTER.match(lead_free.strip("*").strip()) or _IS_CORRECT.match(s) or _AT_END.search(s)
+         or _JUSTIFIED.match(lead_free) or _CUE_JUSTIFIED.search(s))
     if m is None:
         return None
     letter = next(g for g in m.groups() if g).upper()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import re
 
-from lit_grpo.units import clean_unit_text, parse_unit, same_unit
+from lit_grpo.units import clean_unit_text, same_unit, unit_readings, unit_symbol
 
 STOPWORDS = frozenset("""
 a about above after again against all am an and any are as at be because been before being below
@@ -88,13 +88,21 @@ def _no_unit(text: str) -> bool:
     return text.strip().lower() in NO_UNIT_WORDS
 
 
+def _paper_rule(pred: str, ref: str) -> bool:
+    """The paper's unit rule on two strings: exact when either has at most 2 characters, else either in the other."""
+    if len(pred) <= 2 or len(ref) <= 2:
+        return pred == ref
+    return pred in ref or ref in pred
+
+
 def unit_match(predicted: str | None, gold: str | None, strict: bool = False, *, max_chars: int = 32) -> float:
     """Unit reward r_u: 1.0 when the predicted unit agrees with the gold unit, else 0.0.
 
-    ``strict=False`` is the paper's rule exactly: bidirectional substring match between ``<unit>`` and
-    the gold unit string (both stripped, case kept: ``mW`` is not ``MW``), with exact equality
-    enforced when either string has at most 2 characters (``N`` does not match ``kN``). Stuffing
-    (``"m/s, N, kg, m/s^2"``) scores against a gold longer than 2 characters.
+    ``strict=False`` is the paper's rule: bidirectional substring match between ``<unit>`` and the gold unit
+    string (both stripped, case kept: ``mW`` is not ``MW``), with exact equality enforced when either string has at
+    most 2 characters (``N`` does not match ``kN``), on the strings as written or, when both are units pint reads,
+    on their symbols (:func:`lit_grpo.units.unit_symbol`), so that ``m/s`` matches ``meters per second`` as the paper
+    says its rule does. Stuffing (``"m/s, N, kg, m/s^2"``) scores against a gold longer than 2 characters.
 
     ``strict=True`` compares units by dimension AND scale with pint (:func:`lit_grpo.units.same_unit`:
     ``meters per second`` equals ``m/s``, ``km/h`` does not), caps the field at ``max_chars``
@@ -105,8 +113,8 @@ def unit_match(predicted: str | None, gold: str | None, strict: bool = False, *,
     empty or one of :data:`NO_UNIT_WORDS` (the paper has gold units for every item; this is ours).
     A missing prediction (``None``) scores 0.0.
 
-    >>> unit_match("m/s", "meters per second"), unit_match("m/s", "meters per second", strict=True)
-    (0.0, 1.0)
+    >>> unit_match("m/s", "meters per second"), unit_match("km/h", "meters per second")
+    (1.0, 0.0)
     """
     if predicted is None:
         return 0.0
@@ -114,12 +122,12 @@ def unit_match(predicted: str | None, gold: str | None, strict: bool = False, *,
     if not ref:
         return 1.0 if _no_unit(pred) else 0.0
     if not strict:
-        if len(pred) <= 2 or len(ref) <= 2:
-            return 1.0 if pred == ref else 0.0
-        return 1.0 if pred in ref or ref in pred else 0.0
+        symbols = (unit_symbol(pred), unit_symbol(ref))
+        pairs = [(pred, ref)] + ([symbols] if None not in symbols else [])
+        return 1.0 if any(_paper_rule(p, r) for p, r in pairs) else 0.0
     if not pred or len(pred) > max_chars or _SEPARATORS.search(pred):
         return 0.0
-    if parse_unit(ref) is None:
+    if not unit_readings(ref):
         return 1.0 if clean_unit_text(pred) == clean_unit_text(ref) else 0.0
     return 1.0 if same_unit(pred, ref) else 0.0
 

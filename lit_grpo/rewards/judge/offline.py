@@ -35,7 +35,7 @@ from lit_grpo.rewards.judge.jury import Vote
 from lit_grpo.rewards.judge.prompts import JudgeItem, JudgeTask
 from lit_grpo.rewards.parsing import extract_answer, extract_boxed, extract_tag
 from lit_grpo.rewards.rubric import principle_match, unit_match
-from lit_grpo.units import convert, looks_symbolic, normalise_unit_text, parse_unit, split_quantity
+from lit_grpo.units import convert, looks_symbolic, normalise_unit_text, split_quantity, unit_readings
 
 
 def _math_verify_number(text: str) -> float | None:
@@ -74,12 +74,12 @@ def read_quantity(text: str | None) -> tuple[float | None, str]:
     s = _strip_answer(text)
     value, rest = split_quantity(s)
     rest = rest if normalise_unit_text(rest) else ""  # "4.0 \hat{k}": markup only, no unit
-    if value is not None and (not rest or parse_unit(rest) is not None):
+    if value is not None and (not rest or unit_readings(rest)):
         return value, rest
     tokens = s.split()
     for cut in range(max(1, len(tokens) - 3), len(tokens) + 1):  # a trailing unit of up to 3 words
         expr, unit = " ".join(tokens[:cut]), " ".join(tokens[cut:])
-        if unit and parse_unit(unit) is None:
+        if unit and not unit_readings(unit):
             continue
         number = _math_verify_number(expr)
         if number is not None:
@@ -136,10 +136,11 @@ def grade_open_answer(answer: str | None, gold: str, *, unit: str | None = None,
 def _converted(value: float, unit_text: str, gold_unit_text: str) -> float | None:
     """``value unit_text`` in the gold unit, or ``None`` when the unit is missing, unreadable or of another
     dimension; a gold unit pint cannot read is compared as text."""
-    if gold_unit_text and parse_unit(gold_unit_text) is None:
+    gold_units = unit_readings(gold_unit_text)
+    if gold_unit_text and not gold_units:
         return value if unit_text.replace(" ", "") == gold_unit_text.replace(" ", "") else None
     if gold_unit_text and not unit_text:  # a bare number is an answer only for a dimensionless gold (25 % = 0.25)
-        return convert(value, "", gold_unit_text) if parse_unit(gold_unit_text).dimensionless else None
+        return convert(value, "", gold_unit_text) if all(u.dimensionless for u in gold_units) else None
     return convert(value, unit_text, gold_unit_text)
 
 
