@@ -81,7 +81,10 @@ def test_a_base_url_without_credentials_is_fine(monkeypatch):
 
 # ----------------------------------------------------------------- through the command line
 ENV = "LIT_GRPO_TEST_JUDGE_URL"
-URL = "http://judge:sk-live%2FQ3@127.0.0.1:9/v1"
+URLS = {  # a judge URL holding a credential -> what the refusal says of it
+    "http://127.0.0.1:9/v1?api_key=sk-live%2FQ3": "the URL's query parameter 'api_key' carries a credential",
+    "http://sk-live%2FQ3@127.0.0.1:9/v1": "a user name or password in the URL",  # a token as the user name
+}
 
 
 def _judge_config(tmp_path, base_url) -> dict:
@@ -98,22 +101,21 @@ def _judge_config(tmp_path, base_url) -> dict:
                      "test": {**physics, "rows": ":2"}}}
 
 
-@pytest.mark.parametrize("route", ["yaml", "oc.env", "flag"])
-@pytest.mark.parametrize("subcommand", ["fit", "test"])
-def test_a_credential_in_base_url_is_refused_at_startup_naming_the_field(tmp_path, capsys, monkeypatch, route,
+@pytest.mark.parametrize("route, url, subcommand", [(r, u, "fit") for r in ("yaml", "oc.env", "flag") for u in URLS]
+                         + [("yaml", u, sub) for u in list(URLS)[:1] for sub in ("test", "predict")])
+def test_a_credential_in_base_url_is_refused_at_startup_naming_the_field(tmp_path, capsys, monkeypatch, route, url,
                                                                        subcommand):
-    monkeypatch.setenv(ENV, URL)
-    cfg = _judge_config(tmp_path, URL if route == "yaml" else "${oc.env:%s}" % ENV)
+    monkeypatch.setenv(ENV, url)
+    cfg = _judge_config(tmp_path, url if route == "yaml" else "${oc.env:%s}" % ENV)
     (tmp_path / "judge.yaml").write_text(yaml.safe_dump(cfg))
     args = [subcommand, "--config", "configs/demo_phyx_oe.yaml", "--config", str(tmp_path / "judge.yaml")]
     if route == "flag":
-        args.append(f"--model.init_args.rewards=[{{name: open_accuracy, kwargs: {{judge: {{base_url: '{URL}'}}}}}}]")
+        args.append(f"--model.init_args.rewards=[{{name: open_accuracy, kwargs: {{judge: {{base_url: '{url}'}}}}}}]")
     with pytest.raises(SystemExit) as exc:
         main(args)
     out, err = capsys.readouterr()
     assert exc.value.code == 2 and out == "" and err.count("\n") == 1
-    assert err.startswith("error: model.init_args.rewards.0.kwargs.judge.base_url (a user name or password in the "
-                          "URL)") and "value not shown" in err
-    assert "sk-live" not in err and "judge:" not in err
+    assert err.startswith(f"error: model.init_args.rewards.0.kwargs.judge.base_url ({URLS[url]})")
+    assert "value not shown" in err and "sk-live" not in err
     # nothing built or written: no model, data, log folder, config.yaml, hparams.yaml, events or checkpoint
     assert sorted(p.name for p in tmp_path.iterdir()) == ["judge.yaml"]

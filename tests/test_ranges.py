@@ -176,6 +176,7 @@ PREFLIGHT = [  # (key, value, the error line's text): each a value that YAML, ${
     ("data.num_workers", -1, "must be >= 0, got -1"),
     ("data.train.generate.num", 0, "must be >= 1, got 0"),
     ("data.val.generate.panel_size", INF, "must be a finite number, got inf"),
+    ("data.train.rows", "::0", "'::0' has step 0; e.g. '1000:3000' or '::2'"),
 ]
 NESTED = {"model.init_args.policy.lora": ("model.init_args.policy.lora.dropout", "must be in [0, 1), got 1.0"),
           "model.init_args.optimizer.init_args.betas": ("model.init_args.optimizer.init_args.betas[1]",
@@ -253,8 +254,8 @@ def _redirect(tmp_path: Path) -> Path:
                         "callbacks": [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
                                        "init_args": {"dirpath": str(tmp_path / "ckpt"), "save_last": True}}]},
             "model": {"init_args": {"policy": {"name_or_path": str(tmp_path / "model"), "embedded": {"seed": 0}}}},
-            "data": {split: {"generate": {"path": str(tmp_path / f"{split}.parquet"), "kind": "puzzles", "num": 8}}
-                     for split in ("train", "val")}}
+            "data": {split: {"generate": {"path": str(tmp_path / f"{split}.parquet"), "kind": "puzzles", "num": 8,
+                                          "seed": seed}} for split, seed in (("train", 0), ("val", 1))}}
     path = tmp_path / "redirect.yaml"
     path.write_text(yaml.safe_dump(over))
     return path

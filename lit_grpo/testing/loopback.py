@@ -53,6 +53,13 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 1024  # the default backlog of 5 drops bursts of connections
     daemon_threads = True
 
+    def handle_error(self, request, client_address):
+        """A client that hangs up (a timeout, a body it refused to read on) is routine here; anything else is printed."""
+        import sys
+
+        if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            super().handle_error(request, client_address)
+
 
 Script = Callable[[dict[str, Any], int], Reply]
 
