@@ -6,7 +6,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from lit_grpo.grpo import ADVANTAGE_SCALES, LOSS_AGGREGATIONS
+from lit_grpo.grpo import ADVANTAGE_SCALES, LOSS_OPTIONS
+from lit_grpo.objectives import LOSS_TYPES, SAMPLER_CORRECTION_MODES
 from lit_grpo.rewards import RewardSpec
 from lit_grpo.rewards.judge.config import JudgeConfig
 
@@ -22,19 +23,89 @@ class GRPOConfig:
     epsilon_high: float = 0.2
     """Upper clip range (``1 + epsilon_high``; DAPO's clip-higher uses 0.28)."""
     loss_type: str = "dapo"
-    """Aggregation: ``grpo`` | ``bnpo`` | ``dr_grpo`` | ``dapo`` (see ``lit_grpo.grpo.grpo_loss``)."""
+    """The objective (README "Objectives"): TRL's ``grpo`` | ``bnpo`` | ``dr_grpo`` | ``dapo`` | ``luspo`` (the
+    clipped surrogate, aggregated as ``seq-mean-token-mean`` | ``micro-batch-token-mean`` |
+    ``seq-mean-token-sum-norm`` | ``token-mean`` | ``seq-mean-token-sum``, names also accepted) or ``cispo`` |
+    ``sapo`` | ``vespo`` (their own per-token terms); see ``lit_grpo.objectives``."""
     scale_rewards: str = "group"
-    """Advantage scaling: ``group`` | ``batch`` | ``none``."""
+    """Advantage scaling: ``group`` (``group-std``) | ``batch`` (``batch-std``) | ``none`` (``no-std``)."""
     advantage_eps: float = 1e-4
     """Added to the std before dividing."""
+    multi_objective_aggregation: str = "sum_then_normalize"
+    """``sum_then_normalize``: advantages of the weighted total; ``normalize_then_sum`` (GDPO): each reward
+    normalised within its group, the weighted sum normalised over the batch (``scale_rewards`` must stay ``group``);
+    each reward's share of the advantage is logged as ``train/advantage/<reward>``."""
     num_iterations: int = 1
-    """Optimizer steps per rollout (mu); > 1 stores the sampling policy's log-probs."""
+    """Passes over each rollout (mu); > 1 stores the sampling policy's log-probs."""
+    steps_per_generation: int = 1
+    """Optimizer updates per pass over one rollout: its N completions split into this many equal parts, one update
+    each (TRL's ``steps_per_generation`` = this times the micro-batches of an update); > 1 stores the sampling
+    policy's log-probs. A training step is still one rollout: it makes ``num_iterations * steps_per_generation``
+    updates and ``global_step`` counts rollouts."""
     micro_batch_size: int | None = None
-    """Completions per forward/backward (gradient accumulation inside a step); None = all N at once."""
+    """Completions per forward/backward (gradient accumulation inside an update); None = all at once."""
+    importance_sampling_level: str = "token"
+    """``token``: one importance ratio per token; ``sequence``: the sequence's geometric-mean ratio (GSPO)."""
+    delta: float | None = None
+    """Two-sided clipping (INTELLECT-2): the ratio of the clipped surrogate is capped at ``delta`` (> 1 +
+    ``epsilon_high``, e.g. 4); None = off."""
+    sapo_temperature_pos: float = 1.0
+    """``loss_type: sapo``: gate temperature of positive-advantage tokens."""
+    sapo_temperature_neg: float = 1.05
+    """``loss_type: sapo``: gate temperature of the others."""
+    vespo_k_pos: float = 2.0
+    """``loss_type: vespo``: gamma power ``k`` for advantages >= 0."""
+    vespo_lambda_pos: float = 3.0
+    """``loss_type: vespo``: gamma decay ``lambda`` for advantages >= 0."""
+    vespo_k_neg: float = 3.0
+    """``loss_type: vespo``: ``k`` for negative advantages."""
+    vespo_lambda_neg: float = 2.0
+    """``loss_type: vespo``: ``lambda`` for negative advantages."""
+    top_entropy_quantile: float = 1.0
+    """Train the policy term only on the tokens in this top quantile of entropy, per micro-batch over every rank
+    ("Beyond the 80/20 rule": 0.2); 1 = every token."""
+    entropy_coef: float = 0.0
+    """Weight of an entropy bonus (mean token entropy of each micro-batch); with ``use_adaptive_entropy`` its start."""
+    use_adaptive_entropy: bool = False
+    """Skywork-OR1's control: after each update the coefficient moves by ``entropy_coef_delta`` towards keeping the
+    entropy above ``entropy_target``, applied only while the entropy is at or below it."""
+    entropy_coef_min: float = 0.0
+    """Adaptive control: lowest coefficient."""
+    entropy_coef_max: float = 1.0
+    """Adaptive control: highest coefficient."""
+    entropy_coef_delta: float = 0.005
+    """Adaptive control: step of the coefficient per update."""
+    entropy_target: float = 0.2
+    """Adaptive control: target mean token entropy (nats)."""
+    off_policy_mask_threshold: float | None = None
+    """DeepSeek-V3.2's off-policy sequence mask: drop negative-advantage completions whose mean log-prob drop from the
+    sampler to the current policy exceeds this (e.g. 0.5); None = off."""
+    use_bias_correction_kl: bool = False
+    """Multiply the k3 KL by the importance ratio (DeepSeek-V3.2's unbiased KL gradient; TRL's default is true)."""
+    sampler_correction: bool = True
+    """Weight the loss by ``pi_old / mu`` when the engine's sampler ``mu`` is not the policy itself (another engine or
+    stale weights; the built-in engines sample from the policy, and their correction is exactly 1)."""
+    sampler_correction_mode: str = "sequence_mask"
+    """``token_truncate`` | ``token_mask`` | ``sequence_truncate`` | ``sequence_mask``: per token or per sequence,
+    clamped to or zeroed outside ``[sampler_correction_min, sampler_correction_max]``."""
+    sampler_correction_min: float | None = None
+    """Lower bound of the sampler weight (None = none)."""
+    sampler_correction_max: float = 3.0
+    """Upper bound (the cap) of the sampler weight."""
     mask_truncated_completions: bool = False
     """Exclude completions that hit ``max_completion_length`` without a stop token from the loss."""
     max_grad_norm: float | None = 1.0
     """Gradient-norm clip (None = off)."""
+
+    def loss_options(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`lit_grpo.grpo.grpo_loss` this config sets."""
+        names = ("beta", "epsilon_low", "epsilon_high", "loss_type", *LOSS_OPTIONS)
+        return {name: getattr(self, name) for name in names}
+
+    def sampler_options(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`lit_grpo.objectives.sampler_correction`."""
+        return dict(mode=self.sampler_correction_mode, ratio_min=self.sampler_correction_min,
+                    ratio_max=self.sampler_correction_max)
 
 
 @dataclasses.dataclass
@@ -90,14 +161,7 @@ def check_settings(grpo: GRPOConfig, sampling) -> None:
     Raises:
         ValueError: naming the setting, its value and what it must be.
     """
-    def either(names) -> str:
-        return ", ".join(list(names)[:-1]) + " or " + list(names)[-1]
-
-    problems = []
-    if grpo.loss_type not in LOSS_AGGREGATIONS:
-        problems.append(f"grpo.loss_type must be {either(LOSS_AGGREGATIONS)}, got {grpo.loss_type!r}")
-    if grpo.scale_rewards not in ADVANTAGE_SCALES:
-        problems.append(f"grpo.scale_rewards must be {either(ADVANTAGE_SCALES)}, got {grpo.scale_rewards!r}")
+    problems = objective_problems(grpo)
     if sampling.num_generations < 2:
         problems.append(f"sampling.num_generations must be >= 2, got {sampling.num_generations}: a group of one "
                         "completion has no reward spread, so every advantage (and the loss) would be 0")
@@ -118,7 +182,50 @@ def check_settings(grpo: GRPOConfig, sampling) -> None:
     if grpo.micro_batch_size is not None and grpo.micro_batch_size < 1:
         problems.append(f"grpo.micro_batch_size must be >= 1 or null (all completions at once), "
                         f"got {grpo.micro_batch_size}")
-    if grpo.num_iterations < 1:
-        problems.append(f"grpo.num_iterations must be >= 1, got {grpo.num_iterations}")
     if problems:
         raise ValueError("; ".join(problems))
+
+
+def _either(names) -> str:
+    names = list(names)
+    return ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def objective_problems(grpo: GRPOConfig) -> list[str]:
+    """What is wrong with the objective's options (:func:`check_settings`), one phrase each."""
+    problems = []
+
+    def need(ok: bool, name: str, rule: str) -> None:
+        if not ok:
+            problems.append(f"grpo.{name} must be {rule}, got {getattr(grpo, name)!r}")
+
+    need(grpo.loss_type in LOSS_TYPES, "loss_type", _either(LOSS_TYPES.names()))
+    need(grpo.scale_rewards in ADVANTAGE_SCALES, "scale_rewards", _either(ADVANTAGE_SCALES.names()))
+    need(grpo.multi_objective_aggregation in ("sum_then_normalize", "normalize_then_sum"),
+         "multi_objective_aggregation", "sum_then_normalize or normalize_then_sum")
+    if grpo.multi_objective_aggregation == "normalize_then_sum":
+        need(grpo.scale_rewards in ("group", "group-std", "grpo"), "scale_rewards",
+             "group with multi_objective_aggregation normalize_then_sum (each reward is scaled by its group's std "
+             "and the sum by the batch's; no other scaling applies)")
+    need(grpo.importance_sampling_level in ("token", "sequence"), "importance_sampling_level", "token or sequence")
+    for name in ("beta", "epsilon_low", "epsilon_high", "advantage_eps", "entropy_coef", "entropy_coef_min",
+                 "entropy_coef_delta", "entropy_target", "vespo_k_pos", "vespo_k_neg"):
+        need(getattr(grpo, name) >= 0, name, ">= 0")
+    for name in ("sapo_temperature_pos", "sapo_temperature_neg", "vespo_lambda_pos", "vespo_lambda_neg",
+                 "sampler_correction_max"):
+        need(getattr(grpo, name) > 0, name, "> 0")
+    need(grpo.num_iterations >= 1, "num_iterations", ">= 1")
+    need(grpo.steps_per_generation >= 1, "steps_per_generation", ">= 1")
+    need(grpo.delta is None or grpo.delta > 1 + grpo.epsilon_high, "delta",
+         "null or above 1 + epsilon_high (the cap of the ratio; INTELLECT-2 uses 4)")
+    need(grpo.loss_type != "cispo" or grpo.epsilon_high >= 1, "epsilon_high",
+         ">= 1 with loss_type cispo, where it caps the importance ratio itself (ScaleRL's eps_max, e.g. 5.0)")
+    need(0 <= grpo.top_entropy_quantile <= 1, "top_entropy_quantile", "in [0, 1] (1 = every token)")
+    need(grpo.entropy_coef_max >= grpo.entropy_coef_min, "entropy_coef_max", ">= entropy_coef_min")
+    need(grpo.off_policy_mask_threshold is None or grpo.off_policy_mask_threshold >= 0, "off_policy_mask_threshold",
+         "null (off) or >= 0")
+    need(grpo.sampler_correction_mode in SAMPLER_CORRECTION_MODES, "sampler_correction_mode",
+         _either(SAMPLER_CORRECTION_MODES))
+    need(grpo.sampler_correction_min is None or 0 <= grpo.sampler_correction_min < grpo.sampler_correction_max,
+         "sampler_correction_min", "null or in [0, sampler_correction_max)")
+    return problems
