@@ -299,9 +299,8 @@ def grpo_loss(logps: Tensor, old_logps: Tensor, advantages: Tensor, mask: Tensor
         max_completion_length=max_completion_length, num_micro_batches=num_micro_batches)
     if entropy_coef != 0 and entropy is not None:
         loss = loss - entropy_coef * entropy_bonus(entropy, m, entropy_mask, num_micro_batches)
-    high = epsilon_high if kind.policy == "cispo" else 1 + epsilon_high
-    stats.update(_loss_stats(ratio.detach().expand_as(m), adv, m, kl, epsilon_low if term.clips else math.inf, high,
-                             term.clips or kind.policy == "cispo"))
+    bounds = term.clip_bounds(epsilon_low, epsilon_high) if term.clip_bounds else (-math.inf, math.inf)
+    stats.update(_loss_stats(ratio.detach().expand_as(m), adv, m, kl, *bounds))
     return loss, stats
 
 
@@ -336,7 +335,7 @@ def _variant(loss_type: str, beta: float, ref_logps: Tensor | None, options: dic
 
 def importance_ratio(logps: Tensor, old_logps: Tensor, mask: Tensor, level: str = "token") -> tuple[Tensor, Tensor]:
     """``log(pi / pi_old)`` per token (0 on masked positions) and the importance ratio: per token (``"token"``) or
-    the exp of the sequence's mean log-ratio (``"sequence"``: GSPO, Zheng et al. 2025, arXiv 2507.18071, eq. 7),
+    the exp of the sequence's mean log-ratio (``"sequence"``: GSPO, Zheng et al. 2025, arXiv 2507.18071),
     the log clamped to ``[-20, 20]`` before ``exp``. Shape: ``[N, T]`` -> ``[N, T]`` and ``[N, T]`` or ``[N, 1]``.
     Raises ``ValueError`` on another level."""
     if level not in ("token", "sequence"):
@@ -355,12 +354,12 @@ def entropy_bonus(entropy: Tensor, mask: Tensor, entropy_mask: Tensor | None = N
 
 
 @torch.no_grad()
-def _loss_stats(ratio: Tensor, adv: Tensor, m: Tensor, kl: Tensor | None, epsilon_low: float, high_bound: float,
-                clips: bool = True) -> dict[str, Tensor]:
-    """Token means over ``m`` of the KL and of the clipped fractions (low: ratio below ``1 - epsilon_low`` with
-    A < 0; high: above ``high_bound`` with A > 0; both 0 for a term that clips nothing)."""
-    low = ((ratio < 1 - epsilon_low) & (adv < 0)).to(m.dtype)
-    high = ((ratio > high_bound) & (adv > 0) & clips).to(m.dtype)
+def _loss_stats(ratio: Tensor, adv: Tensor, m: Tensor, kl: Tensor | None, low_bound: float,
+                high_bound: float) -> dict[str, Tensor]:
+    """Token means over ``m`` of the KL and of the clipped fractions (low: ratio below ``low_bound`` with A < 0;
+    high: above ``high_bound`` with A > 0)."""
+    low = ((ratio < low_bound) & (adv < 0)).to(m.dtype)
+    high = ((ratio > high_bound) & (adv > 0)).to(m.dtype)
     return {
         "kl": masked_mean(kl, m) if kl is not None else torch.zeros((), device=ratio.device),
         "clip_ratio_low": masked_mean(low, m),

@@ -85,27 +85,28 @@ def micro_batch_token_mean(per_token: Tensor, mask: Tensor, *, num_micro_batches
 class PolicyTerm:
     """A registered per-token policy loss. ``fn(ratio, adv, *, logps, log_ratio, mask, sampler_ratio, **options)
     -> per_token``; ``absorbs_sampler_ratio``: it uses the sampler's weight itself (else the loss multiplies by
-    it); ``clips``: its clipped fractions are the PPO ones (``clip_ratio_low`` / ``_high``)."""
+    it); ``clip_bounds(epsilon_low, epsilon_high)``: the ratios below / above which a token with ``A < 0`` / ``A > 0``
+    counts as clipped (``clip_ratio_low`` / ``_high``; None: the term clips nothing)."""
 
     fn: Callable[..., Tensor]
     absorbs_sampler_ratio: bool = False
-    clips: bool = True
+    clip_bounds: Callable[[float, float], tuple[float, float]] | None = None
 
 
 POLICY_TERMS: Registry[PolicyTerm] = Registry("policy loss")
 
 
-def register_policy_term(name: str, absorbs_sampler_ratio: bool = False, clips: bool = True):
+def register_policy_term(name: str, absorbs_sampler_ratio: bool = False, clip_bounds=None):
     """Register a per-token policy loss (as verl's ``register_policy_loss``)."""
 
     def deco(fn):
-        POLICY_TERMS.register(name)(PolicyTerm(fn, absorbs_sampler_ratio, clips))
+        POLICY_TERMS.register(name)(PolicyTerm(fn, absorbs_sampler_ratio, clip_bounds))
         return fn
 
     return deco
 
 
-@register_policy_term("clip")
+@register_policy_term("clip", clip_bounds=lambda low, high: (1 - low, 1 + high))
 def clipped_surrogate(ratio: Tensor, adv: Tensor, *, epsilon_low: float, epsilon_high: float,
                       delta: float | None = None, **_) -> Tensor:
     """``-min(min(rho, delta) * A, clip(rho, 1 - eps_low, 1 + eps_high) * A)`` (PPO, Schulman et al. 2017; GRPO;
@@ -117,14 +118,14 @@ def clipped_surrogate(ratio: Tensor, adv: Tensor, *, epsilon_low: float, epsilon
     return -torch.min(ratio * adv, clipped * adv)
 
 
-@register_policy_term("cispo", clips=False)
+@register_policy_term("cispo", clip_bounds=lambda low, high: (-math.inf, high))
 def cispo(ratio: Tensor, adv: Tensor, *, logps: Tensor, epsilon_high: float, **_) -> Tensor:
     """``-sg(min(rho, eps_high)) * A * log pi``: the importance weight clipped and detached, every token keeps a
-    gradient (CISPO, MiniMax-M1, arXiv 2506.13585, eq. 4; ``epsilon_high`` is ScaleRL's ``eps_max``, e.g. 5)."""
+    gradient (CISPO, MiniMax-M1, arXiv 2506.13585; ``epsilon_high`` is ScaleRL's ``eps_max``, e.g. 5)."""
     return -ratio.clamp(max=epsilon_high).detach() * adv * logps
 
 
-@register_policy_term("sapo", clips=False)
+@register_policy_term("sapo")
 def sapo(ratio: Tensor, adv: Tensor, *, sapo_temperature_pos: float, sapo_temperature_neg: float, **_) -> Tensor:
     """``-sigmoid(tau (rho - 1)) * 4 / tau * A`` with ``tau`` = ``sapo_temperature_pos`` where ``A > 0``, else
     ``_neg``: a soft gate instead of the hard clip, gradient ``rho``-weighted 1 at ``rho = 1`` (SAPO,
@@ -134,7 +135,7 @@ def sapo(ratio: Tensor, adv: Tensor, *, sapo_temperature_pos: float, sapo_temper
     return -soft * adv
 
 
-@register_policy_term("vespo", absorbs_sampler_ratio=True, clips=False)
+@register_policy_term("vespo", absorbs_sampler_ratio=True)
 def vespo(ratio: Tensor, adv: Tensor, *, logps: Tensor, log_ratio: Tensor, mask: Tensor,
           sampler_ratio: Tensor | None = None, vespo_k_pos: float = 2.0, vespo_lambda_pos: float = 3.0,
           vespo_k_neg: float = 3.0, vespo_lambda_neg: float = 2.0, **_) -> Tensor:
@@ -246,7 +247,7 @@ def high_entropy_mask(entropy: Tensor, mask: Tensor, threshold: Tensor | None) -
 
 
 def adapt_entropy_coef(coef: float, entropy: float, target: float, step: float, low: float, high: float) -> float:
-    """Skywork-OR1's adaptive entropy control (arXiv 2505.22312, sec. 4.4): after each optimizer update the
+    """Skywork-OR1's adaptive entropy control (arXiv 2505.22312): after each optimizer update the
     coefficient rises by ``step`` when the update's mean entropy (over the tokens the bonus acts on, every rank) is
     at most ``target`` and falls by ``step`` otherwise, within ``[low, high]``. The next update applies it only
     while that entropy is at most ``target`` (see :func:`applied_entropy_coef`)."""

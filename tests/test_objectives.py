@@ -92,6 +92,9 @@ def test_cispo_keeps_the_gradient_with_a_capped_detached_weight():
     assert _loss_and_grad(math.log(2.0), 1.0, loss_type="cispo", epsilon_high=1.5)[:2] == pytest.approx((1.5, -1.5))
     # ratio 0.5 (no lower clip): weight 0.5, A = -2: loss -0.5 * -2 * -1 = -1, d/dlogp = 1
     assert _loss_and_grad(math.log(0.5), -2.0, loss_type="cispo", epsilon_high=1.5)[:2] == pytest.approx((-1.0, 1.0))
+    # the capped token counts as clipped high; the uncapped one is not clipped low (no lower bound)
+    assert _loss_and_grad(math.log(2.0), 1.0, loss_type="cispo", epsilon_high=1.5)[2]["clip_ratio_high"] == 1.0
+    assert _loss_and_grad(math.log(0.5), -2.0, loss_type="cispo", epsilon_high=1.5)[2]["clip_ratio"] == 0.0
 
 
 def test_sapo_soft_gate():
@@ -100,6 +103,8 @@ def test_sapo_soft_gate():
     assert _loss_and_grad(0.0, -1.0, loss_type="sapo")[:2] == pytest.approx((2 / 1.05, 1.0))  # tau_neg 1.05
     # ratio e: -sigmoid(e - 1) * 4 = -3.39163; gradient -4 s (1 - s) e = -1.40220
     assert _loss_and_grad(1.0, 1.0, loss_type="sapo")[:2] == pytest.approx((-3.3916296, -1.4022033))
+    assert _loss_and_grad(1.0, 1.0, loss_type="sapo")[2]["clip_ratio"] == 0.0  # a soft gate clips nothing
+    assert _loss_and_grad(1.0, 1.0)[2]["clip_ratio_high"] == 1.0  # the hard clip at 1.2 does
 
 
 def test_vespo_gamma_weight():

@@ -207,3 +207,19 @@ def test_gdpo_advantages_and_their_shares(tiny_model_dir):
     scale = total.std() + 1e-4
     assert shares == pytest.approx({"train/advantage/binary": (z_b.abs() / scale).mean().item(),
                                     "train/advantage/boxed_format": (z_f.abs() / scale).mean().item()}, rel=1e-5)
+
+
+def test_the_adaptive_entropy_coefficient_is_checkpointed(tiny_model_dir):
+    """With ``use_adaptive_entropy`` the coefficient and the last update's entropy are a buffer: the checkpoint keeps
+    them (with the trainable weights) and a resumed module reads them back; without it there is no such entry."""
+    module = _module(tiny_model_dir, use_adaptive_entropy=True, entropy_coef=0.01)
+    assert module.entropy_control.tolist() == [0.01, math.inf]
+    module.entropy_control.copy_(torch.tensor([0.035, 0.18], dtype=torch.float64))
+    checkpoint = {"state_dict": module.state_dict()}
+    module.on_save_checkpoint(checkpoint)
+    assert "entropy_control" in checkpoint["state_dict"]
+    resumed = _module(tiny_model_dir, use_adaptive_entropy=True, entropy_coef=0.01)
+    resumed.load_state_dict(checkpoint["state_dict"], strict=False)
+    assert resumed.entropy_control.tolist() == [0.035, 0.18]
+    assert resumed._entropy_coef() == 0.035  # 0.18 <= the 0.2 target: applied
+    assert "entropy_control" not in _module(tiny_model_dir).state_dict()
