@@ -3,14 +3,16 @@ each field's docstring is its ``--print_config`` comment).
 
 Every numeric field declares its range in its type (``Annotated[float, Range(ge=0)]``, :mod:`lit_grpo.ranges`),
 and the groups are :class:`~lit_grpo.ranges.Checked`: a value out of range or not finite is refused however it
-arrives. A new field declares its range the same way; :func:`check_settings` keeps only the choices (names)."""
+arrives. A new field declares its range the same way; :func:`check_settings` keeps the choices (names) and the rules
+that tie several options together."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Annotated, Any
 
-from lit_grpo.grpo import ADVANTAGE_SCALES, LOSS_AGGREGATIONS
+from lit_grpo.grpo import ADVANTAGE_SCALES, LOSS_OPTIONS
+from lit_grpo.objectives import LOSS_TYPES, SAMPLER_CORRECTION_MODES
 from lit_grpo.ranges import Checked, Range
 from lit_grpo.rewards import RewardSpec
 from lit_grpo.rewards.judge.config import JudgeConfig
@@ -27,19 +29,89 @@ class GRPOConfig(Checked):
     epsilon_high: Annotated[float, Range(ge=0)] = 0.2
     """Upper clip range (``1 + epsilon_high``; DAPO's clip-higher uses 0.28)."""
     loss_type: str = "dapo"
-    """Aggregation: ``grpo`` | ``bnpo`` | ``dr_grpo`` | ``dapo`` (see ``lit_grpo.grpo.grpo_loss``)."""
+    """The objective (README "Objectives"): TRL's ``grpo`` | ``bnpo`` | ``dr_grpo`` | ``dapo`` | ``luspo`` (the
+    clipped surrogate, aggregated as ``seq-mean-token-mean`` | ``micro-batch-token-mean`` |
+    ``seq-mean-token-sum-norm`` | ``token-mean`` | ``seq-mean-token-sum``, names also accepted) or ``cispo`` |
+    ``sapo`` | ``vespo`` (their own per-token terms); see ``lit_grpo.objectives``."""
     scale_rewards: str = "group"
-    """Advantage scaling: ``group`` | ``batch`` | ``none``."""
+    """Advantage scaling: ``group`` (``group-std``) | ``batch`` (``batch-std``) | ``none`` (``no-std``)."""
     advantage_eps: Annotated[float, Range(ge=0)] = 1e-4
     """Added to the std before dividing."""
+    multi_objective_aggregation: str = "sum_then_normalize"
+    """``sum_then_normalize``: advantages of the weighted total; ``normalize_then_sum`` (GDPO): each reward
+    normalised within its group, the weighted sum normalised over the batch (``scale_rewards`` must stay ``group``);
+    each reward's share of the advantage is logged as ``train/advantage/<reward>``."""
     num_iterations: Annotated[int, Range(ge=1)] = 1
-    """Optimizer steps per rollout (mu); > 1 stores the sampling policy's log-probs."""
+    """Passes over each rollout (mu); > 1 stores the sampling policy's log-probs."""
+    steps_per_generation: Annotated[int, Range(ge=1)] = 1
+    """Optimizer updates per pass over one rollout: its N completions split into this many equal parts, one update
+    each (TRL's ``steps_per_generation`` = this times the micro-batches of an update); > 1 stores the sampling
+    policy's log-probs. A training step is still one rollout: it makes ``num_iterations * steps_per_generation``
+    updates and ``global_step`` counts rollouts."""
     micro_batch_size: Annotated[int, Range(ge=1, note="null = all completions at once")] | None = None
-    """Completions per forward/backward (gradient accumulation inside a step); None = all N at once."""
+    """Completions per forward/backward (gradient accumulation inside an update); None = all at once."""
+    importance_sampling_level: str = "token"
+    """``token``: one importance ratio per token; ``sequence``: the sequence's geometric-mean ratio (GSPO)."""
+    delta: Annotated[float, Range(gt=1, note="null = off; above 1 + epsilon_high")] | None = None
+    """Two-sided clipping (INTELLECT-2): the ratio of the clipped surrogate is capped at ``delta`` (> 1 +
+    ``epsilon_high``, e.g. 4); None = off."""
+    sapo_temperature_pos: Annotated[float, Range(gt=0)] = 1.0
+    """``loss_type: sapo``: gate temperature of positive-advantage tokens."""
+    sapo_temperature_neg: Annotated[float, Range(gt=0)] = 1.05
+    """``loss_type: sapo``: gate temperature of the others."""
+    vespo_k_pos: Annotated[float, Range(ge=0)] = 2.0
+    """``loss_type: vespo``: gamma power ``k`` for advantages >= 0."""
+    vespo_lambda_pos: Annotated[float, Range(gt=0)] = 3.0
+    """``loss_type: vespo``: gamma decay ``lambda`` for advantages >= 0."""
+    vespo_k_neg: Annotated[float, Range(ge=0)] = 3.0
+    """``loss_type: vespo``: ``k`` for negative advantages."""
+    vespo_lambda_neg: Annotated[float, Range(gt=0)] = 2.0
+    """``loss_type: vespo``: ``lambda`` for negative advantages."""
+    top_entropy_quantile: Annotated[float, Range(ge=0, le=1, note="1 = every token")] = 1.0
+    """Train the policy term only on the tokens in this top quantile of entropy, per micro-batch over every rank
+    ("Beyond the 80/20 rule": 0.2); 1 = every token."""
+    entropy_coef: Annotated[float, Range(ge=0)] = 0.0
+    """Weight of an entropy bonus (mean token entropy of each micro-batch); with ``use_adaptive_entropy`` its start."""
+    use_adaptive_entropy: bool = False
+    """Skywork-OR1's control: after each update the coefficient moves by ``entropy_coef_delta`` towards keeping the
+    entropy above ``entropy_target``, applied only while the entropy is at or below it."""
+    entropy_coef_min: Annotated[float, Range(ge=0)] = 0.0
+    """Adaptive control: lowest coefficient."""
+    entropy_coef_max: Annotated[float, Range(ge=0)] = 1.0
+    """Adaptive control: highest coefficient."""
+    entropy_coef_delta: Annotated[float, Range(ge=0)] = 0.005
+    """Adaptive control: step of the coefficient per update."""
+    entropy_target: Annotated[float, Range(ge=0)] = 0.2
+    """Adaptive control: target mean token entropy (nats)."""
+    off_policy_mask_threshold: Annotated[float, Range(ge=0, note="null = off")] | None = None
+    """DeepSeek-V3.2's off-policy sequence mask: drop negative-advantage completions whose mean log-prob drop from the
+    sampler to the current policy exceeds this (e.g. 0.5); None = off."""
+    use_bias_correction_kl: bool = False
+    """Multiply the k3 KL by the importance ratio (DeepSeek-V3.2's unbiased KL gradient; TRL's default is true)."""
+    sampler_correction: bool = True
+    """Weight the loss by ``pi_old / mu`` when the engine's sampler ``mu`` is not the policy itself (another engine or
+    stale weights; the built-in engines sample from the policy, and their correction is exactly 1)."""
+    sampler_correction_mode: str = "sequence_mask"
+    """``token_truncate`` | ``token_mask`` | ``sequence_truncate`` | ``sequence_mask``: per token or per sequence,
+    clamped to or zeroed outside ``[sampler_correction_min, sampler_correction_max]``."""
+    sampler_correction_min: Annotated[float, Range(ge=0, note="null = none")] | None = None
+    """Lower bound of the sampler weight (None = none)."""
+    sampler_correction_max: Annotated[float, Range(gt=0)] = 3.0
+    """Upper bound (the cap) of the sampler weight."""
     mask_truncated_completions: bool = False
     """Exclude completions that hit ``max_completion_length`` without a stop token from the loss."""
     max_grad_norm: Annotated[float, Range(gt=0, note="null = no clipping")] | None = 1.0
     """Gradient-norm clip (None = off)."""
+
+    def loss_options(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`lit_grpo.grpo.grpo_loss` this config sets."""
+        names = ("beta", "epsilon_low", "epsilon_high", "loss_type", *LOSS_OPTIONS)
+        return {name: getattr(self, name) for name in names}
+
+    def sampler_options(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`lit_grpo.objectives.sampler_correction`."""
+        return dict(mode=self.sampler_correction_mode, ratio_min=self.sampler_correction_min,
+                    ratio_max=self.sampler_correction_max)
 
 
 @dataclasses.dataclass
@@ -96,19 +168,48 @@ class PerfConfig(Checked):
 
 
 def check_settings(grpo: GRPOConfig, sampling) -> None:
-    """Refuse a ``loss_type`` or ``scale_rewards`` that names no variant (``sampling``: a
-    :class:`lit_grpo.rollout.SamplingConfig`; numbers are checked by their declared ranges when the groups are built).
+    """Refuse choices that name no variant and combinations of options that cannot train (``sampling``: a
+    :class:`lit_grpo.rollout.SamplingConfig`; each number alone is checked by its declared range when the groups
+    are built).
 
     Raises:
-        ValueError: naming the setting, its value and the valid names.
+        ValueError: naming the setting, its value and what it must be.
     """
-    def either(names) -> str:
-        return ", ".join(list(names)[:-1]) + " or " + list(names)[-1]
-
-    problems = []
-    if grpo.loss_type not in LOSS_AGGREGATIONS:
-        problems.append(f"grpo.loss_type must be {either(LOSS_AGGREGATIONS)}, got {grpo.loss_type!r}")
-    if grpo.scale_rewards not in ADVANTAGE_SCALES:
-        problems.append(f"grpo.scale_rewards must be {either(ADVANTAGE_SCALES)}, got {grpo.scale_rewards!r}")
+    problems = objective_problems(grpo)
     if problems:
         raise ValueError("; ".join(problems))
+
+
+def _either(names) -> str:
+    names = list(names)
+    return ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def objective_problems(grpo: GRPOConfig) -> list[str]:
+    """What is wrong with the objective's choices and option combinations (:func:`check_settings`), one phrase
+    each."""
+    problems = []
+
+    def need(ok: bool, name: str, rule: str) -> None:
+        if not ok:
+            problems.append(f"grpo.{name} must be {rule}, got {getattr(grpo, name)!r}")
+
+    need(grpo.loss_type in LOSS_TYPES, "loss_type", _either(LOSS_TYPES.names()))
+    need(grpo.scale_rewards in ADVANTAGE_SCALES, "scale_rewards", _either(ADVANTAGE_SCALES.names()))
+    need(grpo.multi_objective_aggregation in ("sum_then_normalize", "normalize_then_sum"),
+         "multi_objective_aggregation", "sum_then_normalize or normalize_then_sum")
+    if grpo.multi_objective_aggregation == "normalize_then_sum":
+        need(grpo.scale_rewards in ("group", "group-std", "grpo"), "scale_rewards",
+             "group with multi_objective_aggregation normalize_then_sum (each reward is scaled by its group's std "
+             "and the sum by the batch's; no other scaling applies)")
+    need(grpo.importance_sampling_level in ("token", "sequence"), "importance_sampling_level", "token or sequence")
+    need(grpo.delta is None or grpo.delta > 1 + grpo.epsilon_high, "delta",
+         "null or above 1 + epsilon_high (the cap of the ratio; INTELLECT-2 uses 4)")
+    need(grpo.loss_type != "cispo" or grpo.epsilon_high >= 1, "epsilon_high",
+         ">= 1 with loss_type cispo, where it caps the importance ratio itself (ScaleRL's eps_max, e.g. 5.0)")
+    need(grpo.entropy_coef_max >= grpo.entropy_coef_min, "entropy_coef_max", ">= entropy_coef_min")
+    need(grpo.sampler_correction_mode in SAMPLER_CORRECTION_MODES, "sampler_correction_mode",
+         _either(SAMPLER_CORRECTION_MODES))
+    need(grpo.sampler_correction_min is None or grpo.sampler_correction_min < grpo.sampler_correction_max,
+         "sampler_correction_min", "null or below sampler_correction_max")
+    return problems

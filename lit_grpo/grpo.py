@@ -1,21 +1,26 @@
-"""GRPO maths as pure functions on tensors: token log-probs, group advantages, clipped surrogate, KL.
+"""GRPO maths as pure functions on tensors: token log-probs, group advantages, the policy-gradient loss, KL.
 
 Shapes: ``B`` prompts, ``G`` completions per prompt (a group), ``N = B * G`` completions with the
-``G`` completions of one prompt contiguous, ``T`` completion tokens, ``V`` vocabulary.
+``G`` completions of one prompt contiguous, ``T`` completion tokens, ``V`` vocabulary, ``K`` reward terms.
 
-Sources: GRPO (Shao et al. 2024, DeepSeekMath, eq. 3 with the k3 KL estimator of Schulman 2020);
-clip-higher and token-level aggregation ``dapo`` (Yu et al. 2025, DAPO, eq. 8); ``dr_grpo``
-(Liu et al. 2025, "Understanding R1-Zero-like training", sec. 3.1: constant normaliser);
-``bnpo`` (Xiao et al. 2025, batch-normalised policy optimisation: token mean of the micro-batch).
-"""
+Sources: GRPO (Shao et al. 2024, DeepSeekMath, eq. 3 with the k3 KL estimator of Schulman 2020); the
+advantage scalings (:data:`ADVANTAGE_SCALES`: GRPO's group std, REINFORCE++'s batch std, Dr. GRPO's none) and
+GDPO's per-reward normalisation (:func:`decoupled_advantages`); :func:`grpo_loss` composes the registered policy
+terms, aggregations and corrections of :mod:`lit_grpo.objectives` (clip-higher and token-level aggregation
+``dapo``, Yu et al. 2025, eq. 8; ``dr_grpo``, Liu et al. 2025, sec. 3.1; ``bnpo``, Xiao et al. 2025; GSPO,
+CISPO, SAPO, LUSPO, VESPO, INTELLECT-2's two-sided clip, DeepSeek-V3.2's off-policy mask and unbiased KL)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Callable
 
 import torch
 from torch import Tensor
+
+from lit_grpo.objectives import LOSS_AGGREGATIONS, LOSS_TYPES, POLICY_TERMS, off_policy_mask
+from lit_grpo.registry import Registry
 
 LOG_RATIO_CLAMP = 20.0
 """Log-ratios are clamped to ``[-20, 20]`` before ``exp`` so a stale or masked token cannot overflow."""
@@ -65,7 +70,7 @@ def selective_log_softmax(
     temperature: float = 1.0,
     suppress_ids: Tensor | None = None,
     chunk_rows: int = 1024,
-    with_entropy: bool = False,
+    with_entropy: bool | str = False,
     *,
     top_k: int = 0,
     top_p: float = 1.0,
@@ -81,8 +86,9 @@ def selective_log_softmax(
 
     Shape:
         logits ``[N, T, V]`` (any float dtype), index ``[N, T]`` long -> logps ``[N, T]`` float32 and,
-        with ``with_entropy``, the entropy ``[N, T]`` float32 of the warped distribution (nats, computed
-        without grad).
+        with ``with_entropy``, the entropy ``[N, T]`` float32 of the warped distribution (nats; computed
+        without grad, or with it when ``with_entropy="grad"``: the entropy bonus, which keeps every chunk's
+        ``[chunk_rows, V]`` probabilities for the backward).
     Raises:
         ValueError: when ``temperature <= 0``.
     """
@@ -103,7 +109,7 @@ def selective_log_softmax(
             lse = torch.logaddexp(lse, torch.where(outside, picked, torch.full_like(picked, float("-inf"))))
         logps.append(picked - lse)
         if with_entropy:
-            with torch.no_grad():
+            with torch.no_grad() if with_entropy != "grad" else contextlib.nullcontext():
                 p = torch.softmax(chunk, dim=-1)
                 entropies.append(-(p * torch.log_softmax(chunk, -1).nan_to_num(neginf=0.0)).sum(-1))
     out = torch.cat(logps).reshape(n, t)
@@ -126,16 +132,39 @@ def nan_group_stats(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return mean, std, count
 
 
-ADVANTAGE_SCALES = ("group", "batch", "none")
-"""``scale`` options of :func:`group_advantages`."""
+ADVANTAGE_SCALES: Registry[Callable[..., Tensor]] = Registry("advantage scaling")
+"""``scale`` of :func:`group_advantages`, by formula (paper and TRL names as aliases): ``fn(centred [B, G],
+rewards [B, G], group_std [B], eps) -> [B, G]``."""
+SCALE_ALIASES = ADVANTAGE_SCALES.aliases
+"""Paper / TRL name -> formula name."""
+register_scale = ADVANTAGE_SCALES.register
+"""``@register_scale("formula-name", "alias", ...)``."""
+
+
+@register_scale("group-std", "group", "grpo")
+def _group_std(centred: Tensor, r: Tensor, std: Tensor, eps: float) -> Tensor:
+    """``(r - mean_group) / (std_group + eps)`` (GRPO, Shao et al. 2024)."""
+    return centred / (std.unsqueeze(1) + eps)
+
+
+@register_scale("batch-std", "batch", "reinforce++")
+def _batch_std(centred: Tensor, r: Tensor, std: Tensor, eps: float) -> Tensor:
+    """``(r - mean_group) / (std_batch + eps)`` (Hu et al. 2025, REINFORCE++ baseline; TRL ``"batch"``)."""
+    return centred / (nan_group_stats(r.reshape(-1))[1] + eps)
+
+
+@register_scale("no-std", "none", "dr_grpo")
+def _no_std(centred: Tensor, r: Tensor, std: Tensor, eps: float) -> Tensor:
+    """``r - mean_group`` (Dr. GRPO, Liu et al. 2025, sec. 3.1: no question-level difficulty bias)."""
+    return centred
 
 
 def group_advantages(rewards: Tensor, group_size: int, scale: str = "group", eps: float = 1e-4) -> Tensor:
-    """Group-relative advantages ``(r - mean_group) / (std + eps)``.
+    """Group-relative advantages ``(r - mean_group) / scale``.
 
-    ``scale``: ``"group"`` divides by the group's std (GRPO), ``"batch"`` by the std of every valid
-    reward in ``rewards`` (Hu et al. 2025, REINFORCE++ baseline; TRL ``scale_rewards="batch"``),
-    ``"none"`` does not divide (Dr. GRPO). Statistics skip NaN ("cannot score") rewards and use the
+    ``scale`` (:data:`ADVANTAGE_SCALES`): ``"group-std"`` (alias ``"group"``) divides by the group's std + eps
+    (GRPO), ``"batch-std"`` (``"batch"``) by the std of every valid reward in ``rewards`` + eps, ``"no-std"``
+    (``"none"``) does not divide (Dr. GRPO). Statistics skip NaN ("cannot score") rewards and use the
     unbiased std. A NaN reward gets advantage 0; a group whose valid rewards are all equal gets
     exactly 0 (not a rounding residue).
 
@@ -145,20 +174,14 @@ def group_advantages(rewards: Tensor, group_size: int, scale: str = "group", eps
         ValueError: when ``N`` is not a multiple of ``group_size`` or ``scale`` is unknown.
     """
     if scale not in ADVANTAGE_SCALES:
-        raise ValueError(f"scale must be one of 'group', 'batch', 'none', got {scale!r}")
+        raise ValueError(f"scale must be one of {', '.join(ADVANTAGE_SCALES.names())}, got {scale!r}")
     if group_size < 1 or rewards.numel() % group_size:
         raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
     r = rewards.float().reshape(-1, group_size)  # (B, G)
     mean, std, _ = nan_group_stats(r)  # (B,)
-    centred = r - mean.unsqueeze(1)  # (B, G)
-    if scale == "group":
-        centred = centred / (std.unsqueeze(1) + eps)
-    elif scale == "batch":
-        centred = centred / (nan_group_stats(r.reshape(-1))[1] + eps)
+    centred = ADVANTAGE_SCALES.get(scale)(r - mean.unsqueeze(1), r, std, eps)  # (B, G)
     valid = ~torch.isnan(r)
-    big, small = torch.where(valid, r, -math.inf).amax(1), torch.where(valid, r, math.inf).amin(1)
-    flat_group = (big == small).unsqueeze(1)  # (B, 1) all valid rewards equal
-    adv = torch.where(valid & ~flat_group, centred, torch.zeros_like(centred))
+    adv = torch.where(valid & ~_flat_groups(r), centred, torch.zeros_like(centred))
     return adv.reshape(-1)
 
 
@@ -166,6 +189,48 @@ _K3_SERIES = [1.0 / math.factorial(k) for k in range(2, 17)]
 """Taylor coefficients of ``exp(d) - d - 1 = sum_{k >= 2} d^k / k!`` (to d^16: below 2e-16 relative at |d| = 0.5)."""
 K3_SERIES_BELOW = 0.5
 """``|d|`` up to which :func:`k3_kl` sums the series; above it ``expm1(d) - d`` loses under one digit."""
+
+
+def _flat_groups(r: Tensor) -> Tensor:
+    """``[B, G]`` -> ``[B, 1]`` bool: every valid value of the group is equal (or there is none)."""
+    valid = ~torch.isnan(r)
+    return (torch.where(valid, r, -math.inf).amax(1) == torch.where(valid, r, math.inf).amin(1)).unsqueeze(1)
+
+
+def decoupled_advantages(rewards: Tensor, weights: Tensor, group_size: int, eps: float = 1e-4,
+                         unscorable: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """GDPO (arXiv 2601.05242; TRL ``multi_objective_aggregation="normalize_then_sum"``): each reward normalised
+    within its group, ``z_k = (r_k - mean_group) / (std_group + eps)`` (0 where ``r_k`` is NaN or the group's
+    values of ``r_k`` are all equal), the weighted sum ``S = sum_k w_k z_k``, then ``A = (S - mean S) /
+    (std S + eps)`` over the whole batch; a row in ``unscorable`` (default: every reward NaN) gets ``A = 0``.
+
+    Also returns each reward's contribution ``c_k = w_k (z_k - mean z_k) / (std S + eps)`` (means over the
+    scorable rows; 0 on unscorable ones): ``A = sum_k c_k``, so ``c_k`` says how much reward ``k`` moves each
+    completion's advantage.
+
+    Shape: rewards ``[N, K]`` (NaN = cannot score), weights ``[K]``, unscorable ``[N]`` bool -> advantages
+    ``[N]`` and contributions ``[N, K]`` float32.
+    Raises:
+        ValueError: ``N`` is not a multiple of ``group_size``.
+    """
+    n, k = rewards.shape
+    if group_size < 1 or n % group_size:
+        raise ValueError(f"{n} rewards do not split into groups of {group_size}")
+    r = rewards.float().reshape(-1, group_size, k).transpose(1, 2)  # (B, K, G)
+    mean, std, _ = nan_group_stats(r)  # (B, K)
+    z = (r - mean.unsqueeze(-1)) / (std.unsqueeze(-1) + eps)
+    z = torch.where(torch.isnan(r) | _flat_groups(r.reshape(-1, group_size)).reshape(r.shape[0], k, 1),
+                    torch.zeros_like(z), z)
+    z = z.transpose(1, 2).reshape(n, k) * weights.float()  # (N, K) weighted
+    bad = torch.isnan(rewards).all(1) if unscorable is None else unscorable.bool()  # (N,)
+    total = torch.where(bad, torch.full_like(z[:, 0], math.nan), z.sum(1))  # (N,) NaN = unscorable
+    s_mean, s_std, _ = nan_group_stats(total)
+    if _flat_groups(total[None]).item():  # every scorable total equal (or none): no signal, exactly 0
+        return torch.zeros_like(total), torch.zeros_like(z)
+    scale = s_std + eps
+    adv = torch.where(bad, torch.zeros_like(total), (total - s_mean) / scale)
+    parts = torch.where(bad.unsqueeze(1), torch.zeros_like(z), (z - z[~bad].mean(0)) / scale)
+    return adv, parts
 
 
 def k3_kl(logps: Tensor, ref_logps: Tensor) -> Tensor:
@@ -186,93 +251,129 @@ def k3_kl(logps: Tensor, ref_logps: Tensor) -> Tensor:
     return torch.where(small, series * x * x, torch.expm1(d) - d)
 
 
-def _agg_grpo(per_token: Tensor, mask: Tensor, *, num_sequences: float, **_) -> Tensor:
-    per_seq = (per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)  # (N,)
-    return per_seq.sum() / num_sequences
-
-
-def _agg_bnpo(per_token: Tensor, mask: Tensor, **_) -> Tensor:
-    return (per_token * mask).sum() / mask.sum().clamp(min=1.0)
-
-
-def _agg_dr_grpo(per_token: Tensor, mask: Tensor, *, num_sequences: float, max_completion_length, **_) -> Tensor:
-    if max_completion_length is None:
-        raise ValueError("loss_type='dr_grpo' needs max_completion_length")
-    return (per_token * mask).sum() / (num_sequences * max_completion_length)
-
-
-def _agg_dapo(per_token: Tensor, mask: Tensor, *, num_items: float, **_) -> Tensor:
-    return (per_token * mask).sum() / max(float(num_items), 1.0)
-
-
-LOSS_AGGREGATIONS: dict[str, Callable[..., Tensor]] = {
-    "grpo": _agg_grpo,
-    "bnpo": _agg_bnpo,
-    "dr_grpo": _agg_dr_grpo,
-    "dapo": _agg_dapo,
-}
-"""``loss_type`` -> aggregation of per-token losses ``[N, T]`` into a scalar (see :func:`grpo_loss`)."""
+LOSS_OPTIONS = {"importance_sampling_level": "token", "delta": None, "sapo_temperature_pos": 1.0,
+                "sapo_temperature_neg": 1.05, "vespo_k_pos": 2.0, "vespo_lambda_pos": 3.0, "vespo_k_neg": 3.0,
+                "vespo_lambda_neg": 2.0, "use_bias_correction_kl": False, "off_policy_mask_threshold": None}
+"""The options of :func:`grpo_loss` that select a variant, with their defaults (the plain clipped surrogate)."""
 
 
 def grpo_loss(logps: Tensor, old_logps: Tensor, advantages: Tensor, mask: Tensor, *, ref_logps: Tensor | None = None,
               beta: float = 0.0, epsilon_low: float = 0.2, epsilon_high: float = 0.2, loss_type: str = "dapo",
               max_completion_length: int | None = None, num_items: float | None = None,
-              num_sequences: float | None = None) -> tuple[Tensor, dict[str, Tensor]]:
-    """Clipped surrogate plus ``beta`` times k3 KL, aggregated by ``loss_type``.
+              num_sequences: float | None = None, num_micro_batches: int = 1, entropy: Tensor | None = None,
+              entropy_mask: Tensor | None = None, entropy_coef: float = 0.0, sampler_ratio: Tensor | None = None,
+              sampling_logps: Tensor | None = None, **options) -> tuple[Tensor, dict[str, Tensor]]:
+    """The policy-gradient loss of one micro-batch: ``loss_type``'s policy term (:mod:`lit_grpo.objectives`), masked
+    and corrected, plus ``beta`` times k3 KL, aggregated, minus an entropy bonus. Per token, with the importance ratio
+    ``rho`` of :func:`importance_ratio` (per token, or GSPO's per sequence with ``importance_sampling_level``):
 
-    Per token: ``-min(rho * A, clip(rho, 1 - epsilon_low, 1 + epsilon_high) * A) + beta * KL`` with
-    importance ratio ``rho = exp(logp - old_logp)`` (log-ratio clamped to ``[-20, 20]`` and zeroed on
-    masked positions before ``exp``). Aggregation, ``S`` = sum of masked per-token losses:
+        loss = term(rho, A) * opm * entropy_mask * sampler_ratio + beta * KL * (rho if use_bias_correction_kl)
 
-    - ``grpo``: mean over each sequence's tokens, summed, divided by ``num_sequences``.
-    - ``bnpo``: ``S / mask.sum()`` (token mean over this micro-batch).
-    - ``dr_grpo``: ``S / (num_sequences * max_completion_length)``.
-    - ``dapo``: ``S / num_items``.
+    ``term``: ``clip`` (``-min(min(rho, delta) A, clip(rho, 1 - epsilon_low, 1 + epsilon_high) A)``) for ``grpo``,
+    ``bnpo``, ``dr_grpo``, ``dapo``, ``luspo`` and the aggregation names; ``cispo``, ``sapo``, ``vespo`` their own.
+    ``opm``: DeepSeek-V3.2's off-policy sequence mask (``off_policy_mask_threshold``; against ``sampling_logps``,
+    default ``old_logps``). ``entropy_mask``: the high-entropy tokens ("Beyond the 80/20 rule"). ``sampler_ratio``:
+    ``pi_old / mu`` of an off-policy sampler (VESPO folds it into its weight). KL: k3 to ``ref_logps``, times ``rho``
+    with ``use_bias_correction_kl`` (DeepSeek-V3.2's unbiased KL gradient). The aggregation is ``loss_type``'s
+    (``token-mean`` = ``dapo``: ``S / num_items``; ``seq-mean-token-mean`` = ``grpo``; ``seq-mean-token-sum-norm`` =
+    ``dr_grpo``; ``seq-mean-token-sum`` = ``luspo``; ``micro-batch-token-mean`` = ``bnpo``), then ``entropy_coef``
+    times :func:`entropy_bonus` is subtracted (``entropy`` must carry the gradient).
 
-    ``num_items`` (tokens) and ``num_sequences`` default to this call's own counts; pass the counts
-    of the whole optimizer step (every micro-batch and rank) so accumulation does not change the
-    objective.
+    ``num_items`` (tokens), ``num_sequences`` and ``num_micro_batches`` default to this call's; pass the whole
+    update's (every micro-batch and rank) so accumulation does not change the objective. ``options``:
+    :data:`LOSS_OPTIONS`. Inputs of any float dtype are computed in float32.
 
-    Shape:
-        logps, old_logps, ref_logps, mask ``[N, T]``; advantages ``[N]`` -> loss scalar; ``stats``
-        holds detached scalars ``kl``, ``clip_ratio_low``, ``clip_ratio_high``, ``clip_ratio``
-        (token means over ``mask``).
+    Shape: logps, old_logps, ref_logps, sampling_logps, entropy, entropy_mask, mask ``[N, T]``; advantages ``[N]``;
+    sampler_ratio ``[N, T]`` or ``[N, 1]`` -> loss scalar and detached scalar ``stats``: ``kl``, ``clip_ratio_low``,
+    ``clip_ratio_high``, ``clip_ratio`` (token means; ``cispo``'s capped tokens count as high, ``sapo`` and
+    ``vespo`` clip none) and ``off_policy_masked`` (with the mask: the fraction of tokens dropped).
     Raises:
-        ValueError: unknown ``loss_type``, ``beta > 0`` without ``ref_logps``, ``dr_grpo`` without
+        ValueError: unknown ``loss_type``, level or option; ``beta > 0`` without ``ref_logps``; ``dr_grpo`` without
         ``max_completion_length``.
     """
-    if loss_type not in LOSS_AGGREGATIONS:
-        raise ValueError(f"loss_type must be one of {sorted(LOSS_AGGREGATIONS)}, got {loss_type!r}")
-    if beta > 0 and ref_logps is None:
-        raise ValueError("beta > 0 needs ref_logps")
-    m = mask.to(logps.dtype)  # (N, T)
-    keep = m > 0
-    log_ratio = torch.where(keep, logps - old_logps, torch.zeros_like(logps))
-    ratio = torch.exp(log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))  # (N, T)
-    adv = advantages.to(logps.dtype).unsqueeze(1)  # (N, 1)
-    clipped = ratio.clamp(1 - epsilon_low, 1 + epsilon_high)
-    per_token = -torch.min(ratio * adv, clipped * adv)  # (N, T)
+    kind, opt = _variant(loss_type, beta, ref_logps, options)
+    term = POLICY_TERMS.get(kind.policy)
+    logps, old_logps = logps.float(), old_logps.float()
+    m = mask.float()  # (N, T)
+    log_ratio, ratio = importance_ratio(logps, old_logps, m, opt["importance_sampling_level"])
+    adv = advantages.float().unsqueeze(1)  # (N, 1)
+    per_token = term.fn(ratio, adv, logps=logps, log_ratio=log_ratio, mask=m, sampler_ratio=sampler_ratio,
+                        epsilon_low=epsilon_low, epsilon_high=epsilon_high, **opt)  # (N, T) or (N, 1)
+    per_token, stats = _masked(per_token, adv, logps, old_logps if sampling_logps is None else sampling_logps.float(),
+                               m, opt["off_policy_mask_threshold"], entropy_mask,
+                               None if term.absorbs_sampler_ratio else sampler_ratio)
     kl = None
     if ref_logps is not None:
-        kl = k3_kl(logps, torch.where(keep, ref_logps, logps))
-        if beta > 0:
-            per_token = per_token + beta * kl
-    loss = LOSS_AGGREGATIONS[loss_type](
-        per_token,
-        m,
-        num_items=m.sum().item() if num_items is None else num_items,
+        kl = k3_kl(logps, torch.where(m > 0, ref_logps.float(), logps))
+        kl = kl * ratio if opt["use_bias_correction_kl"] else kl
+        per_token = per_token + beta * kl if beta > 0 else per_token
+    loss = LOSS_AGGREGATIONS.get(kind.aggregation)(
+        per_token, m, num_items=m.sum().item() if num_items is None else num_items,
         num_sequences=logps.shape[0] if num_sequences is None else num_sequences,
-        max_completion_length=max_completion_length,
-    )
-    return loss, _loss_stats(ratio, adv, m, kl, epsilon_low, epsilon_high)
+        max_completion_length=max_completion_length, num_micro_batches=num_micro_batches)
+    if entropy_coef != 0 and entropy is not None:
+        loss = loss - entropy_coef * entropy_bonus(entropy, m, entropy_mask, num_micro_batches)
+    bounds = term.clip_bounds(epsilon_low, epsilon_high) if term.clip_bounds else (-math.inf, math.inf)
+    stats.update(_loss_stats(ratio.detach().expand_as(m), adv, m, kl, *bounds))
+    return loss, stats
+
+
+def _masked(per_token: Tensor, adv: Tensor, logps: Tensor, behaviour: Tensor, m: Tensor, threshold: float | None,
+            entropy_mask: Tensor | None, sampler_ratio: Tensor | None) -> tuple[Tensor, dict[str, Tensor]]:
+    """The policy term times the off-policy mask (``threshold``; ``behaviour``: the sampler's log-probs), the entropy
+    mask and the sampler weight, in TRL's order; ``stats`` gets ``off_policy_masked`` with the first."""
+    stats = {}
+    if threshold is not None:
+        keep_seq = off_policy_mask(adv, logps, behaviour, m, threshold)  # (N, 1)
+        per_token = per_token * keep_seq
+        stats["off_policy_masked"] = masked_mean((1 - keep_seq).expand_as(m), m).detach()
+    if entropy_mask is not None:
+        per_token = per_token * entropy_mask
+    if sampler_ratio is not None:
+        per_token = per_token * sampler_ratio
+    return per_token, stats
+
+
+def _variant(loss_type: str, beta: float, ref_logps: Tensor | None, options: dict):
+    """``loss_type``'s :class:`~lit_grpo.objectives.LossType` and the options with their defaults; raises
+    ``ValueError`` on what :func:`grpo_loss` refuses."""
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"loss_type must be one of {', '.join(LOSS_TYPES.names())}, got {loss_type!r}")
+    unknown = set(options) - set(LOSS_OPTIONS)
+    if unknown:
+        raise ValueError(f"unknown loss option(s) {sorted(unknown)}; options: {', '.join(LOSS_OPTIONS)}")
+    if beta > 0 and ref_logps is None:
+        raise ValueError("beta > 0 needs ref_logps")
+    return LOSS_TYPES.get(loss_type), {**LOSS_OPTIONS, **options}
+
+
+def importance_ratio(logps: Tensor, old_logps: Tensor, mask: Tensor, level: str = "token") -> tuple[Tensor, Tensor]:
+    """``log(pi / pi_old)`` per token (0 on masked positions) and the importance ratio: per token (``"token"``) or
+    the exp of the sequence's mean log-ratio (``"sequence"``: GSPO, Zheng et al. 2025, arXiv 2507.18071),
+    the log clamped to ``[-20, 20]`` before ``exp``. Shape: ``[N, T]`` -> ``[N, T]`` and ``[N, T]`` or ``[N, 1]``.
+    Raises ``ValueError`` on another level."""
+    if level not in ("token", "sequence"):
+        raise ValueError(f"importance_sampling_level must be 'token' or 'sequence', got {level!r}")
+    log_ratio = torch.where(mask > 0, logps - old_logps, torch.zeros_like(logps))  # (N, T)
+    log_w = log_ratio if level == "token" else ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
+    return log_ratio, torch.exp(log_w.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+
+
+def entropy_bonus(entropy: Tensor, mask: Tensor, entropy_mask: Tensor | None = None,
+                  num_micro_batches: int = 1) -> Tensor:
+    """The mean token entropy over ``mask`` (and ``entropy_mask``) of a micro-batch, over ``num_micro_batches``:
+    the bonus TRL subtracts times ``entropy_coef`` (a mean per micro-batch). Shape: ``[N, T]`` -> scalar."""
+    acts_on = mask.float() if entropy_mask is None else mask.float() * entropy_mask
+    return (entropy.float() * acts_on).sum() / acts_on.sum().clamp(min=1.0) / num_micro_batches
 
 
 @torch.no_grad()
-def _loss_stats(ratio: Tensor, adv: Tensor, m: Tensor, kl: Tensor | None, epsilon_low: float,
-                epsilon_high: float) -> dict[str, Tensor]:
-    """Token means over ``m`` of the KL and of the clipped fractions (low: ratio below ``1 - eps`` with A < 0)."""
-    low = ((ratio < 1 - epsilon_low) & (adv < 0)).to(m.dtype)
-    high = ((ratio > 1 + epsilon_high) & (adv > 0)).to(m.dtype)
+def _loss_stats(ratio: Tensor, adv: Tensor, m: Tensor, kl: Tensor | None, low_bound: float,
+                high_bound: float) -> dict[str, Tensor]:
+    """Token means over ``m`` of the KL and of the clipped fractions (low: ratio below ``low_bound`` with A < 0;
+    high: above ``high_bound`` with A > 0)."""
+    low = ((ratio < low_bound) & (adv < 0)).to(m.dtype)
+    high = ((ratio > high_bound) & (adv > 0)).to(m.dtype)
     return {
         "kl": masked_mean(kl, m) if kl is not None else torch.zeros((), device=ratio.device),
         "clip_ratio_low": masked_mean(low, m),

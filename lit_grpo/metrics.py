@@ -8,6 +8,7 @@ mean over that prompt's completions) and the standard error is taken over prompt
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 from torch import Tensor, nn
@@ -43,6 +44,37 @@ def train_metrics(per_reward: dict[str, Tensor], total: Tensor, advantages: Tens
         log[f"train/reward/{label}"] = mean.item() if count else math.nan
         log[f"train/reward/{label}_std"] = std.item()
     return log
+
+
+def advantage_shares(labels: list[str], parts: Tensor) -> dict[str, float]:
+    """``train/advantage/<label>``: the mean over completions of ``|c_k|``, reward ``k``'s share of the advantage
+    (GDPO's ``A = sum_k c_k``, :func:`lit_grpo.grpo.decoupled_advantages`), so a curve shows which term drives the
+    update. Shape: ``parts`` ``[N, K]`` (every rank's completions), one label per column."""
+    return {f"train/advantage/{label}": parts[:, k].abs().mean().item() for k, label in enumerate(labels)}
+
+
+def sampler_metrics(old_logps: Tensor, sampling_logps: Tensor, ratio: Tensor | None, mask: Tensor,
+                    gather: Callable[[Tensor], Tensor] = lambda x: x) -> dict[str, float]:
+    """How far the sampler is from the policy the update starts from, over every rank's valid tokens:
+    ``train/rollout/sampler/logp_gap_mean`` and ``_max`` (``|log pi_old - log mu|``; float rounding for the
+    built-in engines, which sample from the policy) and, when a correction applies, ``ratio_mean``, ``ratio_min``,
+    ``ratio_max`` of ``pi_old / mu`` (per token, or per sequence at the sequence level). ``gather`` concatenates a
+    ``[1, k]`` tensor over ranks. Shape: old / sampling / mask ``[N, T]``, ratio ``[N, T]`` or ``[N, 1]``."""
+    m = mask.bool()
+    gap = (old_logps.float() - sampling_logps.float().to(old_logps.device)).abs()[m]
+    gap = gap[~torch.isnan(gap)]
+    values = [gap.sum(), gap.numel(), gap.max() if gap.numel() else 0.0]
+    if ratio is not None:
+        r = ratio[m] if ratio.shape == m.shape else ratio.reshape(-1)
+        values += [r.sum(), r.numel(), r.min() if r.numel() else math.inf, r.max() if r.numel() else -math.inf]
+    rows = gather(torch.tensor([[float(v) for v in values]], dtype=torch.float64, device=old_logps.device)).cpu()
+    out = {"train/rollout/sampler/logp_gap_mean": (rows[:, 0].sum() / rows[:, 1].sum().clamp(min=1)).item(),
+           "train/rollout/sampler/logp_gap_max": rows[:, 2].max().item()}
+    if ratio is not None:
+        out.update({"train/rollout/sampler/ratio_mean": (rows[:, 3].sum() / rows[:, 4].sum().clamp(min=1)).item(),
+                    "train/rollout/sampler/ratio_min": rows[:, 5].min().item(),
+                    "train/rollout/sampler/ratio_max": rows[:, 6].max().item()})
+    return out
 
 
 def prompt_means(values: Tensor, per_prompt: int) -> Tensor:

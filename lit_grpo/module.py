@@ -1,13 +1,15 @@
 """The LightningModules: :class:`PolicyModule` (what GRPO and SFT share: the policy, the rollout engine, rewards,
-evaluation, checkpoints), :class:`PolicyPasses` (the policy side of a GRPO step: the log-prob and update passes) and
-:class:`GRPOModule`: one training step = rollout -> log-probs -> rewards -> advantages -> policy update -> log.
+evaluation, checkpoints; the policy side of a GRPO step, the log-prob and update passes, is
+:class:`lit_grpo.passes.PolicyPasses`) and :class:`GRPOModule`: one training step = rollout -> log-probs -> rewards ->
+advantages -> policy update -> log.
 
 The no-grad log-prob pass is one forward per micro-batch over prompt + completion; when the attention
 reward is configured it runs even with ``num_iterations == 1`` and ``beta == 0``, and hooks on the final
 decoder layer turn that same forward into the ASM column of the rewards (no second forward).
 
 Manual optimisation: every training step samples G completions for each of its B prompts and then makes
-``num_iterations`` optimizer updates on them (inner iterations, like PPO epochs). One counter, the training
+``num_iterations * steps_per_generation`` optimizer updates on them (``num_iterations`` passes, like PPO epochs, each
+over the rollout's ``steps_per_generation`` equal parts in order, one update per part). One counter, the training
 step = one rollout, drives everything: ``trainer.global_step``, ``max_steps``, the TensorBoard x-axis,
 ``log_every_n_steps``, ``val_check_interval``, ``ModelCheckpoint(every_n_train_steps)``, checkpoint names
 and the lr scheduler (stepped once per rollout). Lightning counts every ``LightningOptimizer.step()``, so
@@ -20,128 +22,36 @@ data lives in local variables of the step; callbacks see a small summary through
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 import time
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import lightning as L
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from lightning.pytorch.core.optimizer import LightningOptimizer, do_nothing_closure
 from lightning.pytorch.utilities import rank_zero_warn
-from torch import Tensor, nn
+from torch import Tensor
 
 from lit_grpo import distributed as D
-from lit_grpo.attention import AttentionConfig, AttentionMeter, AttentionScores
+from lit_grpo.attention import AttentionConfig, AttentionMeter
 from lit_grpo.config import EvalConfig, GRPOConfig, PerfConfig, check_settings
 from lit_grpo.data.datamodule import PromptBatch
 from lit_grpo.evaluation import EvaluationHooks, Evaluator
 from lit_grpo.families import row_layout
-from lit_grpo.grpo import group_advantages, grpo_loss
+from lit_grpo.grpo import decoupled_advantages, group_advantages
 from lit_grpo.hparams import flatten_hparams, log_flat_hparams
-from lit_grpo.metrics import PromptStats, train_metrics
+from lit_grpo.metrics import PromptStats, advantage_shares, sampler_metrics, train_metrics
+from lit_grpo.objectives import adapt_entropy_coef, applied_entropy_coef
+from lit_grpo.passes import LogprobPass, PolicyPasses
 from lit_grpo.policy import (PolicyConfig, ReferencePolicy, disable_dropout, image_token_ids, load_policy,
                              stop_token_ids)
 from lit_grpo.rewards import RewardSpec, build_rewards, required_columns, score_completions
 from lit_grpo.rng import gather_rank_rng_states, restore_rank_rng_states, seed_rank_stream
-from lit_grpo.rollout import Rollout, RolloutEngine, SamplingConfig, build_engine, encode_prompts
+from lit_grpo.rollout import Rollout, SamplingConfig, build_engine, encode_prompts
 from lit_grpo.runs import check_trainable_weights
 
 __all__ = ["EvalConfig", "GRPOConfig", "GRPOModule", "PolicyModule", "PolicyPasses", "LogprobPass"]
-
-
-@dataclasses.dataclass
-class LogprobPass:
-    """What the no-grad log-prob pass gives a step: log-probs ``[N, T]`` of the sampling policy
-    (``num_iterations > 1``) and of the reference (``beta > 0``), and the attention scores (when captured)."""
-
-    old_logps: Tensor | None = None
-    ref_logps: Tensor | None = None
-    attention: AttentionScores | None = None
-
-    def columns(self) -> dict[str, list]:
-        """Extra reward columns (``asm``)."""
-        return {} if self.attention is None else {"asm": self.attention.asm.tolist()}
-
-
-class PolicyPasses:
-    """The passes of one step over a rollout of ``policy`` (given per call: the strategy may wrap it), through
-    ``engine``: the log-prob pass (policy, attention capture, reference) and the update's forward + backward.
-    ``max_completion_length``: the ``dr_grpo`` normaliser."""
-
-    def __init__(self, engine: RolloutEngine, cfg: GRPOConfig, max_completion_length: int,
-                 reference: ReferencePolicy | None = None, attention_meter: AttentionMeter | None = None):
-        self.engine, self.cfg, self.reference = engine, cfg, reference
-        self.max_completion_length, self.attention_meter = max_completion_length, attention_meter
-
-    def micro_batches(self, n: int) -> list[slice]:
-        size = self.cfg.micro_batch_size or n
-        return [slice(i, min(i + size, n)) for i in range(0, n, size)]
-
-    @torch.no_grad()
-    def logprob_pass(self, policy: nn.Module, rollout: Rollout, images: list[list], train: bool = True) -> LogprobPass:
-        """The no-grad log-prob pass: one forward of the policy per micro-batch gives the sampling policy's
-        log-probs (``num_iterations > 1``) and, with the attention capture on, the ASM from the same forward
-        (a full-sequence forward, whatever the engine); then the reference pass (``beta > 0``). ``images[n]``:
-        row ``n``'s images. ``train=False`` (evaluation) skips log-probs."""
-        out = LogprobPass()
-        want_old = train and self.cfg.num_iterations > 1
-        if want_old or self.attention_meter is not None:
-            old, attention = [], []
-            for s in self.micro_batches(rollout.num_completions):
-                if self.attention_meter is None:
-                    old.append(self.engine.logps(policy, rollout, s)[0])
-                    continue
-                logps, scores = self.engine.attention_logps(policy, rollout, s, self.attention_meter, images[s])
-                old.append(logps)
-                attention += [scores] if scores is not None else []
-            out.old_logps = torch.cat(old) if want_old else None
-            out.attention = AttentionScores.cat(attention) if attention else None
-        if train and self.reference is not None:
-            with self.reference.model_context(policy) as ref_model:
-                out.ref_logps = torch.cat([self.engine.logps(ref_model, rollout, s)[0]
-                                           for s in self.micro_batches(rollout.num_completions)])
-        return out
-
-    def accumulate_gradients(self, policy: nn.Module, rollout: Rollout, advantages: Tensor, old_logps: Tensor | None,
-                             ref_logps: Tensor | None, backward: Callable[[Tensor], None] = Tensor.backward,
-                             no_sync: Callable[[bool], contextlib.AbstractContextManager] | None = None
-                             ) -> dict[str, float]:
-        """Backward over every micro-batch; the loss normalisers cover the whole step (all micro-batches
-        and ranks), so the gradient does not depend on ``micro_batch_size`` or the number of ranks.
-        ``no_sync(last)``: the context that holds DDP's gradient sync back on all but the last micro-batch."""
-        mask = rollout.completion_mask
-        if self.cfg.mask_truncated_completions:
-            mask = mask & ~rollout.truncated[:, None]
-        _, world = D.world()
-        num_items = D.all_reduce_sum(mask.sum().float()).item()
-        num_seq = D.all_reduce_sum(torch.tensor(float(mask.shape[0]), device=mask.device)).item()
-        chunks = self.micro_batches(rollout.num_completions)
-        # grpo/dr_grpo/dapo: step-wide normalisers, times W to undo DDP's gradient averaging;
-        # bnpo: a token mean per micro-batch, averaged over micro-batches (and over ranks by DDP).
-        factor = world if self.cfg.loss_type != "bnpo" else 1.0 / len(chunks)
-        tokens = max(mask.sum().item(), 1)
-        stats = dict.fromkeys(("loss", "kl", "clip_ratio_low", "clip_ratio_high", "clip_ratio", "entropy"), 0.0)
-        for k, s in enumerate(chunks):
-            with no_sync(k == len(chunks) - 1) if no_sync is not None else contextlib.nullcontext():
-                logps, entropy = self.engine.logps(policy, rollout, s, grad=True, entropy=True)
-                loss, st = grpo_loss(
-                    logps, old_logps[s] if old_logps is not None else logps.detach(), advantages[s], mask[s],
-                    ref_logps=ref_logps[s] if ref_logps is not None else None, beta=self.cfg.beta,
-                    epsilon_low=self.cfg.epsilon_low, epsilon_high=self.cfg.epsilon_high,
-                    loss_type=self.cfg.loss_type, max_completion_length=self.max_completion_length,
-                    num_items=num_items, num_sequences=num_seq)
-                backward(loss * factor)
-            share = mask[s].sum().item() / tokens
-            stats["loss"] += loss.item() * factor
-            stats["entropy"] += (entropy * mask[s]).sum().item() / tokens
-            for key in ("kl", "clip_ratio_low", "clip_ratio_high", "clip_ratio"):
-                stats[key] += st[key].item() * share
-        # over all ranks: each rank's loss is its share of the step's loss times W, the rest are token means
-        loss = D.weighted_mean({"loss": stats.pop("loss")}, 1.0)
-        return {**loss, **D.weighted_mean(stats, float(mask.sum()))}
-
 
 
 class PolicyModule(EvaluationHooks, L.LightningModule):
@@ -312,6 +222,8 @@ class GRPOModule(PolicyModule):
         self.automatic_optimization = False
         self.passes.reference = ReferencePolicy(self.policy, bool(policy.lora and policy.lora.adapter_path)) \
             if grpo.beta > 0 else None
+        if grpo.use_adaptive_entropy:  # (coefficient, last update's entropy): a buffer, so checkpoints keep it
+            self.register_buffer("entropy_control", torch.tensor([grpo.entropy_coef, math.inf], dtype=torch.float64))
 
     @property
     def reference(self) -> ReferencePolicy | None:
@@ -326,17 +238,33 @@ class GRPOModule(PolicyModule):
         per_reward, total = self.rewards(batch, rollout, g, metrics=reward_metrics, extra=logprobs.columns())
         rank, world = D.world()
         all_total = D.all_gather_cat(total.to(self.device)).cpu()  # (W * N,)
-        advantages = group_advantages(all_total, g, self.cfg.scale_rewards, self.cfg.advantage_eps)
+        advantages, extra = self.advantages(per_reward, all_total)  # (W * N,) over every rank's groups
         local_adv = advantages.reshape(world, -1)[rank].to(self.device)  # (N,)
         lr = self._lr()  # the lr this step's updates use (the scheduler steps after them)
-        stats = self.update(rollout, local_adv, logprobs.old_logps, logprobs.ref_logps)
+        stats = self.update(rollout, local_adv, logprobs.old_logps, logprobs.ref_logps, logprobs)
+        if logprobs.old_logps is not None and rollout.sampling_logps is not None:  # how far the sampler is off
+            extra.update(sampler_metrics(logprobs.old_logps, rollout.sampling_logps, logprobs.sampler_ratio,
+                                         rollout.completion_mask, lambda x: D.all_gather_cat(x.to(self.device))))
         elapsed = time.perf_counter() - start
         self.log_train(per_reward, all_total, advantages, rollout, stats, len(all_total) / elapsed, reward_metrics,
-                       lr)
+                       lr, extra)
         return {"prompts": [m for m in batch.messages], "completions": rollout.completions,
                 "rewards": {k: v.tolist() for k, v in per_reward.items()}, "total": total.tolist(),
                 "advantages": local_adv.tolist(), "answers": [s.answer for s in batch.samples], "group_size": g,
                 "attention": logprobs.attention}
+
+    def advantages(self, per_reward: dict[str, Tensor], all_total: Tensor) -> tuple[Tensor, dict[str, float]]:
+        """Advantages ``[W * N]`` of every rank's completions: of the weighted total (``sum_then_normalize``), or
+        GDPO's (``normalize_then_sum``: each reward term normalised in its group; its share of the advantage is
+        logged as ``train/advantage/<reward>``)."""
+        g, eps = self.sampling.num_generations, self.cfg.advantage_eps
+        if self.cfg.multi_objective_aggregation == "sum_then_normalize":
+            return group_advantages(all_total, g, self.cfg.scale_rewards, eps), {}
+        labels = [k for k in self.reward_weights if k in per_reward]  # the terms of the total
+        values = torch.stack([D.all_gather_cat(per_reward[k].to(self.device)).cpu() for k in labels], 1)  # (W*N, K)
+        weights = torch.tensor([self.reward_weights[k] for k in labels])
+        adv, parts = decoupled_advantages(values, weights, g, eps, unscorable=torch.isnan(all_total))
+        return adv, advantage_shares(labels, parts)
 
     def _backward_sync(self, last: bool):
         strategy = self._trainer.strategy if self._trainer is not None else None
@@ -344,23 +272,47 @@ class GRPOModule(PolicyModule):
             return contextlib.nullcontext()
         return strategy.block_backward_sync()
 
-    def update(self, rollout: Rollout, advantages: Tensor, old_logps: Tensor | None,
-               ref_logps: Tensor | None) -> dict[str, float]:
-        """``num_iterations`` optimizer updates over one rollout (one training step), then one scheduler step."""
+    def update(self, rollout: Rollout, advantages: Tensor, old_logps: Tensor | None, ref_logps: Tensor | None,
+               sampler: LogprobPass | None = None) -> dict[str, float]:
+        """One training step's updates: ``num_iterations`` passes over the rollout, each an optimizer update per part
+        of it (``steps_per_generation`` parts, in order), then one scheduler step. ``sampler``: the log-prob pass
+        (an off-policy sampler's correction)."""
         opt, sched = self.optimizers(), self.lr_schedulers()
+        updates = self.passes.update_rows(rollout.num_completions) * self.cfg.num_iterations
         totals: dict[str, float] = {}
-        for i in range(self.cfg.num_iterations):
+        for i, rows in enumerate(updates):
             opt.zero_grad()
-            stats = self.accumulate_gradients(rollout, advantages, old_logps, ref_logps)
+            coef = self._entropy_coef()
+            stats = self.accumulate_gradients(rollout, advantages, old_logps, ref_logps, rows=rows, sampler=sampler,
+                                              entropy_coef=coef)
             clip = self.cfg.max_grad_norm if self.cfg.max_grad_norm is not None else math.inf
             root = getattr(self._trainer.strategy, "model", None) if self._trainer is not None else None
             stats["grad_norm"] = float(D.clip_grad_norm(root, self.trainable_parameters(), clip))
-            self._optimizer_step(opt, last=i == self.cfg.num_iterations - 1)
+            self._optimizer_step(opt, last=i == len(updates) - 1)
+            self._control_entropy(stats, coef)
             for k, v in stats.items():
-                totals[k] = totals.get(k, 0.0) + v / self.cfg.num_iterations
+                totals[k] = totals.get(k, 0.0) + v / len(updates)
         if sched is not None:
             sched.step()
         return totals
+
+    def _entropy_coef(self) -> float:
+        """The entropy bonus weight of the next update (adaptive: 0 while the last update's entropy is above target)."""
+        if not self.cfg.use_adaptive_entropy:
+            return self.cfg.entropy_coef
+        coef, last = self.entropy_control.tolist()
+        return applied_entropy_coef(coef, last, self.cfg.entropy_target)
+
+    def _control_entropy(self, stats: dict[str, float], applied: float) -> None:
+        """After an update: the adaptive coefficient moves on the update's entropy (over the tokens the bonus acts on,
+        every rank); ``entropy_coef`` (the applied weight) joins the stats when a bonus is configured."""
+        if self.cfg.entropy_coef or self.cfg.use_adaptive_entropy:
+            stats["entropy_coef"] = applied
+        if self.cfg.use_adaptive_entropy:
+            cfg, acted = self.cfg, stats.pop("entropy_acted")
+            coef = adapt_entropy_coef(self.entropy_control[0].item(), acted, cfg.entropy_target,
+                                      cfg.entropy_coef_delta, cfg.entropy_coef_min, cfg.entropy_coef_max)
+            self.entropy_control.copy_(torch.tensor([coef, acted], dtype=torch.float64))
 
     def _optimizer_step(self, opt, last: bool) -> None:
         """One update. Only a step's last update goes through the ``LightningOptimizer``, whose calls Lightning
@@ -372,10 +324,10 @@ class GRPOModule(PolicyModule):
             self.trainer.strategy.optimizer_step(opt.optimizer, do_nothing_closure, model=self)
 
     def accumulate_gradients(self, rollout: Rollout, advantages: Tensor, old_logps: Tensor | None,
-                             ref_logps: Tensor | None) -> dict[str, float]:
-        """Backward over every micro-batch (:meth:`PolicyPasses.accumulate_gradients`)."""
+                             ref_logps: Tensor | None, **kwargs) -> dict[str, float]:
+        """Backward over every micro-batch of an update (:meth:`PolicyPasses.accumulate_gradients`)."""
         return self.passes.accumulate_gradients(self.policy, rollout, advantages, old_logps, ref_logps, self._backward,
-                                                self._backward_sync)
+                                                self._backward_sync, **kwargs)
 
     def _backward(self, loss: Tensor) -> None:
         if self._trainer is None:  # used outside a Trainer (tests, notebooks)
@@ -385,10 +337,12 @@ class GRPOModule(PolicyModule):
 
     def log_train(self, per_reward: dict[str, Tensor], total: Tensor, advantages: Tensor, rollout: Rollout,
                   stats: dict[str, float], completions_per_s: float,
-                  reward_metrics: dict[str, float] | None = None, lr: float | None = None) -> None:
+                  reward_metrics: dict[str, float] | None = None, lr: float | None = None,
+                  extra: dict[str, float] | None = None) -> None:
         """Log the ``train/`` figures over every rank's completions (``total``, ``advantages`` gathered, ``stats``
         reduced over ranks already; judge call statistics in ``reward_metrics`` are this rank's) at x = this step's
-        number; ``lr`` is the learning rate the step's updates used."""
+        number; ``lr`` is the learning rate the step's updates used; ``extra``: figures over every rank, logged as
+        named."""
 
         def gather(x: Tensor) -> Tensor:  # every rank's rows, in rank order
             return D.all_gather_cat(x.to(self.device)).cpu()
@@ -400,6 +354,7 @@ class GRPOModule(PolicyModule):
         log["train/rollout/completions_per_second"] = completions_per_s
         log.update({f"train/update/{k}": v for k, v in stats.items()})
         log.update({f"train/reward/{k}": v for k, v in (reward_metrics or {}).items()})
+        log.update(extra or {})
         self.log_dict({k: v for k, v in log.items() if k != "train/reward"}, on_step=True, batch_size=len(total))
         self.log("train/reward", log["train/reward"], on_step=True, prog_bar=True, batch_size=len(total))
         if self._trainer is not None:  # the x-axis: this step's number (Lightning's default: the one before)

@@ -13,14 +13,19 @@ class Registry(Generic[T]):
     def __init__(self, kind: str):
         self.kind = kind
         self._entries: dict[str, T] = {}
+        self.aliases: dict[str, str] = {}
+        """Alias -> the name it stands for."""
 
-    def register(self, name: str) -> Callable[[T], T]:
-        """Decorator that registers its target under ``name``; a second use of a name raises."""
+    def register(self, name: str, *aliases: str) -> Callable[[T], T]:
+        """Decorator that registers its target under ``name`` and each of ``aliases`` (other names of the same entry,
+        e.g. a paper's name for a formula); a second use of any name raises."""
 
         def deco(obj: T) -> T:
-            if name in self._entries:
-                raise ValueError(f"{self.kind} {name!r} is already registered")
-            self._entries[name] = obj
+            for key in (name, *aliases):
+                if key in self._entries:
+                    raise ValueError(f"{self.kind} {key!r} is already registered")
+            self._entries.update(dict.fromkeys((name, *aliases), obj))
+            self.aliases.update(dict.fromkeys(aliases, name))
             return obj
 
         return deco

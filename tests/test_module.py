@@ -88,8 +88,31 @@ def test_mask_truncated_completions_removes_them_from_the_loss(tiny_model_dir, p
 
 
 @pytest.mark.parametrize("grpo,sampling,message", [
-    ({"loss_type": "dapoo"}, {}, "grpo.loss_type must be grpo, bnpo, dr_grpo or dapo, got 'dapoo'"),
-    ({"scale_rewards": "grup"}, {}, "grpo.scale_rewards must be group, batch or none, got 'grup'"),
+    ({"loss_type": "dapoo"}, {}, "grpo.loss_type must be bnpo, cispo, dapo, dr_grpo, grpo, luspo, "
+     "micro-batch-token-mean, sapo, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm, token-mean or "
+     "vespo, got 'dapoo'"),
+    ({"scale_rewards": "grup"}, {}, "grpo.scale_rewards must be batch, batch-std, dr_grpo, group, group-std, grpo, "
+     "no-std, none or reinforce++, got 'grup'"),
+    ({"importance_sampling_level": "seq"}, {}, "grpo.importance_sampling_level must be token or sequence, got 'seq'"),
+    ({"delta": 1.1}, {}, "grpo.delta must be null or above 1 + epsilon_high (the cap of the ratio; INTELLECT-2 uses "
+     "4), got 1.1"),
+    ({"loss_type": "cispo"}, {}, "grpo.epsilon_high must be >= 1 with loss_type cispo, where it caps the importance "
+     "ratio itself (ScaleRL's eps_max, e.g. 5.0), got 0.2"),
+    ({"entropy_coef_min": 0.5, "entropy_coef_max": 0.1}, {}, "grpo.entropy_coef_max must be >= entropy_coef_min"),
+    ({"multi_objective_aggregation": "gdpo"}, {}, "grpo.multi_objective_aggregation must be sum_then_normalize or "
+     "normalize_then_sum, got 'gdpo'"),
+    ({"multi_objective_aggregation": "normalize_then_sum", "scale_rewards": "none"}, {},
+     "grpo.scale_rewards must be group with multi_objective_aggregation normalize_then_sum"),
+    ({"sampler_correction_mode": "token_clip"}, {}, "grpo.sampler_correction_mode must be token_truncate, token_mask, "
+     "sequence_truncate or sequence_mask, got 'token_clip'"),
+    ({"sampler_correction_min": 5.0}, {}, "grpo.sampler_correction_min must be null or below sampler_correction_max, "
+     "got 5.0"),
+    ({"steps_per_generation": 0}, {}, "GRPOConfig.steps_per_generation must be >= 1, got 0"),
+    ({"top_entropy_quantile": 1.5}, {}, "GRPOConfig.top_entropy_quantile must be in [0, 1] (1 = every token), got 1.5"),
+    ({"entropy_coef": -0.01}, {}, "GRPOConfig.entropy_coef must be >= 0, got -0.01"),
+    ({"sapo_temperature_neg": 0.0}, {}, "GRPOConfig.sapo_temperature_neg must be > 0, got 0.0"),
+    ({"off_policy_mask_threshold": -1.0}, {}, "GRPOConfig.off_policy_mask_threshold must be >= 0 (null = off), got -1.0"),
+    ({"sampler_correction_max": 0.0}, {}, "GRPOConfig.sampler_correction_max must be > 0, got 0.0"),
     ({}, {"num_generations": 1}, "SamplingConfig.num_generations must be >= 2 (a group of one completion has no "
                                  "reward spread"),
     ({}, {"num_generations": 0}, "SamplingConfig.num_generations must be >= 2"),

@@ -92,9 +92,13 @@ def test_sampler_and_loss_share_one_distribution(family, zoo_dir, monkeypatch):
             train_plain, _ = completion_logps(model, plain, **warped)
         train_shared, _ = engine.logps(model, shared, slice(0, 2 * G))
         for ro, sampler, train in ((plain, seen[0], train_plain), (shared, torch.stack(steps, 1), train_shared)):
-            ids = ro.completion_ids
-            gap = (_sampled_logps(sampler[:, :ids.shape[1]], ids) - train)[ro.completion_mask].abs().max()
+            ids, m = ro.completion_ids, ro.completion_mask
+            sampled = _sampled_logps(sampler[:, :ids.shape[1]], ids)
+            gap = (sampled - train)[m].abs().max()
             assert gap < 1e-5, (family, cfg, float(gap))
+            # the rollout records exactly the sampler's own log-probs (0 after the stop token)
+            assert torch.equal(ro.sampling_logps[m], sampled[m]) and not ro.sampling_logps[~m].any()
+            assert ro.sampler_is_policy
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -22,10 +22,13 @@ def _events(folder: Path):
     return events
 
 
-@pytest.mark.parametrize("num_iterations,log_every", [(1, 1), (2, 1), (3, 2)])
-def test_every_axis_and_trigger_counts_rollouts(tmp_path, num_iterations, log_every):
-    """3 rollouts of ``num_iterations`` updates each; LinearLR from 3e-4 to 0 over 3 steps; validation before
-    training and every 3 steps; a checkpoint every 3 steps; completion samples every 2 steps."""
+@pytest.mark.parametrize("num_iterations,log_every,steps_per_generation",
+                         [(1, 1, 1), (2, 1, 1), (3, 2, 1), (2, 1, 2)])
+def test_every_axis_and_trigger_counts_rollouts(tmp_path, num_iterations, log_every, steps_per_generation):
+    """3 rollouts of ``num_iterations * steps_per_generation`` updates each; LinearLR from 3e-4 to 0 over 3 steps;
+    validation before training and every 3 steps; a checkpoint every 3 steps; completion samples every 2 steps.
+    The run with ``steps_per_generation`` 2 also uses GDPO's ``normalize_then_sum``: each reward's share of the
+    advantage is logged at every step."""
     cfg = {
         "trainer": {"max_steps": 3, "max_epochs": 5, "val_check_interval": 3, "log_every_n_steps": log_every,
                     "enable_progress_bar": False,
@@ -42,7 +45,9 @@ def test_every_axis_and_trigger_counts_rollouts(tmp_path, num_iterations, log_ev
         "model": {"init_args": {
             "policy": {"name_or_path": str(tmp_path / "model"), "embedded": {"seed": 0}},
             "sampling": {"num_generations": 2, "max_completion_length": 8},
-            "grpo": {"num_iterations": num_iterations},
+            "grpo": {"num_iterations": num_iterations, "steps_per_generation": steps_per_generation,
+                     "multi_objective_aggregation": "normalize_then_sum" if steps_per_generation > 1
+                     else "sum_then_normalize"},
             "evaluation": {"before_fit": True, "num_samples": 0},
             "optimizer": {"class_path": "torch.optim.AdamW", "init_args": {"lr": LR, "weight_decay": 0.0}},
             "lr_scheduler": {"class_path": "torch.optim.lr_scheduler.LinearLR",
@@ -56,7 +61,8 @@ def test_every_axis_and_trigger_counts_rollouts(tmp_path, num_iterations, log_ev
     trainer = cli.trainer
     assert trainer.global_step == 3 and trainer.fit_loop.total_batch_idx + 1 == 3  # max_steps: 3 rollouts
     optimizer = trainer.optimizers[0]
-    assert all(s["step"] == 3 * num_iterations for s in optimizer.state_dict()["state"].values())  # inner updates
+    updates = 3 * num_iterations * steps_per_generation  # every inner update steps the optimizer
+    assert all(s["step"] == updates for s in optimizer.state_dict()["state"].values())
     assert optimizer.param_groups[0]["lr"] == pytest.approx(0.0, abs=1e-12)  # the scheduler stepped 3 times
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["step=3.ckpt"]  # every_n_train_steps=3
     assert torch.load(tmp_path / "ckpt" / "step=3.ckpt", weights_only=False)["global_step"] == 3
@@ -69,6 +75,11 @@ def test_every_axis_and_trigger_counts_rollouts(tmp_path, num_iterations, log_ev
     # the lr each step's updates used: 3e-4, 2e-4, 1e-4 for steps 1, 2, 3
     assert [e.value for e in lrs] == pytest.approx([LR * (1 - (s - 1) / 3) for s in logged], rel=1e-6)
     assert [e.step for e in events.Scalars("train/reward")] == logged
+    shares = [t for t in events.Tags()["scalars"] if t.startswith("train/advantage/")]
+    assert sorted(shares) == (["train/advantage/binary", "train/advantage/boxed_format"]
+                              if steps_per_generation > 1 else [])
+    for tag in shares:
+        assert [e.step for e in events.Scalars(tag)] == logged
     assert [e.step for e in events.Scalars("val/greedy/reward")] == [0, 3]  # before training, after step 3
     assert [e.step for e in events.Tensors("train/completions/text_summary")] == [2]
     with open(run / "eval_curves.csv") as f:

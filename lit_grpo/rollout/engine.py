@@ -144,6 +144,13 @@ class Rollout:
     ``[N, T]`` bool, true up to and including the first stop token; ``truncated`` ``[N]`` bool, no stop token
     within ``T``. A sampled rollout has its G completions of a prompt contiguous. Built from per-row prompts
     (``Rollout(prompt_rows, ids, mask, truncated, texts)``), every row completes its own prompt.
+
+    ``sampling_logps`` ``[N, T]`` float32: each sampled token's log-prob under the distribution it was drawn from,
+    as the sampler computed it (0 at masked positions; None for greedy or hand-made rollouts); ``sampler_is_policy``:
+    that distribution is the trained policy's at sampling time (its weights, :func:`lit_grpo.grpo.warp`), so the
+    log-prob pass's log-probs are the sampler's and the sampler correction is exactly 1; False (another engine,
+    stale weights) makes the update weigh each token by ``pi_old / mu`` from ``sampling_logps``
+    (:func:`lit_grpo.objectives.sampler_correction`).
     """
 
     prompts: dict[str, Any]
@@ -159,6 +166,8 @@ class Rollout:
     memo: dict[Any, Any] = dataclasses.field(default_factory=dict)
     """What an engine computed once for these prompts and reuses in its later passes (the shared engine: each
     prompt's language-model inputs); row subsets share it."""
+    sampling_logps: Tensor | None = None
+    sampler_is_policy: bool = True
 
     def __post_init__(self):
         if self.prompt_index is None:
@@ -182,7 +191,8 @@ class Rollout:
         idx = torch.arange(self.num_completions, device=self.completion_ids.device)[index]
         return Rollout(self.prompts, self.completion_ids[idx], self.completion_mask[idx], self.truncated[idx],
                        [self.completions[i] for i in idx.tolist()], self.layout,
-                       self.prompt_index[idx.to(self.prompt_index.device)], self.memo)
+                       self.prompt_index[idx.to(self.prompt_index.device)], self.memo,
+                       None if self.sampling_logps is None else self.sampling_logps[idx], self.sampler_is_policy)
 
 
 def encode_prompts(processor, messages: list[list[dict]], images: list[list]) -> dict[str, Tensor]:
@@ -225,17 +235,21 @@ def completion_texts(tok, ids: Tensor, mask: Tensor, drop_ids) -> list[str]:
 
 
 def build_rollout(prompts: dict[str, Any], index: Tensor | None, ids: Tensor, tok, stop_ids: list[int],
-                  layout: RowLayout | None = None, memo: dict | None = None, image_ids=()) -> Rollout:
+                  layout: RowLayout | None = None, memo: dict | None = None, image_ids=(),
+                  sampling_logps: Tensor | None = None) -> Rollout:
     """The :class:`Rollout` of sampled completion ids ``[N, T]`` of ``prompts`` (row ``n`` completes prompt
     ``index[n]``): stop-token mask, padding after it, texts (:func:`completion_texts`, without the stop tokens and
-    ``image_ids``)."""
+    ``image_ids``); ``sampling_logps`` ``[N, T]`` (the sampler's log-probs of the ids), zeroed after the stop token."""
     if ids.shape[1] == 0:  # nothing generated: keep one pad column so shapes stay valid
         ids = torch.full((ids.shape[0], 1), tok.pad_token_id, dtype=torch.long, device=ids.device)
+        sampling_logps = None if sampling_logps is None else torch.zeros(ids.shape, device=ids.device)
     mask, truncated = completion_mask(ids, stop_ids)
     ids = torch.where(mask, ids, torch.full_like(ids, tok.pad_token_id))
     texts = completion_texts(tok, ids, mask, [*stop_ids, *image_ids])
+    if sampling_logps is not None:
+        sampling_logps = torch.where(mask, sampling_logps.float(), torch.zeros_like(sampling_logps, dtype=torch.float))
     return Rollout(prompts, ids, mask, truncated, texts, layout or RowLayout(), index,
-                   {} if memo is None else memo)
+                   {} if memo is None else memo, sampling_logps)
 
 
 def model_inputs(rollout: Rollout) -> dict[str, Tensor]:
@@ -284,10 +298,20 @@ class RolloutEngine:
       :func:`lit_grpo.grpo.warp` of the policy's logits (``suppress_ids`` removed, / temperature, top-k, top-p)
       and from nothing else (the checkpoint's ``generation_config`` is ignored); ``greedy``: the argmax of the
       suppressed logits. Sampling runs in eval mode, without grad, and leaves the model's mode as it was.
+      A sampled (not greedy) rollout carries ``sampling_logps`` ``[N, T]`` float32: the log-prob of each sampled
+      token under the distribution it was drawn from, as the sampler computed it (masked positions 0). An engine
+      that draws from ``model`` with these settings (the built-in ones) leaves ``sampler_is_policy`` true: the
+      log-prob pass then stands for the sampler, and the sampler correction is exactly 1. **An engine whose
+      sampler is anything else** (a vLLM / SGLang server, a copy of the weights that lags the trained ones by
+      some updates, another dtype or kernel whose log-probs differ from :meth:`logps`) sets it false and must
+      return ``sampling_logps`` (NaN where it could not score a token: weight 1 there); the update then weighs
+      each token (or sequence) by ``pi_old / mu`` clamped or masked to ``[sampler_correction_min,
+      sampler_correction_max]`` (``grpo.sampler_correction*``), and the off-policy mask compares against it.
     - ``logps(model, rollout, rows, grad=, entropy=)``: ``[n, T]`` float32 log-probs of the completion tokens of
       rows ``rows`` (``n`` rows) under ``model`` (policy or reference), from the same :func:`lit_grpo.grpo.warp`
       the sampler used (:func:`lit_grpo.grpo.selective_log_softmax`); the entropy ``[n, T]`` float32 of the same
-      distribution with ``entropy=True``, else None. Values at masked positions are finite and unused. With
+      distribution with ``entropy=True`` (without grad; ``entropy="grad"``: with it, for the entropy bonus), else
+      None. Values at masked positions are finite and unused. With
       ``grad=True`` the log-probs carry the gradient to every trainable weight that produced them.
       Must equal :func:`completion_logps` (one full forward of prompt + completion) up to
       float rounding, whatever the row range, and, for the sampling policy, the log-probs of the distribution the

@@ -16,13 +16,35 @@ from lit_grpo.rollout.engine import (Rollout, RolloutEngine, RowLayout, Sampling
 
 
 class WarpLogits(LogitsProcessor):
-    """``generate``'s only logits processing: :func:`lit_grpo.grpo.warp` (the function the log-probs use)."""
+    """``generate``'s only logits processing: :func:`lit_grpo.grpo.warp` (the function the log-probs use).
 
-    def __init__(self, temperature: float, top_k: int, top_p: float, suppress_ids: Tensor | None):
+    With ``record``, it also keeps the sampler's log-prob of every sampled token: each call sees the token the
+    previous step drew (``input_ids[:, -1]``) and reads it from that step's log-softmax; :meth:`sampled_logps`
+    reads the last one from the finished ids."""
+
+    def __init__(self, temperature: float, top_k: int, top_p: float, suppress_ids: Tensor | None,
+                 record: bool = False):
         self.temperature, self.top_k, self.top_p, self.suppress_ids = temperature, top_k, top_p, suppress_ids
+        self.record, self.previous, self.logps = record, None, []
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
-        return warp(scores, self.temperature, self.top_k, self.top_p, self.suppress_ids)
+        warped = warp(scores, self.temperature, self.top_k, self.top_p, self.suppress_ids)  # (N, V)
+        if self.record:
+            self._read(input_ids[:, -1])
+            self.previous = warped.log_softmax(-1)
+        return warped
+
+    def _read(self, token: Tensor) -> None:
+        if self.previous is not None:
+            self.logps.append(self.previous.gather(1, token[:, None])[:, 0])
+
+    def sampled_logps(self, completion_ids: Tensor) -> Tensor:
+        """``[N, T]``: the log-prob of each of ``completion_ids`` under the step that drew it."""
+        self._read(completion_ids[:, -1])
+        self.previous = None
+        if not self.logps:
+            return torch.zeros(completion_ids.shape, device=completion_ids.device)
+        return torch.stack(self.logps, 1)
 
 
 @contextlib.contextmanager
@@ -50,7 +72,7 @@ def sample_completions(model: nn.Module, processor, prompt: dict[str, Tensor], c
     tok = getattr(processor, "tokenizer", processor)
     suppress = torch.tensor(list(suppress_ids), dtype=torch.long) if len(suppress_ids) else None
     processor_ = WarpLogits(1.0, 0, 1.0, suppress) if greedy else WarpLogits(cfg.temperature, cfg.top_k, cfg.top_p,
-                                                                                suppress)
+                                                                                suppress, record=True)
     config = GenerationConfig(max_new_tokens=cfg.max_completion_length, eos_token_id=list(stop_ids),
                               pad_token_id=tok.pad_token_id, use_cache=True, do_sample=not greedy,
                               **({} if greedy else dict(temperature=1.0, top_k=0, top_p=1.0)))
@@ -62,8 +84,9 @@ def sample_completions(model: nn.Module, processor, prompt: dict[str, Tensor], c
                                  logits_processor=LogitsProcessorList([processor_]))
     finally:
         model.train(was_training)
-    return build_rollout(prompt, None, out[:, prompt["input_ids"].shape[1]:], tok, stop_ids, layout,
-                         image_ids=suppress_ids)
+    ids = out[:, prompt["input_ids"].shape[1]:]
+    sampled = None if greedy or ids.shape[1] == 0 else processor_.sampled_logps(ids)
+    return build_rollout(prompt, None, ids, tok, stop_ids, layout, image_ids=suppress_ids, sampling_logps=sampled)
 
 
 class PlainEngine(RolloutEngine):

@@ -180,22 +180,24 @@ def shared_prefix_logps(model: nn.Module, prompts: PromptCache, rows: Tensor,
 
 @torch.no_grad()
 def sample_shared(model: nn.Module, prompts: PromptCache, cfg, stop_ids: list[int], pad_id: int,
-                  suppress_ids: Tensor | None, greedy: bool = False) -> Tensor:
+                  suppress_ids: Tensor | None, greedy: bool = False) -> tuple[Tensor, Tensor]:
     """Sample ``cfg.max_completion_length`` tokens for every completion row with each prompt prefilled once.
 
     Rows stop at their first stop token and are padded with ``pad_id`` after it; decoding ends when every
-    row has stopped. Shape: -> ``[N, T']`` long, ``T' <= max_completion_length``.
+    row has stopped. Shape: -> ids ``[N, T']`` long, ``T' <= max_completion_length``, and the sampler's log-prob
+    of each drawn token ``[N, T']`` float32 (under the warped distribution it was drawn from).
     """
     rows = torch.arange(prompts.index.shape[0], device=prompts.index.device)
     last, cache, mask, pos = prefill(model, prompts, rows)
     lm, head = prompts.family.language_model(model), unwrap(model).get_output_embeddings()
     stop = torch.tensor(stop_ids, device=last.device)
     done = torch.zeros(last.shape[0], dtype=torch.bool, device=last.device)
-    tokens = []
+    tokens, logps = [], []
     for step in range(cfg.max_completion_length):
         logits = warp(head(last), 1.0 if greedy else cfg.temperature, 0 if greedy else cfg.top_k,
                       1.0 if greedy else cfg.top_p, suppress_ids)
         token = logits.argmax(-1) if greedy else torch.multinomial(logits.softmax(-1), 1)[:, 0]
+        logps.append(logits.log_softmax(-1).gather(1, token[:, None])[:, 0])
         token = torch.where(done, torch.full_like(token, pad_id), token)
         tokens.append(token)
         done |= torch.isin(token, stop)
@@ -205,7 +207,7 @@ def sample_shared(model: nn.Module, prompts: PromptCache, cfg, stop_ids: list[in
         out = lm(inputs_embeds=lm.get_input_embeddings()(token[:, None]), attention_mask=mask,
                  position_ids=_next_positions(pos, 1, start=step + 1), cache=cache, use_cache=True)
         last = out.last_hidden_state[:, -1]
-    return torch.stack(tokens, 1)
+    return torch.stack(tokens, 1), torch.stack(logps, 1)
 
 
 class SharedPrefixEngine(RolloutEngine):
@@ -233,12 +235,13 @@ class SharedPrefixEngine(RolloutEngine):
         was_training = model.training
         model.eval()
         try:
-            ids = sample_shared(model, cache, self.settings(temperature), self.stop_ids, self.tokenizer.pad_token_id,
-                                self.suppress_ids, greedy)
+            ids, logps = sample_shared(model, cache, self.settings(temperature), self.stop_ids,
+                                       self.tokenizer.pad_token_id, self.suppress_ids, greedy)
         finally:
             model.train(was_training)
         return build_rollout(prompts, index, ids, self.tokenizer, self.stop_ids, self.family,
-                             {("prompt_cache", self.cache_features): cache}, image_ids=self.suppress_ids.tolist())
+                             {("prompt_cache", self.cache_features): cache}, image_ids=self.suppress_ids.tolist(),
+                             sampling_logps=None if greedy else logps)
 
     def row_logps(self, model: nn.Module, rollout: Rollout, rows: slice,
                   entropy: bool) -> tuple[Tensor, Tensor | None]:

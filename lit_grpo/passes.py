@@ -1,0 +1,183 @@
+"""The policy side of a GRPO step (:class:`PolicyPasses`): the no-grad log-prob pass (old and reference log-probs,
+the attention capture) and the update pass (micro-batched forward + backward of the loss), over a rollout of the
+policy through the rollout engine; :class:`LogprobPass` is what the first gives the step."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Callable
+
+import torch
+from torch import Tensor, nn
+
+from lit_grpo import distributed as D
+from lit_grpo.attention import AttentionMeter, AttentionScores
+from lit_grpo.config import GRPOConfig
+from lit_grpo.grpo import grpo_loss
+from lit_grpo.objectives import entropy_threshold, high_entropy_mask, sampler_correction
+from lit_grpo.policy import ReferencePolicy
+from lit_grpo.rollout import Rollout, RolloutEngine
+
+__all__ = ["LogprobPass", "PolicyPasses"]
+
+
+@dataclasses.dataclass
+class LogprobPass:
+    """What the no-grad log-prob pass gives a step: log-probs ``[N, T]`` of the sampling policy
+    (``num_iterations > 1``, ``steps_per_generation > 1`` or a sampler that is not the policy) and of the reference
+    (``beta > 0``), the attention scores (when captured) and, for a sampler that is not the policy, its log-probs
+    ``[N, T]`` and the correction ``pi_old / mu`` (``[N, T]`` or ``[N, 1]``; None with ``sampler_correction`` off)."""
+
+    old_logps: Tensor | None = None
+    ref_logps: Tensor | None = None
+    attention: AttentionScores | None = None
+    sampling_logps: Tensor | None = None
+    sampler_ratio: Tensor | None = None
+
+    def columns(self) -> dict[str, list]:
+        """Extra reward columns (``asm``)."""
+        return {} if self.attention is None else {"asm": self.attention.asm.tolist()}
+
+
+class PolicyPasses:
+    """The passes of one step over a rollout of ``policy`` (given per call: the strategy may wrap it), through
+    ``engine``: the log-prob pass (policy, attention capture, reference) and the update's forward + backward.
+    ``max_completion_length``: the ``dr_grpo`` normaliser."""
+
+    def __init__(self, engine: RolloutEngine, cfg: GRPOConfig, max_completion_length: int,
+                 reference: ReferencePolicy | None = None, attention_meter: AttentionMeter | None = None):
+        self.engine, self.cfg, self.reference = engine, cfg, reference
+        self.max_completion_length, self.attention_meter = max_completion_length, attention_meter
+
+    def micro_batches(self, n: int, rows: slice = slice(None)) -> list[slice]:
+        """The micro-batches of rows ``rows`` of ``n``."""
+        part = range(n)[rows]
+        size = self.cfg.micro_batch_size or len(part)
+        return [slice(i, min(i + size, part.stop)) for i in range(part.start, part.stop, size)]
+
+    def update_rows(self, n: int) -> list[slice]:
+        """The ``steps_per_generation`` equal parts of a rollout's ``n`` rows, one optimizer update each.
+
+        Raises:
+            ValueError: ``n`` does not split into equal parts.
+        """
+        steps = self.cfg.steps_per_generation
+        if n % steps:
+            raise ValueError(f"grpo.steps_per_generation {steps} does not divide the {n} completions of a rollout on "
+                             "this rank (B prompts x G): choose a divisor")
+        return [slice(i * n // steps, (i + 1) * n // steps) for i in range(steps)]
+
+    @torch.no_grad()
+    def logprob_pass(self, policy: nn.Module, rollout: Rollout, images: list[list], train: bool = True) -> LogprobPass:
+        """The no-grad log-prob pass: one forward of the policy per micro-batch gives the sampling policy's
+        log-probs (``num_iterations > 1``, ``steps_per_generation > 1``, or a rollout whose sampler is not the policy)
+        and, with the attention capture on, the ASM from the same forward (a full-sequence forward, whatever the
+        engine); then the reference pass (``beta > 0``), then an off-policy sampler's weights (:meth:`sampler_weights`).
+        ``images[n]``: row ``n``'s images. ``train=False`` (evaluation) skips log-probs."""
+        out = LogprobPass()
+        want_old = train and (self.cfg.num_iterations > 1 or self.cfg.steps_per_generation > 1
+                              or not rollout.sampler_is_policy)
+        if want_old or self.attention_meter is not None:
+            old, attention = [], []
+            for s in self.micro_batches(rollout.num_completions):
+                if self.attention_meter is None:
+                    old.append(self.engine.logps(policy, rollout, s)[0])
+                    continue
+                logps, scores = self.engine.attention_logps(policy, rollout, s, self.attention_meter, images[s])
+                old.append(logps)
+                attention += [scores] if scores is not None else []
+            out.old_logps = torch.cat(old) if want_old else None
+            out.attention = AttentionScores.cat(attention) if attention else None
+        if train and self.reference is not None:
+            with self.reference.model_context(policy) as ref_model:
+                out.ref_logps = torch.cat([self.engine.logps(ref_model, rollout, s)[0]
+                                           for s in self.micro_batches(rollout.num_completions)])
+        if want_old and not rollout.sampler_is_policy:
+            out.sampling_logps, out.sampler_ratio = self.sampler_weights(out.old_logps, rollout)
+        return out
+
+    def sampler_weights(self, old_logps: Tensor, rollout: Rollout) -> tuple[Tensor, Tensor | None]:
+        """The log-probs ``[N, T]`` of a sampler that is not the policy and the correction ``pi_old / mu`` it needs
+        (:func:`lit_grpo.objectives.sampler_correction`; None with ``sampler_correction`` off).
+
+        Raises:
+            ValueError: the rollout has no ``sampling_logps``, or ``vespo`` meets a sequence-level correction.
+        """
+        if rollout.sampling_logps is None:
+            raise ValueError("the rollout's sampler is not the policy but the rollout has no sampling_logps: an engine "
+                             "that samples from anything else must return the log-probs it sampled with")
+        sampling = rollout.sampling_logps.to(old_logps.device)
+        if not self.cfg.sampler_correction:
+            return sampling, None
+        if self.cfg.loss_type == "vespo" and self.cfg.sampler_correction_mode.startswith("sequence"):
+            raise ValueError("loss_type vespo folds the sampler weight into its sequence ratio token by token: set "
+                             "grpo.sampler_correction_mode to token_truncate or token_mask")
+        return sampling, sampler_correction(old_logps, sampling, rollout.completion_mask, **self.cfg.sampler_options())
+
+    def entropy_mask(self, entropy: Tensor, mask: Tensor) -> Tensor | None:
+        """The tokens of a micro-batch in the top ``top_entropy_quantile`` of entropy over every rank's valid tokens
+        of its micro-batch at the same index (as TRL); None when the quantile is 1. Shape: ``[n, T]`` -> ``[n, T]``."""
+        if self.cfg.top_entropy_quantile >= 1:
+            return None
+        values = entropy[mask].float()  # (M,) this rank's valid tokens
+        if D.world()[1] > 1:  # pad to the longest rank's count with a sentinel no entropy takes, gather, drop it
+            longest = int(D.all_gather_cat(torch.tensor([values.numel()], device=values.device)).max())
+            padded = torch.cat([values, values.new_full((longest - values.numel(),), -1e9)])
+            values = D.all_gather_cat(padded)
+            values = values[values != -1e9]
+        return high_entropy_mask(entropy, mask, entropy_threshold(values, self.cfg.top_entropy_quantile))
+
+    def accumulate_gradients(self, policy: nn.Module, rollout: Rollout, advantages: Tensor, old_logps: Tensor | None,
+                             ref_logps: Tensor | None, backward: Callable[[Tensor], None] = Tensor.backward,
+                             no_sync: Callable[[bool], contextlib.AbstractContextManager] | None = None, *,
+                             rows: slice = slice(None), sampler: LogprobPass | None = None,
+                             entropy_coef: float = 0.0) -> dict[str, float]:
+        """Backward over every micro-batch of one update, on the rollout's rows ``rows`` (one of
+        :meth:`update_rows`); the loss normalisers cover the whole update (all its micro-batches and every rank's:
+        the sequences of ``rows``; the tokens of the rollout / ``steps_per_generation``, as TRL), so the gradient does
+        not depend on ``micro_batch_size`` or the number of ranks (except the per-micro-batch means: ``bnpo``, the
+        entropy bonus, ``top_entropy_quantile``'s threshold). ``sampler``: the log-prob pass, for an off-policy
+        sampler's correction; ``entropy_coef``: the entropy bonus this update applies. ``no_sync(last)``: the context
+        that holds DDP's gradient sync back on all but the last micro-batch. With ``use_adaptive_entropy`` the stats
+        hold ``entropy_acted``, the update's mean entropy over the tokens the bonus acts on (every rank)."""
+        mask = rollout.completion_mask
+        if self.cfg.mask_truncated_completions:
+            mask = mask & ~rollout.truncated[:, None]
+        _, world = D.world()
+        num_items = D.all_reduce_sum(mask.sum().float()).item() / self.cfg.steps_per_generation
+        num_seq = D.all_reduce_sum(torch.tensor(float(mask[rows].shape[0]), device=mask.device)).item()
+        chunks = self.micro_batches(rollout.num_completions, rows)
+        tokens = max(mask[rows].sum().item(), 1)
+        stats = dict.fromkeys(("loss", "kl", "clip_ratio_low", "clip_ratio_high", "clip_ratio", "entropy"), 0.0)
+        acted = torch.zeros(2, dtype=torch.float64, device=mask.device)  # entropy sum, tokens the bonus acts on
+        for k, s in enumerate(chunks):
+            with no_sync(k == len(chunks) - 1) if no_sync is not None else contextlib.nullcontext():
+                logps, entropy = self.engine.logps(policy, rollout, s, grad=True,
+                                                   entropy="grad" if entropy_coef else True)  # (n, T) each
+                top = self.entropy_mask(entropy.detach(), mask[s])  # (n, T) or None
+                loss, st = grpo_loss(
+                    logps, old_logps[s] if old_logps is not None else logps.detach(), advantages[s], mask[s],
+                    ref_logps=_rows(ref_logps, s), max_completion_length=self.max_completion_length,
+                    num_items=num_items, num_sequences=num_seq, num_micro_batches=len(chunks) * world,
+                    entropy=entropy, entropy_mask=top, entropy_coef=entropy_coef,
+                    sampler_ratio=_rows(sampler and sampler.sampler_ratio, s),
+                    sampling_logps=_rows(sampler and sampler.sampling_logps, s), **self.cfg.loss_options())
+                backward(loss * world)  # undo DDP's average over ranks: the normalisers already span them
+            share, acts_on = mask[s].sum().item() / tokens, mask[s] if top is None else mask[s] & top
+            acted += torch.stack([(entropy.detach() * acts_on).sum(), acts_on.sum()]).double()
+            stats["loss"] += loss.item() * world
+            stats["entropy"] += (entropy.detach() * mask[s]).sum().item() / tokens
+            for key, value in st.items():
+                stats[key] = stats.get(key, 0.0) + value.item() * share
+        # over all ranks: each rank's loss is its share of the update's loss times W, the rest are token means
+        loss = D.weighted_mean({"loss": stats.pop("loss")}, 1.0)
+        out = {**loss, **D.weighted_mean(stats, float(mask[rows].sum()))}
+        if self.cfg.use_adaptive_entropy:
+            acted = D.all_reduce_sum(acted)
+            out["entropy_acted"] = (acted[0] / acted[1].clamp(min=1.0)).item()
+        return out
+
+
+def _rows(x: Tensor | None, rows: slice) -> Tensor | None:
+    return None if x is None else x[rows]
