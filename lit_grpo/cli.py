@@ -26,6 +26,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from lit_grpo.checkpoint_io import with_atomic_io
 from lit_grpo.cli_args import ConfigError, prepare_args, short_error
 from lit_grpo.data.datamodule import VLMDataModule
 from lit_grpo.errors import UserError
@@ -88,9 +89,12 @@ class GRPOCLI(LightningCLI):
         """Keep the parsed configuration; do not merge the checkpoint's saved hyper-parameters over it."""
 
     def instantiate_trainer(self, **kwargs):
-        """The trainer, with lit_grpo's progress bar unless one is configured (or the bar is off)."""
+        """The trainer, with lit_grpo's progress bar unless one is configured (or the bar is off), and checkpoints
+        written atomically where they live unless a ``CheckpointIO`` plugin is configured
+        (:class:`~lit_grpo.checkpoint_io.AtomicCheckpointIO`)."""
         trainer = self._get(self.config_init, "trainer", default={})
         kwargs.setdefault("callbacks", with_progress_bar(trainer.get("callbacks"), trainer.get("enable_progress_bar")))
+        kwargs.setdefault("plugins", with_atomic_io(trainer.get("plugins")))
         return super().instantiate_trainer(**kwargs)
 
     def _ckpt_path(self) -> str | None:

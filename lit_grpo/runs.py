@@ -2,8 +2,10 @@
 signal, and resumes that continue the same run.
 
 - :func:`check_checkpoint_folders`: every folder a ``ModelCheckpoint`` will write into is created and
-  written to before the first step (Lightning's atomic save swallows a ``PermissionError``: without the
-  check a run whose folder cannot be written trains to the end and saves nothing, without a word).
+  written to before the first step (a run whose folder cannot be written would otherwise train up to its first
+  save, and with Lightning's own ``CheckpointIO``, which swallows a ``PermissionError``, to the end, saving
+  nothing), and what killed saves left there is removed. The saves themselves are atomic
+  (:mod:`lit_grpo.checkpoint_io`).
 - :func:`check_checkpoint_file`: a ``--ckpt_path`` file that is empty, truncated or not a checkpoint is
   refused with its path and what is wrong (torch alone says ``EOFError`` and names no file).
 - :class:`StopAndResume` (added to every run by the CLI): SIGTERM or SIGINT finishes the current
@@ -31,7 +33,8 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from lit_grpo.errors import InputError, UnwritableFolderError
+from lit_grpo.checkpoint_io import remove_leftovers
+from lit_grpo.errors import CheckpointWriteError, InputError, UnwritableFolderError
 
 
 def check_writable(folder: str | os.PathLike) -> None:
@@ -71,10 +74,12 @@ def checkpoint_folders(trainer: L.Trainer) -> list[str]:
 
 
 def check_checkpoint_folders(trainer: L.Trainer) -> None:
-    """:func:`check_writable` on every local folder of :func:`checkpoint_folders`."""
+    """:func:`check_writable` on every local folder of :func:`checkpoint_folders`, and the leftovers of saves that
+    were killed there removed (:func:`~lit_grpo.checkpoint_io.remove_leftovers`)."""
     for folder in checkpoint_folders(trainer):
         if "://" not in folder:
             check_writable(folder)
+            remove_leftovers(folder)
 
 
 def check_checkpoint_file(path: str | os.PathLike | None) -> None:
@@ -325,7 +330,11 @@ class StopAndResume(L.Callback):
                       f"(exit status {self.exit_code}).")
             return
         path = self._stop_path(trainer)
-        trainer.save_checkpoint(path)
+        try:
+            trainer.save_checkpoint(path, weights_only=False)
+        except CheckpointWriteError as exc:  # one line: the file, the reason, the room left, what is still there
+            self._say(f"Stopped by {name} after step {trainer.global_step}, but the {exc}. " + self._newest(trainer))
+            return
         if not os.path.isfile(path):
             self._say(f"Stopped by {name} after step {trainer.global_step}, but the checkpoint {path} could not "
                       "be written. " + self._newest(trainer))

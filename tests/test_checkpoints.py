@@ -116,15 +116,32 @@ def test_a_checkpoint_folder_that_cannot_be_written_is_refused_before_the_first_
     assert CountSteps.steps == 0
 
 
-def test_the_closing_message_names_only_checkpoints_that_exist(tmp_path, caplog):
-    """The folder becomes unwritable after the startup check: every save fails (Lightning swallows the
-    PermissionError); the run warns and its closing message names no checkpoint file."""
+def test_a_folder_that_becomes_unwritable_stops_the_run_at_its_first_save_in_one_line(tmp_path):
+    """The folder becomes unwritable after the startup check: the first save fails with one line naming the file
+    and the reason, and no partial file is left."""
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    CountSteps.steps = 0
+    with _locked(ckpt), pytest.raises(OSError) as failed:
+        _run("fit", tmp_path, "--trainer.max_steps", "2",
+             ckpt={"dirpath": str(ckpt), "save_last": True, "every_n_train_steps": 1},
+             callbacks=[{"class_path": "test_checkpoints.LockFolder", "init_args": {"folder": str(ckpt)}}])
+    path = ckpt / "epoch=0-step=1.ckpt"
+    assert str(failed.value).startswith(f"checkpoint {path} could not be written (Operation not permitted; ")
+    assert "make it writable or point the ModelCheckpoint's dirpath at another disk" in str(failed.value)
+    assert "\n" not in str(failed.value) and CountSteps.steps == 1 and not any(ckpt.iterdir())
+
+
+def test_without_the_atomic_plugin_the_closing_message_names_only_checkpoints_that_exist(tmp_path, caplog):
+    """With Lightning's own CheckpointIO configured (it swallows a PermissionError), every save fails silently; the
+    run warns and its closing message names no checkpoint file."""
     caplog.set_level(logging.INFO)
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     with _locked(ckpt), pytest.warns(UserWarning, match=f"checkpoint {re.escape(str(ckpt / 'last.ckpt'))} was not "
                                                           "written"):
-        cli = _run("fit", tmp_path, "--trainer.max_steps", "2",
+        cli = _run("fit", tmp_path, "--trainer.max_steps", "2", "--trainer.plugins",
+                   "lightning.pytorch.plugins.io.TorchCheckpointIO",
                    ckpt={"dirpath": str(ckpt), "save_last": True, "every_n_train_steps": 1},
                    callbacks=[{"class_path": "test_checkpoints.LockFolder", "init_args": {"folder": str(ckpt)}}])
     assert cli.trainer.global_step == 2 and not any(ckpt.iterdir())
