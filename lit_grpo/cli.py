@@ -32,6 +32,7 @@ from lit_grpo.data.datamodule import VLMDataModule
 from lit_grpo.errors import UserError
 from lit_grpo.progress import with_progress_bar
 from lit_grpo.rollout import refuse_sampling_option
+from lit_grpo.run_lock import RunLock
 from lit_grpo.runs import StopAndResume, check_checkpoint_file, check_checkpoint_folders, written_checkpoints
 from lit_grpo.secrets import find_credentials, redact
 
@@ -85,6 +86,12 @@ class GRPOCLI(LightningCLI):
     ``--model.init_args.evaluation.scorer`` given to ``test``.
     """
 
+    def __init__(self, *args, run_lock: RunLock | None = None, **kwargs):
+        """``run_lock``: the locks of the folders a ``fit`` writes (:mod:`lit_grpo.run_lock`; the caller releases
+        them when the run ends)."""
+        self.run_lock = run_lock if run_lock is not None else RunLock()
+        super().__init__(*args, **kwargs)
+
     def _parse_ckpt_path(self) -> None:
         """Keep the parsed configuration; do not merge the checkpoint's saved hyper-parameters over it."""
 
@@ -130,7 +137,7 @@ class GRPOCLI(LightningCLI):
 
     def before_fit(self) -> None:
         check_checkpoint_file(self._ckpt_path())
-        check_checkpoint_folders(self.trainer)
+        check_checkpoint_folders(self.trainer, self.run_lock if self.trainer.is_global_zero else None)
         evaluation = getattr(self.model, "evaluation", None)
         if getattr(evaluation, "before_fit", False) and self._ckpt_path() is None:  # a resumed run has its step 0
             self.trainer.validate(self.model, datamodule=self.datamodule, verbose=False)
@@ -217,7 +224,8 @@ def _main(args: list[str] | None) -> GRPOCLI:
         transformers.utils.logging.disable_progress_bar()
     except ImportError:  # pragma: no cover
         pass
-    stop = StopAndResume(command=["python", "-m", "lit_grpo", *(sys.argv[1:] if args is None else args)])
+    command = ["python", "-m", "lit_grpo", *(sys.argv[1:] if args is None else args)]
+    stop, lock = StopAndResume(command=command), RunLock(command)
     stop.install()
     try:
         return GRPOCLI(
@@ -229,8 +237,10 @@ def _main(args: list[str] | None) -> GRPOCLI:
             auto_configure_optimizers=False,  # one optimizer setting: model.init_args.optimizer
             trainer_defaults={"callbacks": [stop]},
             args=args,
+            run_lock=lock,
         )
     except SIGTERMException:  # Lightning exits 0 after a SIGTERM; a stopped run is not a finished one
         sys.exit(stop.exit_code)
     finally:
         stop.uninstall()
+        lock.release()

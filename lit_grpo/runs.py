@@ -35,6 +35,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lit_grpo.checkpoint_io import remove_leftovers
 from lit_grpo.errors import CheckpointWriteError, InputError, UnwritableFolderError
+from lit_grpo.run_lock import RunLock
 
 
 def check_writable(folder: str | os.PathLike) -> None:
@@ -73,13 +74,27 @@ def checkpoint_folders(trainer: L.Trainer) -> list[str]:
     return folders
 
 
-def check_checkpoint_folders(trainer: L.Trainer) -> None:
-    """:func:`check_writable` on every local folder of :func:`checkpoint_folders`, and the leftovers of saves that
-    were killed there removed (:func:`~lit_grpo.checkpoint_io.remove_leftovers`)."""
-    for folder in checkpoint_folders(trainer):
-        if "://" not in folder:
-            check_writable(folder)
-            remove_leftovers(folder)
+def check_checkpoint_folders(trainer: L.Trainer, lock: RunLock | None = None) -> None:
+    """:func:`check_writable` on every local folder of :func:`checkpoint_folders`; with a ``lock``, each of them and
+    the logger's folder locked for this run (:class:`~lit_grpo.run_lock.RunLock`: another live run holding one
+    is refused, naming it); then the leftovers of saves killed there removed
+    (:func:`~lit_grpo.checkpoint_io.remove_leftovers`).
+
+    Raises:
+        UnwritableFolderError: a folder cannot be written.
+        FolderInUseError: another live run holds a folder.
+    """
+    folders = [f for f in checkpoint_folders(trainer) if "://" not in f]
+    for folder in folders:
+        check_writable(folder)
+    if lock is not None:
+        for folder in folders:
+            lock.acquire(folder, "checkpoint folder")
+        logdir = trainer.logger.log_dir if trainer.logger is not None else None
+        if isinstance(logdir, str) and "://" not in logdir:
+            lock.acquire(logdir, "log folder")
+    for folder in folders:
+        remove_leftovers(folder)
 
 
 def check_checkpoint_file(path: str | os.PathLike | None) -> None:
