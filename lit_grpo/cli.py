@@ -19,6 +19,7 @@ import os
 import re
 import sys
 import warnings
+from pathlib import Path
 
 import yaml
 from jsonargparse import ArgumentError
@@ -33,6 +34,7 @@ from lit_grpo.errors import UserError
 from lit_grpo.progress import with_progress_bar
 from lit_grpo.rollout import refuse_sampling_option
 from lit_grpo.run_lock import RunLock
+from lit_grpo.save_on_failure import SaveOnFailure
 from lit_grpo.runs import StopAndResume, check_checkpoint_file, check_checkpoint_folders, written_checkpoints
 from lit_grpo.secrets import find_credentials, redact
 
@@ -183,6 +185,25 @@ def _comment_print_config(args: list[str]) -> list[str]:
     return ["--print_config=comments" if a == "--print_config" else a for a in args]
 
 
+def with_notes(exc: BaseException) -> str:
+    """The error's message followed by its notes (what was saved when a step failed), as sentences."""
+    text = str(exc).rstrip()
+    for note in getattr(exc, "__notes__", []):
+        text += ("" if text.endswith((".", "!", "?")) else ".") + " " + note
+    return text
+
+
+def run_command(args: list[str] | None) -> list[str]:
+    """The command line of this run, for the resume command: ``python -m lit_grpo ...``, or ``python my_run.py ...``
+    when a script of the user's (one that registers its own rewards) started the CLI."""
+    if args is not None:
+        return ["python", "-m", "lit_grpo", *args]
+    script = Path(sys.argv[0])
+    head = ["python", "-m", "lit_grpo"] if (script.name, script.parent.name) == ("__main__.py", "lit_grpo") \
+        else ["python", sys.argv[0]]
+    return [*head, *sys.argv[1:]]
+
+
 def main(args: list[str] | None = None) -> GRPOCLI:
     """Run the CLI; a configuration mistake exits with status 2 and one ``error:`` line (see the module); on the
     command line (``args`` None) a :class:`~lit_grpo.errors.UserError` met later (a bad row, checkpoint or folder)
@@ -194,7 +215,7 @@ def main(args: list[str] | None = None) -> GRPOCLI:
     except UserError as exc:  # a wrong file, row, checkpoint or folder met while running: what to fix, no traceback
         if args is not None:  # called from Python (a notebook, a test): the exception itself
             raise
-        fail(str(exc), status=1)
+        fail(with_notes(exc), status=1)
 
 
 def _main(args: list[str] | None) -> GRPOCLI:
@@ -224,7 +245,7 @@ def _main(args: list[str] | None) -> GRPOCLI:
         transformers.utils.logging.disable_progress_bar()
     except ImportError:  # pragma: no cover
         pass
-    command = ["python", "-m", "lit_grpo", *(sys.argv[1:] if args is None else args)]
+    command = run_command(args)
     stop, lock = StopAndResume(command=command), RunLock(command)
     stop.install()
     try:
@@ -235,7 +256,7 @@ def _main(args: list[str] | None) -> GRPOCLI:
             parser_kwargs={"parser_mode": "omegaconf+", "prog": PROG},
             save_config_kwargs={"overwrite": True},
             auto_configure_optimizers=False,  # one optimizer setting: model.init_args.optimizer
-            trainer_defaults={"callbacks": [stop]},
+            trainer_defaults={"callbacks": [stop, SaveOnFailure(command)]},
             args=args,
             run_lock=lock,
         )

@@ -344,7 +344,7 @@ class StopAndResume(L.Callback):
             self._say(f"Stopped by {name} during {stage}, before any training step finished: nothing to resume "
                       f"(exit status {self.exit_code}).")
             return
-        path = self._stop_path(trainer)
+        path = self.stop_path(trainer)
         try:
             trainer.save_checkpoint(path, weights_only=False)
         except CheckpointWriteError as exc:  # one line: the file, the reason, the room left, what is still there
@@ -361,7 +361,10 @@ class StopAndResume(L.Callback):
                   + f"; checkpoint written: {path}\nResume the run (same prompts, completions and weights as "
                   f"if it had not stopped; a higher --trainer.max_steps trains further) with:\n  {resume}")
 
-    def _stop_path(self, trainer: L.Trainer) -> str:
+    @staticmethod
+    def stop_path(trainer: L.Trainer) -> str:
+        """``last.ckpt`` in the first ``ModelCheckpoint`` folder (recorded as its last checkpoint when it saves one),
+        else in the trainer's default checkpoint folder."""
         for cb in trainer.checkpoint_callbacks:
             if isinstance(cb, ModelCheckpoint) and cb.dirpath is not None:
                 path = os.path.join(cb.dirpath, cb.CHECKPOINT_NAME_LAST + cb.FILE_EXTENSION)
