@@ -123,6 +123,7 @@ class GRPOCLI(LightningCLI):
             raise root from None
         if getattr(self, "datamodule", None) is not None and hasattr(self.datamodule, "prompt_length"):
             self.datamodule.prompt_length = self.model.prompt_length  # the data's over-long filter measures with it
+            self.datamodule.prompt_limit = getattr(self.model, "prompt_limit", None)  # the model's context
 
     def parse_arguments(self, parser, args) -> None:
         """Parse, then check the inputs (data paths, rewards, judge, templates, model folder, API keys) before

@@ -66,7 +66,7 @@ class SaveOnFailure(L.Callback):
             checkpoint["loops"]["fit_loop"] = self._saving
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        if (trainer.state.fn != TrainerFn.FITTING or trainer.world_size > 1
+        if (trainer.state.fn != TrainerFn.FITTING or trainer.world_size > 1 or not self._hooks  # training not begun
                 or isinstance(exception, (SIGTERMException, KeyboardInterrupt, CheckpointWriteError))):
             return
         self.note = self._save(trainer)

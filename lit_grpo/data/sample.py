@@ -175,6 +175,32 @@ def load_rows(rows: Sequence[Any], to_sample: Callable[[Any, int], Sample], *, n
                          image_sources=image_sources, known=known)
 
 
+def context_limit(config: Any, completion_tokens: int = 0) -> int | None:
+    """The prompt tokens a model takes: its text config's ``max_position_embeddings``, less ``completion_tokens``
+    when that leaves room (a completion is written after the prompt); ``None`` when the config gives no limit."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    positions = getattr(text, "max_position_embeddings", None)
+    if not isinstance(positions, int) or positions <= 0:
+        return None
+    return positions - completion_tokens if positions > completion_tokens else positions
+
+
+def check_prompt_lengths(lengths: Sequence[int], samples: Sequence[Sample], limit: int | None) -> None:
+    """Refuse a prompt longer than the model's context (:func:`context_limit`) before any forward over it (a prompt
+    of 19,355 tokens against 4,096 positions would otherwise grow the process by gigabytes, or index past the
+    position table).
+
+    Raises:
+        BadRowError: the first such sample, with its id, its length and the limit.
+    """
+    for n, sample in zip(lengths, samples):
+        if limit is not None and n > limit:
+            raise BadRowError(f"row id {sample.id}: its prompt is {n} tokens (image tokens included), longer than the "
+                              f"model's context allows ({limit} tokens: max_position_embeddings less the completion's "
+                              "max_completion_length); shorten it, or set data.on_bad_row: skip (or "
+                              "data.max_prompt_length) to drop such rows up front")
+
+
 # ----------------------------------------------------------------- prompt templates
 MC_INSTRUCTION = ("Please directly answer the question and provide the correct OPTION LETTER ONLY, "
                   "e.g., A, B, C, D. OPTION: ")
