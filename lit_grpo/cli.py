@@ -30,6 +30,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lit_grpo.checkpoint_io import with_atomic_io
 from lit_grpo.cli_args import ConfigError, prepare_args, short_error
 from lit_grpo.data.datamodule import VLMDataModule
+from lit_grpo.data.sample import prompt_limit
 from lit_grpo.errors import UserError
 from lit_grpo.progress import with_progress_bar
 from lit_grpo.rollout import refuse_sampling_option
@@ -123,7 +124,7 @@ class GRPOCLI(LightningCLI):
             raise root from None
         if getattr(self, "datamodule", None) is not None and hasattr(self.datamodule, "prompt_length"):
             self.datamodule.prompt_length = self.model.prompt_length  # the data's over-long filter measures with it
-            self.datamodule.prompt_limit = getattr(self.model, "prompt_limit", None)  # the model's context
+            self.datamodule.prompt_limit = prompt_limit(self.model.policy, getattr(self.model, "sampling", None))
 
     def parse_arguments(self, parser, args) -> None:
         """Parse, then check the inputs (data paths, rewards, judge, templates, model folder, API keys) before

@@ -36,7 +36,7 @@ from lit_grpo import distributed as D
 from lit_grpo.attention import AttentionConfig, AttentionMeter, AttentionScores
 from lit_grpo.config import EvalConfig, GRPOConfig, PerfConfig, check_settings
 from lit_grpo.data.datamodule import PromptBatch
-from lit_grpo.data.sample import check_prompt_lengths, context_limit
+from lit_grpo.data.sample import check_prompt_lengths, prompt_limit
 from lit_grpo.evaluation import EvaluationHooks, Evaluator
 from lit_grpo.families import row_layout
 from lit_grpo.grpo import group_advantages, grpo_loss
@@ -144,7 +144,6 @@ class PolicyPasses:
         return {**loss, **D.weighted_mean(stats, float(mask.sum()))}
 
 
-
 class PolicyModule(EvaluationHooks, L.LightningModule):
     """A policy trained by a subclass's ``training_step``; sampling, rewards, evaluation and checkpoints here."""
 
@@ -193,11 +192,6 @@ class PolicyModule(EvaluationHooks, L.LightningModule):
         return self.passes.attention_meter
 
     # ----------------------------------------------------------------- rollout, log-probs, rewards
-    @property
-    def prompt_limit(self) -> int | None:
-        """The longest prompt the policy takes (its context less ``max_completion_length``; :func:`context_limit`)."""
-        return context_limit(self.policy.config, self.sampling.max_completion_length)
-
     def prompt_length(self, messages: list[dict], sample) -> int:
         """Prompt tokens of one sample, image tokens included (used to filter over-long samples)."""
         return encode_prompts(self.processor, [messages], [sample.images])["input_ids"].shape[1]
@@ -207,7 +201,7 @@ class PolicyModule(EvaluationHooks, L.LightningModule):
         """``group_size`` completions of every prompt of ``batch`` from the engine."""
         self.layout.check_images({s.id: len(s.images) for s in batch.samples})
         enc = encode_prompts(self.processor, batch.messages, [s.images for s in batch.samples])
-        check_prompt_lengths(enc["attention_mask"].sum(1).tolist(), batch.samples, self.prompt_limit)
+        check_prompt_lengths(enc, batch.samples, prompt_limit(self.policy, self.sampling))  # before a forward
         enc = {k: v.to(self.device) if isinstance(v, Tensor) else v for k, v in enc.items()}
         return self.engine.sample(self.policy, enc, group_size, greedy=greedy, temperature=temperature)
 
@@ -282,7 +276,6 @@ class PolicyModule(EvaluationHooks, L.LightningModule):
         check_trainable_weights(checkpoint["state_dict"], self._trainable_names(), prefix="policy.")
         if "rng_states" in checkpoint:
             restore_rank_rng_states(checkpoint["rng_states"])
-
 
 
 class GRPOModule(PolicyModule):

@@ -321,7 +321,8 @@ class VLMDataModule(L.LightningDataModule):
         limits = [(n, label) for n, label in (
             (self.max_prompt_length, f"max_prompt_length={self.max_prompt_length} tokens"),
             (self.prompt_limit if self.on_bad_row == "skip" else None,
-             f"the model's context ({self.prompt_limit} tokens: max_position_embeddings less max_completion_length)")) if n is not None]
+             f"the model's context ({self.prompt_limit} tokens: max_position_embeddings less max_completion_length)"),
+        ) if n is not None]
         measure = self.prompt_length
         if not limits or measure is None:
             return ds

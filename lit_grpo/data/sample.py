@@ -175,25 +175,30 @@ def load_rows(rows: Sequence[Any], to_sample: Callable[[Any, int], Sample], *, n
                          image_sources=image_sources, known=known)
 
 
-def context_limit(config: Any, completion_tokens: int = 0) -> int | None:
-    """The prompt tokens a model takes: its text config's ``max_position_embeddings``, less ``completion_tokens``
-    when that leaves room (a completion is written after the prompt); ``None`` when the config gives no limit."""
+def prompt_limit(policy: Any, sampling: Any = None) -> int | None:
+    """The prompt tokens a model takes: its text config's ``max_position_embeddings``, less the sampling settings'
+    ``max_completion_length`` when that leaves room (a completion is written after the prompt); ``None`` when the
+    config gives no limit."""
+    config = policy.config
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     positions = getattr(text, "max_position_embeddings", None)
     if not isinstance(positions, int) or positions <= 0:
         return None
-    return positions - completion_tokens if positions > completion_tokens else positions
+    completion = getattr(sampling, "max_completion_length", 0) or 0
+    return positions - completion if positions > completion else positions
 
 
-def check_prompt_lengths(lengths: Sequence[int], samples: Sequence[Sample], limit: int | None) -> None:
-    """Refuse a prompt longer than the model's context (:func:`context_limit`) before any forward over it (a prompt
+def check_prompt_lengths(encoded: dict[str, Any], samples: Sequence[Sample], limit: int | None) -> None:
+    """Refuse a prompt longer than the model's context (:func:`prompt_limit`) before any forward over it (a prompt
     of 19,355 tokens against 4,096 positions would otherwise grow the process by gigabytes, or index past the
     position table).
+
+    ``encoded``: the processor's output for ``samples`` (its ``attention_mask``, ``[B, L]``, gives each length).
 
     Raises:
         BadRowError: the first such sample, with its id, its length and the limit.
     """
-    for n, sample in zip(lengths, samples):
+    for n, sample in zip(encoded["attention_mask"].sum(1).tolist(), samples):
         if limit is not None and n > limit:
             raise BadRowError(f"row id {sample.id}: its prompt is {n} tokens (image tokens included), longer than the "
                               f"model's context allows ({limit} tokens: max_position_embeddings less the completion's "
