@@ -201,7 +201,7 @@ class PolicyModule(EvaluationHooks, L.LightningModule):
         """``group_size`` completions of every prompt of ``batch`` from the engine."""
         self.layout.check_images({s.id: len(s.images) for s in batch.samples})
         enc = encode_prompts(self.processor, batch.messages, [s.images for s in batch.samples])
-        check_prompt_lengths(enc, batch.samples, prompt_limit(self.policy, self.sampling))  # before a forward
+        check_prompt_lengths(enc, batch.samples, prompt_limit(self.policy, self.sampling))
         enc = {k: v.to(self.device) if isinstance(v, Tensor) else v for k, v in enc.items()}
         return self.engine.sample(self.policy, enc, group_size, greedy=greedy, temperature=temperature)
 
