@@ -16,6 +16,8 @@ fails every save whatever room the checkpoint folder has. Here:
   writer fills a temporary sibling folder, which then takes the final name in one exchange.
 - :func:`temporary_files` / :func:`remove_leftovers`: what a killed save left behind (a temporary file or folder of
   a process of this host that no longer runs), removed when the next run starts.
+- :func:`check_lightning_checkpoint`: a ``--ckpt_path`` file that is a whole ``torch.save`` archive but not a
+  checkpoint a run wrote (a bare state dict) is refused naming what it holds.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import torch
 from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from lit_grpo.errors import CheckpointWriteError
+from lit_grpo.errors import CheckpointWriteError, InputError
 
 log = logging.getLogger(__name__)
 
@@ -234,6 +236,27 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         except OSError as exc:
             raise write_failed(path, exc, False) from None
         atomic_write(path, lambda f: torch.save(checkpoint, f))
+
+
+def check_lightning_checkpoint(path: Path) -> None:
+    """Refuse a whole ``torch.save`` file that is not a checkpoint a run wrote (a model's bare state dict, a
+    ``pytorch_model.bin``): read without its tensors (``mmap``), it must hold ``state_dict`` and Lightning's version.
+
+    Raises:
+        InputError: naming the file and what it holds instead.
+    """
+    try:
+        content = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+    except Exception as exc:  # unpickling fails in many ways
+        raise InputError(f"checkpoint {path} cannot be loaded ({type(exc).__name__}: {exc}); use a checkpoint a run "
+                         "wrote (last.ckpt, step=N.ckpt)") from None
+    if isinstance(content, dict) and {"state_dict", "pytorch-lightning_version"} <= set(content):
+        return
+    what = (f"a dict of {len(content)} entries such as {sorted(map(str, content))[:2]}" if isinstance(content, dict)
+            else f"a {type(content).__name__}")
+    raise InputError(f"checkpoint {path} is not a checkpoint a run wrote: this torch.save file holds {what}, without "
+                     "Lightning's state_dict and loop state; give --ckpt_path a last.ckpt or step=N.ckpt, or start from "
+                     "saved weights with model.init_args.policy.name_or_path (a model folder)")
 
 
 def with_atomic_io(plugins: Any) -> list:

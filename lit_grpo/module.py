@@ -259,8 +259,8 @@ class PolicyModule(EvaluationHooks, L.LightningModule):
             log_flat_hparams(self.logger, flatten_hparams(self.hparams),
                              [f"val/{mode}/reward" for mode, *_ in self.evaluator.modes()] + ["train/reward"])
 
-    def _trainable_names(self) -> set[str]:
-        return {f"policy.{n}" for n, p in self.policy.named_parameters() if p.requires_grad}
+    def _trainable_names(self) -> dict[str, tuple[int, ...]]:
+        return {f"policy.{n}": tuple(p.shape) for n, p in self.policy.named_parameters() if p.requires_grad}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Keep only trainable policy weights (just the adapter with LoRA; frozen weights are rebuilt from

@@ -33,16 +33,17 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from lit_grpo.checkpoint_io import remove_leftovers
+from lit_grpo.checkpoint_io import check_lightning_checkpoint, remove_leftovers
 from lit_grpo.errors import CheckpointWriteError, InputError, UnwritableFolderError
 from lit_grpo.run_lock import RunLock
 
 
-def check_writable(folder: str | os.PathLike) -> None:
+def check_writable(folder: str | os.PathLike, what: str = "checkpoint folder",
+                   fix: str = "point the ModelCheckpoint's dirpath elsewhere") -> None:
     """Create ``folder`` (with its parents) and write and delete a small file in it.
 
     Raises:
-        PermissionError / OSError: naming the folder and the reason, when either fails.
+        PermissionError / OSError: naming the folder (``what``) and the reason, when either fails.
     """
     folder = Path(folder)
     try:
@@ -50,8 +51,8 @@ def check_writable(folder: str | os.PathLike) -> None:
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".write_test_"):
             pass
     except OSError as exc:
-        raise UnwritableFolderError(f"checkpoint folder {folder} cannot be written ({exc.strerror or exc}): "
-                                    "make it writable or point the ModelCheckpoint's dirpath elsewhere") from None
+        raise UnwritableFolderError(f"{what} {folder} cannot be written ({exc.strerror or exc}): make it writable or "
+                                    f"{fix}") from None
 
 
 def checkpoint_folders(trainer: L.Trainer) -> list[str]:
@@ -92,6 +93,7 @@ def check_checkpoint_folders(trainer: L.Trainer, lock: RunLock | None = None) ->
             lock.acquire(folder, "checkpoint folder")
         logdir = trainer.logger.log_dir if trainer.logger is not None else None
         if isinstance(logdir, str) and "://" not in logdir:
+            check_writable(logdir, "log folder", "point trainer.logger's save_dir elsewhere")
             lock.acquire(logdir, "log folder")
     for folder in folders:
         remove_leftovers(folder)
@@ -127,19 +129,31 @@ def check_checkpoint_file(path: str | os.PathLike | None) -> None:
         raise InputError(f"checkpoint {path} ({size} bytes) is truncated or not a checkpoint: a checkpoint is a zip "
                          "archive written by torch.save, and this file holds no complete one (a copy cut short, a "
                          "save that was interrupted?); use an earlier checkpoint or copy it again")
+    check_lightning_checkpoint(path)
 
 
-def check_trainable_weights(state_dict: dict[str, Any], trainable: set[str], prefix: str = "") -> None:
+def check_trainable_weights(state_dict: dict[str, Any], trainable: set[str] | dict[str, tuple[int, ...]],
+                            prefix: str = "") -> None:
     """The checkpoint's weights under ``prefix`` must be exactly the run's ``trainable`` names: checkpoints hold
     only trainable weights and load non-strictly, so a mismatch would silently leave weights untrained (missing)
     or keep weights the run neither trains nor saves again (unexpected, e.g. LoRA on q,k,v,o loaded into q,v).
+    With ``trainable`` a mapping of names to shapes, each saved tensor must have its weight's shape (a checkpoint of
+    a model of other sizes: hidden size, vocabulary, LoRA rank).
 
     Raises:
-        ValueError: the counts and a few names of the missing and of the unexpected weights.
+        ValueError: the counts and a few names of the missing and of the unexpected weights, or the first weight
+        whose shape differs, with both shapes.
     """
     saved = {k for k in state_dict if k.startswith(prefix)}
-    missing, unexpected = sorted(trainable - saved), sorted(saved - trainable)
+    missing, unexpected = sorted(set(trainable) - saved), sorted(saved - set(trainable))
     if not missing and not unexpected:
+        shapes = trainable if isinstance(trainable, dict) else {}
+        for name in sorted(shapes):
+            have = tuple(getattr(state_dict[name], "shape", shapes[name]))
+            if have != tuple(shapes[name]):
+                raise InputError(f"checkpoint weight {name} has shape {list(have)} where this run's model has "
+                                 f"{list(shapes[name])}: the checkpoint was written by a model of other sizes (hidden "
+                                 "size, layers, vocabulary, LoRA rank); resume it with the model that wrote it")
         return
     parts = [f"lacks {len(missing)} weights this run trains, e.g. {missing[:3]}"] if missing else []
     if unexpected:

@@ -24,28 +24,6 @@ from lit_grpo.runs import check_checkpoint_file
 ROOT = Path(__file__).parents[1]
 
 
-@pytest.fixture
-def disk(tmp_path):
-    """``disk(name, size)``: a new folder ``tmp_path/name`` on a tmpfs of ``size`` bytes, unmounted after the test
-    (a checkpoint folder goes into a subfolder, so that a filler file can share its filesystem)."""
-    mounted = []
-
-    def mount(name: str, size: int) -> Path:
-        folder = tmp_path / name
-        folder.mkdir()
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
-                              capture_output=True, text=True)
-        if done.returncode:
-            pytest.skip(f"cannot mount a tmpfs ({done.stderr.strip() or 'mount failed'}): a folder on a filesystem of "
-                        "its own needs root or CAP_SYS_ADMIN")
-        mounted.append(folder)
-        return folder
-
-    yield mount
-    for folder in reversed(mounted):
-        subprocess.run(["umount", "-l", str(folder)], check=False)
-
-
 def _config(tmp_path: Path, ckpt: Path, callbacks: list | None = None, save: dict | None = None) -> Path:
     """The demo on 8 puzzles, 2 prompts x 2 completions a step, full fine-tuning (a checkpoint of about 8 MB)."""
     checkpoint = {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",

@@ -221,3 +221,45 @@ def test_a_matching_checkpoint_still_loads(lora_qkvo):
     for name, value in cli.model.state_dict().items():
         if name in saved:
             assert torch.equal(value, saved[name]), name
+
+
+def _shape_error(message: str) -> tuple[str, list[int], list[int]]:
+    m = re.fullmatch(r"checkpoint weight (\S+) has shape \[([\d, ]+)\] where this run's model has \[([\d, ]+)\]: the "
+                     r"checkpoint was written by a model of other sizes \(hidden size, layers, vocabulary, LoRA rank\); "
+                     r"resume it with the model that wrote it", message)
+    assert m, message
+    return m.group(1), [int(d) for d in m.group(2).split(",")], [int(d) for d in m.group(3).split(",")]
+
+
+@pytest.mark.parametrize("subcommand", ["fit", "validate"])
+def test_a_checkpoint_of_a_model_of_other_widths_names_the_first_mismatched_weight(trained, tmp_path, subcommand):
+    """Written with hidden size 64, loaded into hidden size 128 (same names): one line naming the first weight in name
+    order whose shape differs, with both shapes (the model's is the checkpoint's with 64 read as 128)."""
+    _, ckpt = trained
+    saved = torch.load(ckpt, weights_only=False)["state_dict"]
+    with pytest.raises(ValueError) as err:
+        _run(subcommand, tmp_path, "--ckpt_path", str(ckpt), embedded={"seed": 0, "hidden_size": 128})
+    name, have, want = _shape_error(str(err.value))
+    assert list(saved[name].shape) == have and 64 in have
+    assert want == [128 if d == 64 else d for d in have]
+
+
+def test_a_lora_checkpoint_of_another_rank_names_the_first_mismatched_weight(lora_qkvo):
+    folder, ckpt = lora_qkvo
+    with pytest.raises(ValueError) as err:
+        _run("validate", folder, "--ckpt_path", str(ckpt), lora={"r": 8, "alpha": 16, "target_modules": QKVO})
+    name, have, want = _shape_error(str(err.value))
+    assert "lora_A" in name and have[0] == 4 and want == [8, *have[1:]]
+
+
+@pytest.mark.parametrize("content,holds", [
+    ({"w": torch.zeros(3), "b": torch.zeros(1)}, "a dict of 2 entries such as ['b', 'w']"),
+    (torch.zeros(3), "a Tensor"),
+], ids=["bare_state_dict", "a_tensor"])
+def test_a_torch_file_that_no_run_wrote_is_refused_naming_what_it_holds(trained, tmp_path, content, holds):
+    folder, _ = trained
+    path = tmp_path / "weights.pt"
+    torch.save(content, path)
+    with pytest.raises(ValueError, match=re.escape(f"checkpoint {path} is not a checkpoint a run wrote: this torch.save "
+                                                   f"file holds {holds}, without Lightning's state_dict")):
+        _run("fit", folder, "--ckpt_path", str(path))
