@@ -169,6 +169,17 @@ def test_a_broken_tsv_record_is_a_bad_row_named_by_its_line(tmp_path, caplog, wh
         assert [s.id for s in ds] == [str(i) for i in range(4) if i != row] and "skipped 1 of 4 bad rows" in caplog.text
 
 
+def test_a_byte_order_mark_is_no_broken_record(tmp_path):
+    """Files saved by some editors start with a UTF-8 byte-order mark: it is not part of the first record."""
+    path = _raw(tmp_path)
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    tsv = _tsv(tmp_path)
+    tsv.write_bytes(b"\xef\xbb\xbf" + tsv.read_bytes())
+    tsv.write_bytes(tsv.read_bytes().replace(b"Mass 1 hangs", b"Mass 1\thangs"))  # one broken record: read by us
+    assert [s.id for s in read_phyx(str(path))] == ["0", "1", "2", "3"]
+    assert [s.id for s in read_phyx(str(tsv), on_bad_row="skip")] == ["0", "2", "3"]
+
+
 # ------------------------------------------------------------------------------ in a run
 def _config(tmp_path: Path, train: str, reader: str = "phyx", **data) -> list[str]:
     cfg = {

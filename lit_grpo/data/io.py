@@ -190,7 +190,7 @@ def _records(path: Path, builder: str) -> Iterator[tuple[int, dict | str]]:
             if not line.strip():
                 continue
             try:
-                text = line.decode("utf-8")
+                text = line.decode("utf-8-sig" if n == 1 else "utf-8")  # a byte-order mark may open the file
             except UnicodeDecodeError as exc:
                 yield n, _reason(path, n, line[exc.start:exc.end], exc.start)
                 continue
@@ -229,7 +229,7 @@ def _csv_records(path: Path) -> Iterator[tuple[int, dict | str]]:
     """
     delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
     csv.field_size_limit(sys.maxsize)  # a base64 image is one cell of megabytes
-    with open(path, newline="", encoding="utf-8", errors="surrogateescape") as f:
+    with open(path, newline="", encoding="utf-8-sig", errors="surrogateescape") as f:
         reader = csv.reader(f, delimiter=delimiter)
         header = next(reader, [])
         first = next((c for c in "".join(header) if "\udc80" <= c <= "\udcff"), None)
