@@ -104,6 +104,27 @@ def test_a_file_that_cannot_be_read_is_an_error_even_with_skip(tmp_path):
         shutil.rmtree(folder)
 
 
+def test_in_a_dataset_folder_the_bad_file_and_record_are_named(tmp_path):
+    """A folder of split files: no data file at all, a parquet cut short, a JSONL record cut short."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "README.md").write_text("no data here")
+    with pytest.raises(InputError, match=f"^dataset folder {folder} holds no data file \\(.parquet, .jsonl"):
+        open_table(str(folder), split="test")
+    cut = write_puzzles(folder / "test.parquet", num=8)
+    cut.write_bytes(cut.read_bytes()[:1000])
+    with pytest.raises(InputError, match=f"^{cut} \\(1000 bytes\\) is not a readable parquet file"):
+        open_table(str(folder), split="test")
+    cut.unlink()
+    path = _raw(folder)
+    path.rename(folder / "test.jsonl")
+    _cut_last_record(folder / "test.jsonl")
+    with pytest.raises(InputError, match=f"^{folder / 'test.jsonl'} line 4: not valid JSON \\(Unterminated string "
+                                         "starting at, column 26; a record cut short\\?\\): fix it, or give that file "
+                                         "itself as the data path"):
+        open_table(str(folder), split="test")
+
+
 def test_a_broken_json_array_file_is_named_with_line_and_column(tmp_path):
     path = tmp_path / "x.json"
     path.write_text('[\n {"id": "a", "answer": "A"},\n {"id": "b", "answer": \n')

@@ -51,6 +51,12 @@ def open_table(path: str, split: str = "train", rows: str | None = None, image_c
     elif p.is_dir() or is_local(path):
         if not p.exists():
             raise FileNotFoundError(f"dataset path {path} does not exist")
+        files = _data_files(p)
+        if p.is_dir() and not files:
+            raise InputError(f"dataset folder {path} holds no data file ({', '.join(_BUILDERS)}); point data.*.path at "
+                             "the folder of the data files, or at a file")
+        for file, builder in files:
+            check_readable(file, builder)
         ds = _load(path, str(p), split=split, **kwargs)
     else:  # hub id "owner/name"
         ds = datasets.load_dataset(path, split=split, **kwargs)
@@ -98,6 +104,17 @@ def check_readable(path: Path, builder: str) -> None:
                              "read record by record: fix it, or write one record per line (.jsonl)") from None
 
 
+def _data_files(folder: Path) -> list[tuple[Path, str]]:
+    """The data files in a dataset folder (and its subfolders) with the builder of each, by suffix."""
+    found = []
+    for file in sorted(folder.rglob("*")):
+        builder = _BUILDERS.get(file.suffix.lower())
+        hidden = any(part.startswith(".") for part in file.relative_to(folder).parts)
+        if builder is not None and file.is_file() and not hidden:
+            found.append((file, builder))
+    return found
+
+
 def _short(exc: BaseException) -> str:
     """The innermost error under ``exc`` (datasets wraps the reader's), as ``Type: message`` on one line."""
     while (exc.__cause__ or exc.__context__) is not None:
@@ -121,9 +138,13 @@ def _load(path: str, *args, **kwargs) -> datasets.Dataset:
     try:
         return datasets.load_dataset(*args, **kwargs)
     except (DatasetGenerationError, pa.ArrowException, OSError, UnicodeDecodeError) as exc:
-        if isinstance(exc, FileNotFoundError):
-            raise
-        raise InputError(f"{path} cannot be read as a table ({_short(exc)}); fix or replace the file") from None
+        folder = Path(path)
+        broken = next((r for f, b in _data_files(folder) if b != "parquet" for _, r in _records(f, b)
+                       if isinstance(r, str)), None) if folder.is_dir() else None
+        if broken is not None:  # name the record; a folder's records are not skipped one by one
+            raise InputError(f"{broken.split(': fix')[0]}: fix it, or give that file itself as the data path (its "
+                             "broken records are then bad rows)") from None
+        raise InputError(f"{path} cannot be read as a table ({_short(exc)}); fix or replace the data") from None
     finally:
         builders.setLevel(level)
 
