@@ -255,8 +255,8 @@ def check_lightning_checkpoint(path: Path) -> None:
     what = (f"a dict of {len(content)} entries such as {sorted(map(str, content))[:2]}" if isinstance(content, dict)
             else f"a {type(content).__name__}")
     raise InputError(f"checkpoint {path} is not a checkpoint a run wrote: this torch.save file holds {what}, without "
-                     "Lightning's state_dict and loop state; give --ckpt_path a last.ckpt or step=N.ckpt, or start from "
-                     "saved weights with model.init_args.policy.name_or_path (a model folder)")
+                     "Lightning's state_dict and loop state; give --ckpt_path a last.ckpt or step=N.ckpt, or start "
+                     "from saved weights with model.init_args.policy.name_or_path (a model folder)")
 
 
 def with_atomic_io(plugins: Any) -> list:

@@ -15,41 +15,21 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-import yaml
 
 from lit_grpo.checkpoint_io import AtomicCheckpointIO, atomic_folder, temporary_files
 from lit_grpo.cli import main
 from lit_grpo.runs import check_checkpoint_file
+from tiny_runs import fit_args
 
 ROOT = Path(__file__).parents[1]
 
 
-def _config(tmp_path: Path, ckpt: Path, callbacks: list | None = None, save: dict | None = None) -> Path:
-    """The demo on 8 puzzles, 2 prompts x 2 completions a step, full fine-tuning (a checkpoint of about 8 MB)."""
-    checkpoint = {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                  "init_args": {"dirpath": str(ckpt), **(save or {"save_top_k": 0, "save_last": True,
-                                                                  "every_n_train_steps": 1})}}
-    cfg = {
-        "trainer": {"max_steps": 3, "val_check_interval": 100, "enable_progress_bar": False,
-                    "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-                               "init_args": {"save_dir": str(tmp_path / "logs"), "name": "t",
-                                             "default_hp_metric": False}},
-                    "callbacks": [checkpoint, *(callbacks or [])]},
-        "model": {"init_args": {
-            "policy": {"name_or_path": str(tmp_path / "model"), "embedded": {"seed": 0}},
-            "sampling": {"num_generations": 2, "max_completion_length": 6},
-            "evaluation": {"before_fit": False, "num_samples": 0}}},
-        "data": {"train": {"generate": {"path": str(tmp_path / "train.parquet"), "kind": "puzzles", "num": 8}},
-                 "val": {"generate": {"path": str(tmp_path / "val.parquet"), "kind": "puzzles", "num": 2, "seed": 1}},
-                 "batch_size": 2, "eval_batch_size": 2},
-    }
-    path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+EVERY_STEP = {"save_top_k": 0, "save_last": True, "every_n_train_steps": 1}
 
 
-def _args(tmp_path: Path, ckpt: Path, **kwargs) -> list[str]:
-    return ["fit", "--config", "configs/demo.yaml", "--config", str(_config(tmp_path, ckpt, **kwargs))]
+def _args(tmp_path: Path, ckpt: Path, callbacks: list | None = None, save: dict | None = None) -> list[str]:
+    """The tiny fit (3 steps, a checkpoint of about 1.4 MB) saving into ``ckpt`` as ``save`` says."""
+    return fit_args(tmp_path, checkpoint={"dirpath": str(ckpt), **(save or EVERY_STEP)}, callbacks=callbacks)
 
 
 def _step(path: Path) -> int:

@@ -12,7 +12,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-import yaml
 
 from lit_grpo.cli import main
 from lit_grpo.data.io import open_table
@@ -22,6 +21,7 @@ from lit_grpo.data.puzzles import write_puzzles
 from lit_grpo.data.sample import BadRowError
 from lit_grpo.data.visualsphinx import read_visualsphinx
 from lit_grpo.errors import InputError
+from tiny_runs import fit_args
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_reader_layouts import _item  # noqa: E402
@@ -139,8 +139,8 @@ RECORDS = {  # what -> (damage to a 4-record raw JSONL, the line named, the word
                                                   "short?)"),
     "a_list_not_an_object": (lambda p: _replace_line(p, 2, b"[1, 2]"), 2, "a JSON list, not an object of fields"),
     "a_bare_number": (lambda p: _replace_line(p, 3, b"17"), 3, "a JSON int, not an object of fields"),
-    "a_line_of_garbage": (lambda p: _replace_line(p, 1, b"{id: 0, }"), 1, "not valid JSON (Expecting property name "
-                                                                                     "enclosed in double quotes, column 2"),
+    "a_line_of_garbage": (lambda p: _replace_line(p, 1, b"{id: 0, }"), 1,
+                          "not valid JSON (Expecting property name enclosed in double quotes, column 2"),
 }
 
 
@@ -203,21 +203,10 @@ def test_a_byte_order_mark_is_no_broken_record(tmp_path):
 
 # ------------------------------------------------------------------------------ in a run
 def _config(tmp_path: Path, train: str, reader: str = "phyx", **data) -> list[str]:
-    cfg = {
-        "trainer": {"max_steps": 1, "val_check_interval": 100, "enable_progress_bar": False, "logger": False,
-                    "default_root_dir": str(tmp_path),
-                    "callbacks": [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                                   "init_args": {"dirpath": str(tmp_path / "ckpt")}}]},
-        "model": {"init_args": {
-            "policy": {"name_or_path": str(tmp_path / "model"), "embedded": {"seed": 0}},
-            "sampling": {"num_generations": 2, "max_completion_length": 6},
-            "evaluation": {"before_fit": False, "num_samples": 0}}},
-        "data": {"train": {"path": train, "reader": reader, "split": "train"}, "val": None, "batch_size": 2,
-                 "eval_batch_size": 2, "on_overlap": "allow", **data},
-    }
-    path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return ["fit", "--config", "configs/demo.yaml", "--config", str(path)]
+    """One step of the tiny fit on the file ``train`` (split ``train``), without a logger."""
+    return fit_args(tmp_path, checkpoint={"dirpath": str(tmp_path / "ckpt")}, **{
+        "trainer.max_steps": 1, "trainer.logger": False, "data.on_overlap": "allow",
+        "data.train": {"path": train, "reader": reader, "split": "train"}, **{f"data.{k}": v for k, v in data.items()}})
 
 
 def test_on_the_command_line_a_cut_jsonl_record_is_one_error_line(tmp_path, monkeypatch, capsys):

@@ -224,9 +224,9 @@ def test_a_matching_checkpoint_still_loads(lora_qkvo):
 
 
 def _shape_error(message: str) -> tuple[str, list[int], list[int]]:
-    m = re.fullmatch(r"checkpoint weight (\S+) has shape \[([\d, ]+)\] where this run's model has \[([\d, ]+)\]: the "
-                     r"checkpoint was written by a model of other sizes \(hidden size, layers, vocabulary, LoRA rank\); "
-                     r"resume it with the model that wrote it", message)
+    m = re.fullmatch(r"checkpoint weight (\S+) has shape \[([\d, ]+)\] where this run's model has \[([\d, ]+)\]: "
+                     r"the checkpoint was written by a model of other sizes \(hidden size, layers, vocabulary, LoRA "
+                     r"rank\); resume it with the model that wrote it", message)
     assert m, message
     return m.group(1), [int(d) for d in m.group(2).split(",")], [int(d) for d in m.group(3).split(",")]
 
@@ -260,6 +260,6 @@ def test_a_torch_file_that_no_run_wrote_is_refused_naming_what_it_holds(trained,
     folder, _ = trained
     path = tmp_path / "weights.pt"
     torch.save(content, path)
-    with pytest.raises(ValueError, match=re.escape(f"checkpoint {path} is not a checkpoint a run wrote: this torch.save "
-                                                   f"file holds {holds}, without Lightning's state_dict")):
+    with pytest.raises(ValueError, match=re.escape(f"checkpoint {path} is not a checkpoint a run wrote: this "
+                                                   f"torch.save file holds {holds}, without Lightning's state_dict")):
         _run("fit", folder, "--ckpt_path", str(path))

@@ -111,8 +111,10 @@ def test_the_exif_orientation_is_applied(orientation, size, pixels):
      "viewer convention"),
     (Image.fromarray(np.array([[-1, 0]], dtype=np.int32)), "32-bit integer image with values -1..0"),
     (Image.fromarray(np.array([[0.5, 2.5]], dtype=np.float32)),
-     "t row 3 (id p): field 'images': 32-bit float image with 0.5..2.5: only floats in [0, 1] have a viewer convention"),
-    (Image.fromarray(np.array([[0.5, np.nan]], dtype=np.float32)), "32-bit float image with values that are not finite"),
+     "t row 3 (id p): field 'images': 32-bit float image with 0.5..2.5: only floats in [0, 1] have a viewer "
+     "convention"),
+    (Image.fromarray(np.array([[0.5, np.nan]], dtype=np.float32)),
+     "32-bit float image with values that are not finite"),
 ], ids=["int_over_16_bit", "negative_int", "float_over_1", "float_nan"])
 def test_values_with_no_viewer_convention_are_refused_by_name(image, message):
     with pytest.raises(BadRowError, match=message.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")

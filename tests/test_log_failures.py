@@ -9,33 +9,19 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
 from lit_grpo.cli import main
 from lit_grpo.errors import UnwritableFolderError
 from lit_grpo.loggers import LogWriteError
+from tiny_runs import fit_args
 
 ROOT = Path(__file__).parents[1]
 
 
 def _config(tmp_path: Path, logs: Path, callbacks: list | None = None) -> list[str]:
-    cfg = {
-        "trainer": {"max_steps": 4, "val_check_interval": 100, "enable_progress_bar": False, "log_every_n_steps": 1,
-                    "logger": {"class_path": "lit_grpo.loggers.TensorBoardLogger",
-                               "init_args": {"save_dir": str(logs), "name": "t", "default_hp_metric": False}},
-                    "callbacks": [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                                   "init_args": {"dirpath": str(tmp_path / "ckpt"), "save_last": True,
-                                                 "every_n_train_steps": 100}}, *(callbacks or [])]},
-        "model": {"init_args": {
-            "policy": {"name_or_path": str(tmp_path / "model"), "embedded": {"seed": 0}},
-            "sampling": {"num_generations": 2, "max_completion_length": 6},
-            "evaluation": {"before_fit": False, "num_samples": 0}}},
-        "data": {"train": {"generate": {"path": str(tmp_path / "train.parquet"), "kind": "puzzles", "num": 8}},
-                 "val": None, "batch_size": 2},
-    }
-    path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return ["fit", "--config", "configs/demo.yaml", "--config", str(path)]
+    """The tiny fit (4 steps) logging into ``logs``, with no checkpoint due before step 100."""
+    return fit_args(tmp_path, logs=logs, callbacks=callbacks, checkpoint={
+        "dirpath": str(tmp_path / "ckpt"), "save_last": True, "every_n_train_steps": 100}, **{"trainer.max_steps": 4})
 
 
 def test_a_full_log_disk_is_one_line_naming_the_log_folder_and_the_finished_step_is_saved(tmp_path, disk):

@@ -7,10 +7,10 @@ import sys
 import lightning as L
 import pytest
 import torch
-import yaml
 
 from lit_grpo.cli import main
 from lit_grpo.rewards.registry import REWARDS, RewardError, RewardOutput, register_reward, score_completions
+from tiny_runs import fit_args
 
 COMPLETIONS = ["a", "bb", "ccc", "dddd"]
 COLUMNS = {"id": ["p0", "p0", "p1", "p1"], "answer": ["A", "A", "B", "B"]}
@@ -88,27 +88,11 @@ def test_components_and_the_total_are_unchanged_for_good_rewards():
     assert per["mine/part"].tolist() == [1.0, 0.0, 1.0, 0.0] and total[:3].tolist() == [1.0, 0.0, 0.5]
 
 
-def _config(tmp_path, reward: str, every_n: int = 100):
-    cfg = {
-        "trainer": {"max_steps": 3, "val_check_interval": 100, "enable_progress_bar": False,
-                    "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-                               "init_args": {"save_dir": str(tmp_path / "logs"), "name": "t",
-                                             "default_hp_metric": False}},
-                    "callbacks": [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                                   "init_args": {"dirpath": str(tmp_path / "ckpt"), "save_last": True,
-                                                 "every_n_train_steps": every_n}}]},
-        "model": {"init_args": {
-            "policy": {"name_or_path": str(tmp_path / "model"), "embedded": {"seed": 0}},
-            "rewards": [{"name": "binary"}, {"name": reward, "weight": 0.0}],
-            "sampling": {"num_generations": 2, "max_completion_length": 6},
-            "evaluation": {"before_fit": False, "num_samples": 0}}},
-        "data": {"train": {"generate": {"path": str(tmp_path / "train.parquet"), "kind": "puzzles", "num": 8}},
-                 "val": {"generate": {"path": str(tmp_path / "val.parquet"), "kind": "puzzles", "num": 2, "seed": 1}},
-                 "batch_size": 2, "eval_batch_size": 2},
-    }
-    path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return ["fit", "--config", "configs/demo.yaml", "--config", str(path)]
+def _config(tmp_path, reward: str, every_n: int = 100) -> list[str]:
+    """The tiny fit with ``reward`` at weight 0 next to ``binary``; a checkpoint every ``every_n`` steps."""
+    return fit_args(tmp_path, checkpoint={"dirpath": str(tmp_path / "ckpt"), "save_last": True,
+                                          "every_n_train_steps": every_n},
+                    **{"model.init_args.rewards": [{"name": "binary"}, {"name": reward, "weight": 0.0}]})
 
 
 def test_a_user_reward_returning_a_word_is_one_error_line_and_nothing_is_lost(tmp_path, monkeypatch, capsys):

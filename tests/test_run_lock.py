@@ -13,17 +13,17 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-import yaml
 
 from lit_grpo.cli import main
 from lit_grpo.run_lock import FolderInUseError, RunLock, lock_path
+from tiny_runs import fit_args
 
 ROOT = Path(__file__).parents[1]
 HOLD = ("import fcntl, json, os, sys, time\n"
         "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n"
         "fcntl.flock(fd, fcntl.LOCK_EX)\n"
-        "os.write(fd, json.dumps({'pid': os.getpid(), 'host': 'node7', 'started': 43200, 'command': 'python -m lit_grpo "
-        "fit --config a.yaml'}).encode())\n"
+        "os.write(fd, json.dumps({'pid': os.getpid(), 'host': 'node7', 'started': 43200,\n"
+        "                         'command': 'python -m lit_grpo fit --config a.yaml'}).encode())\n"
         "print('held', flush=True)\n"
         "time.sleep(600)\n")
 """A process holding the lock of a folder, as a run on host node7 would."""
@@ -91,27 +91,13 @@ class Pause(L.Callback):
         time.sleep(0.5)
 
 
-def _config(tmp_path: Path, name: str = "t") -> Path:
-    cfg = {
-        "trainer": {"max_steps": 400, "max_epochs": 1, "val_check_interval": 1000, "enable_progress_bar": False,
-                    "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-                               "init_args": {"save_dir": str(tmp_path / "logs"), "name": name,
-                                             "default_hp_metric": False}},
-                    "callbacks": [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                                   "init_args": {"dirpath": str(tmp_path / "ckpt"), "filename": "{step}",
-                                                 "every_n_train_steps": 1, "save_top_k": 2, "monitor": "step",
-                                                 "mode": "max", "save_last": True}}]},
-        "model": {"init_args": {
-            "policy": {"name_or_path": str(tmp_path / "model"), "embedded": {"seed": 0}},
-            "sampling": {"num_generations": 2, "max_completion_length": 6},
-            "evaluation": {"before_fit": False, "num_samples": 0}}},
-        "data": {"train": {"generate": {"path": str(tmp_path / "train.parquet"), "kind": "puzzles", "num": 400}},
-                 "val": {"generate": {"path": str(tmp_path / "val.parquet"), "kind": "puzzles", "num": 2, "seed": 1}},
-                 "batch_size": 2, "eval_batch_size": 2},
-    }
-    path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+def _args(tmp_path: Path) -> list[str]:
+    """The tiny fit, long enough to be running when a second one starts (400 steps), keeping the last two step
+    checkpoints and last.ckpt."""
+    return fit_args(tmp_path, checkpoint={"dirpath": str(tmp_path / "ckpt"), "filename": "{step}",
+                                          "every_n_train_steps": 1, "save_top_k": 2, "monitor": "step", "mode": "max",
+                                          "save_last": True},
+                    **{"trainer.max_steps": 400, "trainer.max_epochs": 1, "data.train.generate.num": 400})
 
 
 def test_a_second_run_on_a_held_checkpoint_folder_is_refused_before_any_log_or_checkpoint(tmp_path, holder):
@@ -119,7 +105,7 @@ def test_a_second_run_on_a_held_checkpoint_folder_is_refused_before_any_log_or_c
     anything (no log folder, no checkpoint)."""
     holder(tmp_path / "ckpt")
     with pytest.raises(FolderInUseError, match=f"checkpoint folder {tmp_path / 'ckpt'} is in use by another run"):
-        main(["fit", "--config", "configs/demo.yaml", "--config", str(_config(tmp_path)), "--trainer.max_steps", "1"])
+        main([*_args(tmp_path), "--trainer.max_steps", "1"])
     assert list((tmp_path / "ckpt").iterdir()) == [] and not list((tmp_path / "logs").rglob("*.tfevents.*"))
 
 
@@ -129,8 +115,7 @@ def test_two_real_runs_with_one_name_the_second_is_refused_and_the_first_keeps_i
     one error line naming A's pid, A's folder holds exactly A's files, and A, stopped by SIGTERM, resumes."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1",
            "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
-    command = [sys.executable, "-m", "lit_grpo", "fit", "--config", "configs/demo.yaml", "--config",
-               str(_config(tmp_path)), "--trainer.callbacks+", "test_run_lock.Pause"]
+    command = [sys.executable, "-m", "lit_grpo", *_args(tmp_path), "--trainer.callbacks+", "test_run_lock.Pause"]
     a = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         while not (tmp_path / "ckpt" / "step=2.ckpt").exists():

@@ -241,7 +241,8 @@ def _column(label: str, values, n: int, warn: bool = True,
         RewardError: not a sequence of ``n`` values, or a value that is not a number or None (names the first).
     """
     if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__len__"):
-        raise RewardError(f"reward {label!r} returned {type(values).__name__} {values!r:.60}, not a list: {VALUES_RULE}")
+        raise RewardError(f"reward {label!r} returned {type(values).__name__} {values!r:.60}, not a list: "
+                          f"{VALUES_RULE}")
     if len(values) != n:
         raise RewardError(f"reward {label!r} returned {len(values)} values for {n} completions: {VALUES_RULE}")
     numbers = []
