@@ -35,8 +35,8 @@ from lit_grpo.errors import UserError
 from lit_grpo.progress import with_progress_bar
 from lit_grpo.rollout import refuse_sampling_option
 from lit_grpo.run_lock import RunLock
-from lit_grpo.save_on_failure import SaveOnFailure
 from lit_grpo.runs import StopAndResume, check_checkpoint_file, check_checkpoint_folders, written_checkpoints
+from lit_grpo.save_on_failure import SaveOnFailure
 from lit_grpo.secrets import find_credentials, redact
 
 PROG = "python -m lit_grpo"

@@ -69,7 +69,10 @@ class SaveOnFailure(L.Callback):
         if (trainer.state.fn != TrainerFn.FITTING or trainer.world_size > 1 or not self._hooks  # training not begun
                 or isinstance(exception, (SIGTERMException, KeyboardInterrupt, CheckpointWriteError))):
             return
-        self.note = self._save(trainer)
+        try:
+            self.note = self._save(trainer)
+        except Exception as exc:  # never hide the run's own error behind this one
+            self.note = f"The last finished step could not be saved ({type(exc).__name__}: {exc})."
         if hasattr(exception, "add_note"):
             exception.add_note(self.note)
         else:  # pragma: no cover - Python 3.10
