@@ -4,7 +4,6 @@ SIGTERM. Every file is written next to its final name and renamed into place onc
 checkpoint survives whatever happens to the new one, and a save that fails is one line naming the folder."""
 
 import builtins
-import json
 import os
 import signal
 import subprocess
@@ -248,9 +247,3 @@ def test_a_full_tmpdir_plays_no_part(tmp_path, disk, monkeypatch):
     assert sorted(p.name for p in ckpt.iterdir()) == ["last.ckpt", "step=1.ckpt", "step=2.ckpt", "step=3.ckpt"]
     assert [_step(ckpt / f"step={s}.ckpt") for s in (1, 2, 3)] == [1, 2, 3]
     assert os.listdir(tmp) == ["filler"]
-
-
-def test_the_cli_installs_the_atomic_plugin(tmp_path):
-    cli = main([*_args(tmp_path, tmp_path / "ckpt"), "--trainer.max_steps", "1"])
-    assert isinstance(cli.trainer.strategy.checkpoint_io, AtomicCheckpointIO)
-    assert json.loads(json.dumps(sorted(os.listdir(tmp_path / "ckpt")))) == ["last.ckpt"]
