@@ -19,6 +19,7 @@ import os
 import re
 import sys
 import warnings
+from pathlib import Path
 
 import yaml
 from jsonargparse import ArgumentError
@@ -26,12 +27,16 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from lit_grpo.checkpoint_io import with_atomic_io
 from lit_grpo.cli_args import ConfigError, prepare_args, short_error
 from lit_grpo.data.datamodule import VLMDataModule
+from lit_grpo.data.sample import prompt_limit
 from lit_grpo.errors import UserError
 from lit_grpo.progress import with_progress_bar
 from lit_grpo.rollout import refuse_sampling_option
+from lit_grpo.run_lock import RunLock
 from lit_grpo.runs import StopAndResume, check_checkpoint_file, check_checkpoint_folders, written_checkpoints
+from lit_grpo.save_on_failure import SaveOnFailure
 from lit_grpo.secrets import find_credentials, redact
 
 PROG = "python -m lit_grpo"
@@ -84,13 +89,22 @@ class GRPOCLI(LightningCLI):
     ``--model.init_args.evaluation.scorer`` given to ``test``.
     """
 
+    def __init__(self, *args, run_lock: RunLock | None = None, **kwargs):
+        """``run_lock``: the locks of the folders a ``fit`` writes (:mod:`lit_grpo.run_lock`; the caller releases
+        them when the run ends)."""
+        self.run_lock = run_lock if run_lock is not None else RunLock()
+        super().__init__(*args, **kwargs)
+
     def _parse_ckpt_path(self) -> None:
         """Keep the parsed configuration; do not merge the checkpoint's saved hyper-parameters over it."""
 
     def instantiate_trainer(self, **kwargs):
-        """The trainer, with lit_grpo's progress bar unless one is configured (or the bar is off)."""
+        """The trainer, with lit_grpo's progress bar unless one is configured (or the bar is off), and checkpoints
+        written atomically where they live unless a ``CheckpointIO`` plugin is configured
+        (:class:`~lit_grpo.checkpoint_io.AtomicCheckpointIO`)."""
         trainer = self._get(self.config_init, "trainer", default={})
         kwargs.setdefault("callbacks", with_progress_bar(trainer.get("callbacks"), trainer.get("enable_progress_bar")))
+        kwargs.setdefault("plugins", with_atomic_io(trainer.get("plugins")))
         return super().instantiate_trainer(**kwargs)
 
     def _ckpt_path(self) -> str | None:
@@ -110,6 +124,7 @@ class GRPOCLI(LightningCLI):
             raise root from None
         if getattr(self, "datamodule", None) is not None and hasattr(self.datamodule, "prompt_length"):
             self.datamodule.prompt_length = self.model.prompt_length  # the data's over-long filter measures with it
+            self.datamodule.prompt_limit = prompt_limit(self.model.policy, getattr(self.model, "sampling", None))
 
     def parse_arguments(self, parser, args) -> None:
         """Parse, then check the inputs (data paths, rewards, judge, templates, model folder, API keys) before
@@ -126,7 +141,7 @@ class GRPOCLI(LightningCLI):
 
     def before_fit(self) -> None:
         check_checkpoint_file(self._ckpt_path())
-        check_checkpoint_folders(self.trainer)
+        check_checkpoint_folders(self.trainer, self.run_lock if self.trainer.is_global_zero else None)
         evaluation = getattr(self.model, "evaluation", None)
         if getattr(evaluation, "before_fit", False) and self._ckpt_path() is None:  # a resumed run has its step 0
             self.trainer.validate(self.model, datamodule=self.datamodule, verbose=False)
@@ -172,6 +187,25 @@ def _comment_print_config(args: list[str]) -> list[str]:
     return ["--print_config=comments" if a == "--print_config" else a for a in args]
 
 
+def with_notes(exc: BaseException) -> str:
+    """The error's message followed by its notes (what was saved when a step failed), as sentences."""
+    text = str(exc).rstrip()
+    for note in getattr(exc, "__notes__", []):
+        text += ("" if text.endswith((".", "!", "?")) else ".") + " " + note
+    return text
+
+
+def run_command(args: list[str] | None) -> list[str]:
+    """The command line of this run, for the resume command: ``python -m lit_grpo ...``, or ``python my_run.py ...``
+    when a script of the user's (one that registers its own rewards) started the CLI."""
+    if args is not None:
+        return ["python", "-m", "lit_grpo", *args]
+    script = Path(sys.argv[0])
+    head = ["python", "-m", "lit_grpo"] if (script.name, script.parent.name) == ("__main__.py", "lit_grpo") \
+        else ["python", sys.argv[0]]
+    return [*head, *sys.argv[1:]]
+
+
 def main(args: list[str] | None = None) -> GRPOCLI:
     """Run the CLI; a configuration mistake exits with status 2 and one ``error:`` line (see the module); on the
     command line (``args`` None) a :class:`~lit_grpo.errors.UserError` met later (a bad row, checkpoint or folder)
@@ -183,7 +217,7 @@ def main(args: list[str] | None = None) -> GRPOCLI:
     except UserError as exc:  # a wrong file, row, checkpoint or folder met while running: what to fix, no traceback
         if args is not None:  # called from Python (a notebook, a test): the exception itself
             raise
-        fail(str(exc), status=1)
+        fail(with_notes(exc), status=1)
 
 
 def _main(args: list[str] | None) -> GRPOCLI:
@@ -213,7 +247,8 @@ def _main(args: list[str] | None) -> GRPOCLI:
         transformers.utils.logging.disable_progress_bar()
     except ImportError:  # pragma: no cover
         pass
-    stop = StopAndResume(command=["python", "-m", "lit_grpo", *(sys.argv[1:] if args is None else args)])
+    command = run_command(args)
+    stop, lock = StopAndResume(command=command), RunLock(command)
     stop.install()
     try:
         return GRPOCLI(
@@ -223,10 +258,12 @@ def _main(args: list[str] | None) -> GRPOCLI:
             parser_kwargs={"parser_mode": "omegaconf+", "prog": PROG},
             save_config_kwargs={"overwrite": True},
             auto_configure_optimizers=False,  # one optimizer setting: model.init_args.optimizer
-            trainer_defaults={"callbacks": [stop]},
+            trainer_defaults={"callbacks": [stop, SaveOnFailure(command)]},
             args=args,
+            run_lock=lock,
         )
     except SIGTERMException:  # Lightning exits 0 after a SIGTERM; a stopped run is not a finished one
         sys.exit(stop.exit_code)
     finally:
         stop.uninstall()
+        lock.release()

@@ -14,3 +14,7 @@ class InputError(UserError, ValueError):
 
 class UnwritableFolderError(UserError, PermissionError):
     """A folder the run must write into cannot be written (names it and the reason)."""
+
+
+class CheckpointWriteError(UserError, OSError):
+    """A checkpoint could not be written (names the file, the reason and the room left in its folder)."""

@@ -20,10 +20,14 @@ on it is written as ``train/rollout/epoch``).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import threading
+from typing import Any, Callable, Mapping
 
 from lightning.pytorch.loggers import TensorBoardLogger as _LightningTensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
+
+from lit_grpo.checkpoint_io import free_space, human_size
+from lit_grpo.errors import UserError
 
 EVAL_STAGES = ("val", "test")
 SE_SUFFIX = "_se"
@@ -109,14 +113,74 @@ def custom_scalars_layout(curves: list[str]) -> dict[str, Any]:
     return {"category": categories}
 
 
+class LogWriteError(UserError, OSError):
+    """The TensorBoard log could not be written (names the folder, the reason and the room left there)."""
+
+
+class _Guarded:
+    """A ``SummaryWriter`` whose write failures (a full disk: the writer's thread fails, the next call raises its
+    error) become the logger's one :class:`LogWriteError`."""
+
+    def __init__(self, writer: Any, logger: "TensorBoardLogger"):
+        self.writer, self._logger = writer, logger
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.writer, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return attr(*args, **kwargs)
+            except OSError as exc:
+                raise self._logger.write_failed(exc) from None
+
+        return call
+
+
+def _quiet_writer_thread(hook: Callable) -> Callable:
+    """``threading.excepthook`` without the traceback of TensorBoard's writer thread on an ``OSError``: the logger
+    reports it, in one line, when the main thread next writes."""
+
+    def excepthook(args: Any) -> None:
+        if not (isinstance(args.exc_value, OSError) and type(args.thread).__name__ == "_AsyncWriterThread"):
+            hook(args)
+
+    excepthook.quiet_writer = True
+    return excepthook
+
+
 class TensorBoardLogger(_LightningTensorBoardLogger):
     """Lightning's ``TensorBoardLogger`` with the lit_grpo layout (see the module docstring): validation SEs
-    written as bands, a Custom Scalars layout, and no ``epoch`` scalar while it is 0. Same arguments."""
+    written as bands, a Custom Scalars layout, and no ``epoch`` scalar while it is 0. Same arguments.
+
+    A log that cannot be written (its disk full) stops the run with one :class:`LogWriteError` naming the folder,
+    instead of the writer thread's traceback and Lightning's "you tried to log 0.0" after it."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._curves: list[str] = []
         self._layout_written = False
+        self._guarded: _Guarded | None = None
+        self.error: LogWriteError | None = None
+        if not getattr(threading.excepthook, "quiet_writer", False):
+            threading.excepthook = _quiet_writer_thread(threading.excepthook)
+
+    @property
+    def experiment(self) -> Any:
+        writer = _LightningTensorBoardLogger.experiment.fget(self)
+        if self._guarded is None or self._guarded.writer is not writer:
+            self._guarded = _Guarded(writer, self)
+        return self._guarded
+
+    def write_failed(self, exc: OSError) -> LogWriteError:
+        """The run's :class:`LogWriteError` (the first failure's, named once)."""
+        if self.error is None:
+            free = free_space(self.log_dir)
+            room = f"; {human_size(free)} free there" if free is not None else ""
+            self.error = LogWriteError(f"TensorBoard log {self.log_dir} could not be written ({exc.strerror or exc}"
+                                       f"{room}): make room there or point trainer.logger's save_dir at another disk")
+        return self.error
 
     @rank_zero_only
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
@@ -124,7 +188,12 @@ class TensorBoardLogger(_LightningTensorBoardLogger):
         new = [k[: -len(SE_SUFFIX)] for k in metrics if k.endswith(SE_SUFFIX) and k[: -len(SE_SUFFIX)] in metrics
                and k.split("/", 1)[0] in EVAL_STAGES and k[: -len(SE_SUFFIX)] not in self._curves]
         if scalars:
-            super().log_metrics(scalars, step)
+            try:
+                super().log_metrics(scalars, step)
+            except ValueError as exc:  # Lightning reports any failure of a write as a value it cannot log
+                if isinstance(exc.__cause__, LogWriteError):
+                    raise exc.__cause__ from None
+                raise
         if new or (scalars and not self._layout_written):
             self._curves += new
             self.write_layout(step or 0)
@@ -132,8 +201,27 @@ class TensorBoardLogger(_LightningTensorBoardLogger):
     @rank_zero_only
     def write_layout(self, step: int) -> None:
         """(Re)write the Custom Scalars layout for the curves seen so far (TensorBoard shows the latest)."""
-        self.experiment._get_file_writer().add_summary(layout_summary(custom_scalars_layout(self._curves)), step)
+        try:
+            self.experiment._get_file_writer().add_summary(layout_summary(custom_scalars_layout(self._curves)), step)
+        except OSError as exc:
+            raise self.write_failed(exc) from None
         self._layout_written = True
+
+    @rank_zero_only
+    def save(self) -> None:
+        try:
+            super().save()
+        except OSError as exc:  # hparams.yaml
+            raise self.write_failed(exc) from None
+
+    @rank_zero_only
+    def finalize(self, status: str) -> None:
+        try:
+            super().finalize(status)
+        except OSError as exc:
+            if status == "success":
+                raise self.write_failed(exc) from None
+            # a run that failed already says why; its log's own failure is not a second error
 
 
 def layout_summary(layout: dict[str, Any]):

@@ -37,6 +37,7 @@ from lit_grpo import distributed as D
 from lit_grpo.attention import AttentionConfig, AttentionMeter
 from lit_grpo.config import EvalConfig, GRPOConfig, PerfConfig, check_settings
 from lit_grpo.data.datamodule import PromptBatch
+from lit_grpo.data.sample import check_prompt_lengths, prompt_limit
 from lit_grpo.evaluation import EvaluationHooks, Evaluator
 from lit_grpo.families import row_layout
 from lit_grpo.grpo import decoupled_advantages, group_advantages
@@ -111,6 +112,7 @@ class PolicyModule(EvaluationHooks, L.LightningModule):
         """``group_size`` completions of every prompt of ``batch`` from the engine."""
         self.layout.check_images({s.id: len(s.images) for s in batch.samples})
         enc = encode_prompts(self.processor, batch.messages, [s.images for s in batch.samples])
+        check_prompt_lengths(enc, batch.samples, prompt_limit(self.policy, self.sampling))
         enc = {k: v.to(self.device) if isinstance(v, Tensor) else v for k, v in enc.items()}
         return self.engine.sample(self.policy, enc, group_size, greedy=greedy, temperature=temperature)
 
@@ -168,8 +170,8 @@ class PolicyModule(EvaluationHooks, L.LightningModule):
             log_flat_hparams(self.logger, flatten_hparams(self.hparams),
                              [f"val/{mode}/reward" for mode, *_ in self.evaluator.modes()] + ["train/reward"])
 
-    def _trainable_names(self) -> set[str]:
-        return {f"policy.{n}" for n, p in self.policy.named_parameters() if p.requires_grad}
+    def _trainable_names(self) -> dict[str, tuple[int, ...]]:
+        return {f"policy.{n}": tuple(p.shape) for n, p in self.policy.named_parameters() if p.requires_grad}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Keep only trainable policy weights (just the adapter with LoRA; frozen weights are rebuilt from

@@ -2,8 +2,10 @@
 signal, and resumes that continue the same run.
 
 - :func:`check_checkpoint_folders`: every folder a ``ModelCheckpoint`` will write into is created and
-  written to before the first step (Lightning's atomic save swallows a ``PermissionError``: without the
-  check a run whose folder cannot be written trains to the end and saves nothing, without a word).
+  written to before the first step (a run whose folder cannot be written would otherwise train up to its first
+  save, and with Lightning's own ``CheckpointIO``, which swallows a ``PermissionError``, to the end, saving
+  nothing), and what killed saves left there is removed. The saves themselves are atomic
+  (:mod:`lit_grpo.checkpoint_io`).
 - :func:`check_checkpoint_file`: a ``--ckpt_path`` file that is empty, truncated or not a checkpoint is
   refused with its path and what is wrong (torch alone says ``EOFError`` and names no file).
 - :class:`StopAndResume` (added to every run by the CLI): SIGTERM or SIGINT finishes the current
@@ -31,14 +33,17 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from lit_grpo.errors import InputError, UnwritableFolderError
+from lit_grpo.checkpoint_io import check_lightning_checkpoint, remove_leftovers
+from lit_grpo.errors import CheckpointWriteError, InputError, UnwritableFolderError
+from lit_grpo.run_lock import RunLock
 
 
-def check_writable(folder: str | os.PathLike) -> None:
+def check_writable(folder: str | os.PathLike, what: str = "checkpoint folder",
+                   fix: str = "point the ModelCheckpoint's dirpath elsewhere") -> None:
     """Create ``folder`` (with its parents) and write and delete a small file in it.
 
     Raises:
-        PermissionError / OSError: naming the folder and the reason, when either fails.
+        PermissionError / OSError: naming the folder (``what``) and the reason, when either fails.
     """
     folder = Path(folder)
     try:
@@ -46,8 +51,8 @@ def check_writable(folder: str | os.PathLike) -> None:
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".write_test_"):
             pass
     except OSError as exc:
-        raise UnwritableFolderError(f"checkpoint folder {folder} cannot be written ({exc.strerror or exc}): "
-                                    "make it writable or point the ModelCheckpoint's dirpath elsewhere") from None
+        raise UnwritableFolderError(f"{what} {folder} cannot be written ({exc.strerror or exc}): make it writable or "
+                                    f"{fix}") from None
 
 
 def checkpoint_folders(trainer: L.Trainer) -> list[str]:
@@ -70,11 +75,28 @@ def checkpoint_folders(trainer: L.Trainer) -> list[str]:
     return folders
 
 
-def check_checkpoint_folders(trainer: L.Trainer) -> None:
-    """:func:`check_writable` on every local folder of :func:`checkpoint_folders`."""
-    for folder in checkpoint_folders(trainer):
-        if "://" not in folder:
-            check_writable(folder)
+def check_checkpoint_folders(trainer: L.Trainer, lock: RunLock | None = None) -> None:
+    """:func:`check_writable` on every local folder of :func:`checkpoint_folders`; with a ``lock``, each of them and
+    the logger's folder locked for this run (:class:`~lit_grpo.run_lock.RunLock`: another live run holding one
+    is refused, naming it); then the leftovers of saves killed there removed
+    (:func:`~lit_grpo.checkpoint_io.remove_leftovers`).
+
+    Raises:
+        UnwritableFolderError: a folder cannot be written.
+        FolderInUseError: another live run holds a folder.
+    """
+    folders = [f for f in checkpoint_folders(trainer) if "://" not in f]
+    for folder in folders:
+        check_writable(folder)
+    if lock is not None:
+        for folder in folders:
+            lock.acquire(folder, "checkpoint folder")
+        logdir = trainer.logger.log_dir if trainer.logger is not None else None
+        if isinstance(logdir, str) and "://" not in logdir:
+            check_writable(logdir, "log folder", "point trainer.logger's save_dir elsewhere")
+            lock.acquire(logdir, "log folder")
+    for folder in folders:
+        remove_leftovers(folder)
 
 
 def check_checkpoint_file(path: str | os.PathLike | None) -> None:
@@ -107,19 +129,31 @@ def check_checkpoint_file(path: str | os.PathLike | None) -> None:
         raise InputError(f"checkpoint {path} ({size} bytes) is truncated or not a checkpoint: a checkpoint is a zip "
                          "archive written by torch.save, and this file holds no complete one (a copy cut short, a "
                          "save that was interrupted?); use an earlier checkpoint or copy it again")
+    check_lightning_checkpoint(path)
 
 
-def check_trainable_weights(state_dict: dict[str, Any], trainable: set[str], prefix: str = "") -> None:
+def check_trainable_weights(state_dict: dict[str, Any], trainable: set[str] | dict[str, tuple[int, ...]],
+                            prefix: str = "") -> None:
     """The checkpoint's weights under ``prefix`` must be exactly the run's ``trainable`` names: checkpoints hold
     only trainable weights and load non-strictly, so a mismatch would silently leave weights untrained (missing)
     or keep weights the run neither trains nor saves again (unexpected, e.g. LoRA on q,k,v,o loaded into q,v).
+    With ``trainable`` a mapping of names to shapes, each saved tensor must have its weight's shape (a checkpoint of
+    a model of other sizes: hidden size, vocabulary, LoRA rank).
 
     Raises:
-        ValueError: the counts and a few names of the missing and of the unexpected weights.
+        ValueError: the counts and a few names of the missing and of the unexpected weights, or the first weight
+        whose shape differs, with both shapes.
     """
     saved = {k for k in state_dict if k.startswith(prefix)}
-    missing, unexpected = sorted(trainable - saved), sorted(saved - trainable)
+    missing, unexpected = sorted(set(trainable) - saved), sorted(saved - set(trainable))
     if not missing and not unexpected:
+        shapes = trainable if isinstance(trainable, dict) else {}
+        for name in sorted(shapes):
+            have = tuple(getattr(state_dict[name], "shape", shapes[name]))
+            if have != tuple(shapes[name]):
+                raise InputError(f"checkpoint weight {name} has shape {list(have)} where this run's model has "
+                                 f"{list(shapes[name])}: the checkpoint was written by a model of other sizes (hidden "
+                                 "size, layers, vocabulary, LoRA rank); resume it with the model that wrote it")
         return
     parts = [f"lacks {len(missing)} weights this run trains, e.g. {missing[:3]}"] if missing else []
     if unexpected:
@@ -324,8 +358,12 @@ class StopAndResume(L.Callback):
             self._say(f"Stopped by {name} during {stage}, before any training step finished: nothing to resume "
                       f"(exit status {self.exit_code}).")
             return
-        path = self._stop_path(trainer)
-        trainer.save_checkpoint(path)
+        path = self.stop_path(trainer)
+        try:
+            trainer.save_checkpoint(path, weights_only=False)
+        except CheckpointWriteError as exc:  # one line: the file, the reason, the room left, what is still there
+            self._say(f"Stopped by {name} after step {trainer.global_step}, but the {exc}. " + self._newest(trainer))
+            return
         if not os.path.isfile(path):
             self._say(f"Stopped by {name} after step {trainer.global_step}, but the checkpoint {path} could not "
                       "be written. " + self._newest(trainer))
@@ -337,7 +375,10 @@ class StopAndResume(L.Callback):
                   + f"; checkpoint written: {path}\nResume the run (same prompts, completions and weights as "
                   f"if it had not stopped; a higher --trainer.max_steps trains further) with:\n  {resume}")
 
-    def _stop_path(self, trainer: L.Trainer) -> str:
+    @staticmethod
+    def stop_path(trainer: L.Trainer) -> str:
+        """``last.ckpt`` in the first ``ModelCheckpoint`` folder (recorded as its last checkpoint when it saves one),
+        else in the trainer's default checkpoint folder."""
         for cb in trainer.checkpoint_callbacks:
             if isinstance(cb, ModelCheckpoint) and cb.dirpath is not None:
                 path = os.path.join(cb.dirpath, cb.CHECKPOINT_NAME_LAST + cb.FILE_EXTENSION)

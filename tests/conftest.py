@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -55,3 +57,25 @@ def zoo_dir(tmp_path_factory):
         return saved[family]
 
     return get
+
+
+@pytest.fixture
+def disk(tmp_path):
+    """``disk(name, size)``: a new folder ``tmp_path/name`` on a tmpfs of ``size`` bytes, unmounted after the test
+    (a checkpoint folder goes into a subfolder, so that a filler file can share its filesystem)."""
+    mounted = []
+
+    def mount(name: str, size: int) -> Path:
+        folder = tmp_path / name
+        folder.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                              capture_output=True, text=True)
+        if done.returncode:
+            pytest.skip(f"cannot mount a tmpfs ({done.stderr.strip() or 'mount failed'}): a folder on a filesystem of "
+                        "its own needs root or CAP_SYS_ADMIN")
+        mounted.append(folder)
+        return folder
+
+    yield mount
+    for folder in reversed(mounted):
+        subprocess.run(["umount", "-l", str(folder)], check=False)

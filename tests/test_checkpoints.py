@@ -116,15 +116,32 @@ def test_a_checkpoint_folder_that_cannot_be_written_is_refused_before_the_first_
     assert CountSteps.steps == 0
 
 
-def test_the_closing_message_names_only_checkpoints_that_exist(tmp_path, caplog):
-    """The folder becomes unwritable after the startup check: every save fails (Lightning swallows the
-    PermissionError); the run warns and its closing message names no checkpoint file."""
+def test_a_folder_that_becomes_unwritable_stops_the_run_at_its_first_save_in_one_line(tmp_path):
+    """The folder becomes unwritable after the startup check: the first save fails with one line naming the file
+    and the reason, and no partial file is left."""
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    CountSteps.steps = 0
+    with _locked(ckpt), pytest.raises(OSError) as failed:
+        _run("fit", tmp_path, "--trainer.max_steps", "2",
+             ckpt={"dirpath": str(ckpt), "save_last": True, "every_n_train_steps": 1},
+             callbacks=[{"class_path": "test_checkpoints.LockFolder", "init_args": {"folder": str(ckpt)}}])
+    path = ckpt / "epoch=0-step=1.ckpt"
+    assert str(failed.value).startswith(f"checkpoint {path} could not be written (Operation not permitted; ")
+    assert "make it writable or point the ModelCheckpoint's dirpath at another disk" in str(failed.value)
+    assert "\n" not in str(failed.value) and CountSteps.steps == 1 and not any(ckpt.iterdir())
+
+
+def test_without_the_atomic_plugin_the_closing_message_names_only_checkpoints_that_exist(tmp_path, caplog):
+    """With Lightning's own CheckpointIO configured (it swallows a PermissionError), every save fails silently; the
+    run warns and its closing message names no checkpoint file."""
     caplog.set_level(logging.INFO)
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     with _locked(ckpt), pytest.warns(UserWarning, match=f"checkpoint {re.escape(str(ckpt / 'last.ckpt'))} was not "
                                                           "written"):
-        cli = _run("fit", tmp_path, "--trainer.max_steps", "2",
+        cli = _run("fit", tmp_path, "--trainer.max_steps", "2", "--trainer.plugins",
+                   "lightning.pytorch.plugins.io.TorchCheckpointIO",
                    ckpt={"dirpath": str(ckpt), "save_last": True, "every_n_train_steps": 1},
                    callbacks=[{"class_path": "test_checkpoints.LockFolder", "init_args": {"folder": str(ckpt)}}])
     assert cli.trainer.global_step == 2 and not any(ckpt.iterdir())
@@ -204,3 +221,45 @@ def test_a_matching_checkpoint_still_loads(lora_qkvo):
     for name, value in cli.model.state_dict().items():
         if name in saved:
             assert torch.equal(value, saved[name]), name
+
+
+def _shape_error(message: str) -> tuple[str, list[int], list[int]]:
+    m = re.fullmatch(r"checkpoint weight (\S+) has shape \[([\d, ]+)\] where this run's model has \[([\d, ]+)\]: "
+                     r"the checkpoint was written by a model of other sizes \(hidden size, layers, vocabulary, LoRA "
+                     r"rank\); resume it with the model that wrote it", message)
+    assert m, message
+    return m.group(1), [int(d) for d in m.group(2).split(",")], [int(d) for d in m.group(3).split(",")]
+
+
+@pytest.mark.parametrize("subcommand", ["fit", "validate"])
+def test_a_checkpoint_of_a_model_of_other_widths_names_the_first_mismatched_weight(trained, tmp_path, subcommand):
+    """Written with hidden size 64, loaded into hidden size 128 (same names): one line naming the first weight in name
+    order whose shape differs, with both shapes (the model's is the checkpoint's with 64 read as 128)."""
+    _, ckpt = trained
+    saved = torch.load(ckpt, weights_only=False)["state_dict"]
+    with pytest.raises(ValueError) as err:
+        _run(subcommand, tmp_path, "--ckpt_path", str(ckpt), embedded={"seed": 0, "hidden_size": 128})
+    name, have, want = _shape_error(str(err.value))
+    assert list(saved[name].shape) == have and 64 in have
+    assert want == [128 if d == 64 else d for d in have]
+
+
+def test_a_lora_checkpoint_of_another_rank_names_the_first_mismatched_weight(lora_qkvo):
+    folder, ckpt = lora_qkvo
+    with pytest.raises(ValueError) as err:
+        _run("validate", folder, "--ckpt_path", str(ckpt), lora={"r": 8, "alpha": 16, "target_modules": QKVO})
+    name, have, want = _shape_error(str(err.value))
+    assert "lora_A" in name and have[0] == 4 and want == [8, *have[1:]]
+
+
+@pytest.mark.parametrize("content,holds", [
+    ({"w": torch.zeros(3), "b": torch.zeros(1)}, "a dict of 2 entries such as ['b', 'w']"),
+    (torch.zeros(3), "a Tensor"),
+], ids=["bare_state_dict", "a_tensor"])
+def test_a_torch_file_that_no_run_wrote_is_refused_naming_what_it_holds(trained, tmp_path, content, holds):
+    folder, _ = trained
+    path = tmp_path / "weights.pt"
+    torch.save(content, path)
+    with pytest.raises(ValueError, match=re.escape(f"checkpoint {path} is not a checkpoint a run wrote: this "
+                                                   f"torch.save file holds {holds}, without Lightning's state_dict")):
+        _run("fit", folder, "--ckpt_path", str(path))

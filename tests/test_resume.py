@@ -15,6 +15,7 @@ import torch
 import yaml
 
 from lit_grpo.cli import main
+from lit_grpo.rewards.registry import REWARDS, RewardError
 
 ROOT = Path(__file__).parents[1]
 
@@ -43,6 +44,26 @@ class SignalAt(L.Callback):
     def on_validation_start(self, trainer, pl_module):
         if self.step == 0:
             os.kill(os.getpid(), self.signum)
+
+
+class FailAt(L.Callback):
+    """Makes the weight-0 reward ``fails_when_armed`` raise on every row from training step ``step`` on."""
+
+    armed = False
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        FailAt.armed = trainer.global_step + 1 >= self.step
+
+
+if "fails_when_armed" not in REWARDS:
+    @REWARDS.register("fails_when_armed")
+    def _fails_when_armed(completions, **_):
+        if FailAt.armed:
+            raise RuntimeError("the grader is gone")
+        return [0.0] * len(completions)
 
 
 def _config(folder: Path, every_n: int = 1, **extra) -> Path:
@@ -175,6 +196,24 @@ def test_sigterm_in_process_finishes_the_step_checkpoints_and_resumes_as_the_sam
     Record.steps = []
     cli = main(command[3:])  # the printed command, as it stands
     _assert_same_run(first + Record.steps, _weights(cli), reference)
+
+
+def test_a_step_that_fails_saves_the_last_finished_step_and_resumes_as_the_same_run(tmp_path, reference):
+    """A reward (weight 0: it changes nothing else) raises in step 4 and no checkpoint is due: last.ckpt holds step 3
+    as a checkpoint written right after it would, and 3 + 3 steps are the 6 uninterrupted ones."""
+    rewards = {"model.init_args.rewards": [{"name": "binary", "weight": 1.0}, {"name": "boxed_format", "weight": 0.5},
+                                           {"name": "fails_when_armed", "weight": 0.0}]}
+    fail = {"class_path": "test_resume.FailAt", "init_args": {"step": 4}}
+    with pytest.raises(RewardError) as failed:
+        _fit(tmp_path, "--trainer.callbacks+", json.dumps(fail), every_n=100, **rewards)
+    last = tmp_path / "ckpt" / "last.ckpt"
+    assert str(failed.value).startswith("reward 'fails_when_armed' raised on completion 0 of 8 (row id ")
+    assert failed.value.__notes__[0].startswith(f"Step 3, the last finished step, is saved in {last}; resume ")
+    assert torch.load(last, weights_only=False)["global_step"] == 3
+    first = list(Record.steps)
+    FailAt.armed = False
+    cli, second = _fit(tmp_path, "--ckpt_path", str(last), every_n=100, **rewards)
+    _assert_same_run(first + second, _weights(cli), reference)
 
 
 def test_a_signal_before_training_exits_nonzero_and_says_nothing_is_lost(tmp_path, capsys):

@@ -293,6 +293,10 @@ class VLMDataModule(L.LightningDataModule):
         self.prompt_length: Callable[[list[dict], Sample], int] | None = None
         """``fn(messages, sample)``: prompt tokens of a sample, image tokens included (the policy module's
         :meth:`~lit_grpo.module.PolicyModule.prompt_length`); ``None``: nothing is measured or dropped."""
+        self.prompt_limit: int | None = None
+        """The longest prompt the model takes (its context less the completion length; the CLI sets it): with
+        ``on_bad_row: skip`` longer rows are dropped up front like other bad rows (with ``raise`` the model refuses
+        such a row when its batch is encoded)."""
 
     def setup(self, stage: str | None = None) -> None:
         wanted = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("predict",)}
@@ -334,16 +338,24 @@ class VLMDataModule(L.LightningDataModule):
         return render_messages(sample, self.template, self.system_prompt)
 
     def _filter(self, split: str, ds: Dataset) -> Dataset:
+        """``ds`` without the samples longer than ``max_prompt_length`` or (``on_bad_row: skip``) than the model's
+        context (:attr:`prompt_limit`), each sample measured once up front; the count is logged."""
+        limits = [(n, label) for n, label in (
+            (self.max_prompt_length, f"max_prompt_length={self.max_prompt_length} tokens"),
+            (self.prompt_limit if self.on_bad_row == "skip" else None,
+             f"the model's context ({self.prompt_limit} tokens: max_position_embeddings less max_completion_length)"),
+        ) if n is not None]
         measure = self.prompt_length
-        if self.max_prompt_length is None or measure is None:
+        if not limits or measure is None:
             return ds
-        keep = [i for i in range(len(ds)) if measure(self.render(ds[i]), ds[i]) <= self.max_prompt_length]
+        limit, label = min(limits)
+        keep = [i for i in range(len(ds)) if measure(self.render(ds[i]), ds[i]) <= limit]
         if not keep and len(ds):
-            raise ValueError(f"{split}: all {len(ds)} samples are longer than max_prompt_length="
-                             f"{self.max_prompt_length} tokens (image tokens included); raise data.max_prompt_length")
+            raise ValueError(f"{split}: all {len(ds)} samples are longer than {label} (image tokens included); raise "
+                             "data.max_prompt_length or use a model with a longer context")
         if len(keep) < len(ds):
-            log.warning("%s: dropped %d of %d samples longer than max_prompt_length=%d tokens",
-                        split, len(ds) - len(keep), len(ds), self.max_prompt_length)
+            log.warning("%s: dropped %d of %d samples longer than %s (image tokens included)",
+                        split, len(ds) - len(keep), len(ds), label)
         return Subset(ds, keep) if len(keep) < len(ds) else ds
 
     def collate(self, samples: list[Sample]) -> PromptBatch:

@@ -32,8 +32,9 @@ from typing import Any, Callable
 from torch.utils.data import ConcatDataset
 
 from lit_grpo.data.io import open_table
-from lit_grpo.data.sample import (DEFAULT_MAX_PIXELS, MC_INSTRUCTION, OE_INSTRUCTION, BadRowError, Sample,
-                                  SampleDataset, decode_image, load_rows, render_options)
+from lit_grpo.data.images import DEFAULT_MAX_PIXELS, decode_image
+from lit_grpo.data.sample import (MC_INSTRUCTION, OE_INSTRUCTION, BadRowError, Sample, SampleDataset, load_rows,
+                                  render_options)
 from lit_grpo.units import derive_unit
 
 DOMAINS = ("Mechanics", "Electromagnetism", "Thermodynamics", "Wave/Acoustics", "Optics", "Modern Physics")

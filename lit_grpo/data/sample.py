@@ -1,5 +1,6 @@
-"""The one record type every dataset yields, image decoding with clear errors, lazy datasets, and the prompt
-templates that turn a sample into chat messages (system turn + a user turn with image and text parts).
+"""The one record type every dataset yields, lazy datasets with the bad-row policy, and the prompt templates that
+turn a sample into chat messages (system turn + a user turn with image and text parts). Images are decoded by
+:mod:`lit_grpo.data.images`.
 
 The model's processor turns the messages into tokens with its own chat template. Templates (``TEMPLATES``):
 ``visualsphinx_official`` and ``visualsphinx_seed`` (puzzles), ``physics_rubric`` (the reward-design
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import io
 import logging
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -25,8 +25,6 @@ log = logging.getLogger(__name__)
 
 ANSWER_FORMATS = ("mcq", "open")
 BAD_ROW_POLICIES = ("raise", "skip")
-DEFAULT_MAX_PIXELS = 50_000_000
-"""Decompression-bomb guard: images with more pixels are rejected (the largest PhyX image has ~28M)."""
 
 
 class BadRowError(InputError):
@@ -55,45 +53,6 @@ class Sample:
     def columns(self) -> dict[str, Any]:
         """Fields as reward columns (everything, images included)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-
-
-def decode_image(obj: Any, *, where: str, base_dir: str | Path | None = None,
-                 max_pixels: int = DEFAULT_MAX_PIXELS) -> Image.Image:
-    """Decode an image given as PIL, raw bytes, an HF ``{"bytes", "path"}`` dict or a file path, to RGB.
-
-    The format is detected from the bytes (never from the file name). ``where`` names the row for errors.
-    Raises:
-        BadRowError: missing, unreadable or undecodable image, or more than ``max_pixels`` pixels.
-    """
-    if isinstance(obj, Image.Image):
-        img = obj
-    else:
-        if isinstance(obj, dict):
-            obj = obj.get("bytes") or obj.get("path")
-        if obj is None or obj == b"" or obj == "":
-            raise BadRowError(f"{where}: image is missing")
-        if isinstance(obj, (bytes, bytearray)):
-            src: Any = io.BytesIO(obj)
-        else:
-            path = Path(base_dir or ".") / str(obj)
-            if not path.is_file():
-                raise BadRowError(f"{where}: image file {path} does not exist")
-            src = path
-        try:
-            img = Image.open(src)
-            if img.width * img.height > max_pixels:
-                raise BadRowError(
-                    f"{where}: image of {img.width}x{img.height} pixels is over the limit of {max_pixels} "
-                    "(raise data max_pixels if it is genuine)"
-                )
-            img.load()
-        except BadRowError:
-            raise
-        except Image.DecompressionBombError as exc:
-            raise BadRowError(f"{where}: image is over PIL's decompression-bomb limit ({exc})") from exc
-        except Exception as exc:  # PIL raises many types for corrupt data
-            raise BadRowError(f"{where}: image cannot be decoded ({type(exc).__name__}: {exc})") from exc
-    return img.convert("RGB") if img.mode != "RGB" else img
 
 
 BAD_BYTES_COLUMN = "__bad_row__"
@@ -214,6 +173,37 @@ def load_rows(rows: Sequence[Any], to_sample: Callable[[Any, int], Sample], *, n
                     len(rows), " | ".join(reasons[:3]))
     return SampleDataset(rows, checked, name, indices=keep, text_rows=text_rows, text_fields=fields,
                          image_sources=image_sources, known=known)
+
+
+def prompt_limit(policy: Any, sampling: Any = None) -> int | None:
+    """The prompt tokens a model takes: its text config's ``max_position_embeddings``, less the sampling settings'
+    ``max_completion_length`` when that leaves room (a completion is written after the prompt); ``None`` when the
+    config gives no limit."""
+    config = policy.config
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    positions = getattr(text, "max_position_embeddings", None)
+    if not isinstance(positions, int) or positions <= 0:
+        return None
+    completion = getattr(sampling, "max_completion_length", 0) or 0
+    return positions - completion if positions > completion else positions
+
+
+def check_prompt_lengths(encoded: dict[str, Any], samples: Sequence[Sample], limit: int | None) -> None:
+    """Refuse a prompt longer than the model's context (:func:`prompt_limit`) before any forward over it (a prompt
+    of 19,355 tokens against 4,096 positions would otherwise grow the process by gigabytes, or index past the
+    position table).
+
+    ``encoded``: the processor's output for ``samples`` (its ``attention_mask``, ``[B, L]``, gives each length).
+
+    Raises:
+        BadRowError: the first such sample, with its id, its length and the limit.
+    """
+    for n, sample in zip(encoded["attention_mask"].sum(1).tolist(), samples):
+        if limit is not None and n > limit:
+            raise BadRowError(f"row id {sample.id}: its prompt is {n} tokens (image tokens included), longer than the "
+                              f"model's context allows ({limit} tokens: max_position_embeddings less the completion's "
+                              "max_completion_length); shorten it, or set data.on_bad_row: skip (or "
+                              "data.max_prompt_length) to drop such rows up front")
 
 
 # ----------------------------------------------------------------- prompt templates

@@ -11,7 +11,8 @@ import json
 from typing import Any
 
 from lit_grpo.data.io import open_table
-from lit_grpo.data.sample import DEFAULT_MAX_PIXELS, BadRowError, Sample, SampleDataset, decode_image, load_rows
+from lit_grpo.data.images import DEFAULT_MAX_PIXELS, decode_image
+from lit_grpo.data.sample import BadRowError, Sample, SampleDataset, load_rows
 
 _META = ("explanation", "difficulty", "has_duplicate", "reasonableness", "readability", "accuracy")
 

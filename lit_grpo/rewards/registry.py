@@ -30,6 +30,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_only
 
 from lit_grpo.data.sample import Sample
+from lit_grpo.errors import UserError
 from lit_grpo.ranges import Checked, Keys, argument_types, check_value
 from lit_grpo.registry import Registry
 
@@ -229,14 +230,52 @@ class RewardOutput(list):
         self.metrics = dict(metrics or {})
 
 
-def _column(label: str, values, n: int, warn: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+class RewardError(UserError, ValueError):
+    """A reward raised, or returned something that is not one value per completion; names the reward, the
+    completion (index in the step's completions, row id) and what it did."""
+
+
+VALUES_RULE = "a reward returns one value per completion: a number, None (does not apply) or NaN (failed)"
+
+
+def _row(columns: dict[str, list] | None, i: int) -> str:
+    ids = (columns or {}).get("id")
+    return f" (row id {ids[i]})" if isinstance(ids, (list, tuple)) and i < len(ids) else ""
+
+
+def _number(value: Any) -> float | None:
+    """``value`` as a float (``None`` kept); raises ``TypeError`` / ``ValueError`` for anything but a number."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes, dict, list, tuple)):
+        raise TypeError(type(value).__name__)
+    return float(value)
+
+
+def _column(label: str, values, n: int, warn: bool = True,
+            columns: dict[str, list] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(values, applies, failed)``: float32 ``[N]`` values with NaN where the term does not apply or failed,
     and the bool ``[N]`` masks of the two cases (``None`` = does not apply; NaN, +-inf, or a value beyond
-    float32's range = failed). ``warn``: log failures (terms; a component's NaN is routine)."""
+    float32's range = failed). ``warn``: log failures (terms; a component's NaN is routine). ``columns``: the
+    step's columns, for the row ids in errors.
+
+    Raises:
+        RewardError: not a sequence of ``n`` values, or a value that is not a number or None (names the first).
+    """
+    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__len__"):
+        raise RewardError(f"reward {label!r} returned {type(values).__name__} {values!r:.60}, not a list: "
+                          f"{VALUES_RULE}")
     if len(values) != n:
-        raise ValueError(f"reward {label!r} returned {len(values)} values for {n} completions")
-    applies = torch.tensor([v is not None for v in values], dtype=torch.bool)
-    raw = torch.tensor([math.nan if v is None else float(v) for v in values], dtype=torch.float32)
+        raise RewardError(f"reward {label!r} returned {len(values)} values for {n} completions: {VALUES_RULE}")
+    numbers = []
+    for i, v in enumerate(values):
+        try:
+            numbers.append(_number(v))
+        except (TypeError, ValueError):
+            raise RewardError(f"reward {label!r} returned {v!r:.60} (a {type(v).__name__}) for completion {i} of {n}"
+                              f"{_row(columns, i)}: {VALUES_RULE}") from None
+    applies = torch.tensor([v is not None for v in numbers], dtype=torch.bool)
+    raw = torch.tensor([math.nan if v is None else v for v in numbers], dtype=torch.float32)
     failed = applies & ~torch.isfinite(raw)
     if warn and failed.any():
         _warn_failures(label, raw, failed)
@@ -313,7 +352,8 @@ def score_completions(
     (after the terms; never in the total), and its metrics go into ``metrics`` (when given) as
     ``"<label>/<name>"``, with ``"<label>/frac_failed"`` for a reward that failed on some completion.
     Raises:
-        ValueError: a reward returned the wrong number of values (names the reward).
+        RewardError: a reward function raised, or a reward returned something else than a number or None per
+        completion (names the reward and the completion).
     """
     n = len(completions)
     per: dict[str, torch.Tensor] = {}
@@ -321,8 +361,8 @@ def score_completions(
     total = torch.zeros(n, dtype=torch.float32)
     applied, unscorable = torch.zeros(n, dtype=torch.bool), torch.zeros(n, dtype=torch.bool)
     for label, fn in fns.items():
-        values = fn(completions, **columns)
-        per[label], applies, failed = _column(label, values, n)
+        values = call_reward(label, fn, completions, columns)
+        per[label], applies, failed = _column(label, values, n, columns=columns)
         weight = float(weights[label])
         ok = applies & ~failed
         total += torch.where(ok, weight * torch.nan_to_num(per[label]), torch.zeros_like(total))
@@ -342,3 +382,39 @@ def score_completions(
     total[unscorable | ~applied | overflow] = math.nan
     per.update(extra)
     return per, total
+
+
+def call_reward(label: str, fn: RewardFn, completions: list[str], columns: dict[str, list]):
+    """``fn(completions, **columns)``. A reward function that raises is called again on one completion at a time to
+    find the first that it cannot score, and the error names the reward and that completion. A reward object (a
+    judge, the attention reward) is not called again: its error goes on as it is, with a note naming the reward.
+
+    Raises:
+        RewardError: a reward function raised (its error's type and message, one line).
+    """
+    try:
+        return fn(completions, **columns)
+    except UserError:
+        raise
+    except Exception as exc:
+        if not callable(getattr(fn, "func", None)) and not inspect.isfunction(fn):
+            if hasattr(exc, "add_note"):
+                exc.add_note(f"(in reward {label!r})")
+            raise
+        raise _find_failure(label, fn, completions, columns, exc) from exc
+
+
+def _find_failure(label: str, fn: RewardFn, completions: list[str], columns: dict[str, list],
+                  exc: Exception) -> RewardError:
+    n = len(completions)
+    for i in range(n):
+        try:
+            fn(completions[i:i + 1], **{k: v[i:i + 1] if isinstance(v, list) and len(v) == n else v
+                                      for k, v in columns.items()})
+        except Exception as one:
+            exc, where = one, f"on completion {i} of {n}{_row(columns, i)}"
+            break
+    else:
+        where = f"on the {n} completions together (each alone it scores)"
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return RewardError(f"reward {label!r} raised {where}: {text}")
