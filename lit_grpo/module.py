@@ -38,6 +38,7 @@ from lit_grpo.config import EvalConfig, GRPOConfig, PerfConfig, check_settings
 from lit_grpo.data.datamodule import PromptBatch
 from lit_grpo.evaluation import EvaluationHooks, Evaluator
 from lit_grpo.families import row_layout
+from lit_grpo.fsdp import ShardingHooks
 from lit_grpo.grpo import group_advantages, grpo_loss
 from lit_grpo.hparams import flatten_hparams, log_flat_hparams
 from lit_grpo.metrics import PromptStats, train_metrics
@@ -143,8 +144,7 @@ class PolicyPasses:
         return {**loss, **D.weighted_mean(stats, float(mask.sum()))}
 
 
-
-class PolicyModule(EvaluationHooks, L.LightningModule):
+class PolicyModule(ShardingHooks, EvaluationHooks, L.LightningModule):
     """A policy trained by a subclass's ``training_step``; sampling, rewards, evaluation and checkpoints here."""
 
     dropout_free: ClassVar[bool] = True
@@ -275,7 +275,6 @@ class PolicyModule(EvaluationHooks, L.LightningModule):
         check_trainable_weights(checkpoint["state_dict"], self._trainable_names(), prefix="policy.")
         if "rng_states" in checkpoint:
             restore_rank_rng_states(checkpoint["rng_states"])
-
 
 
 class GRPOModule(PolicyModule):
