@@ -1,0 +1,200 @@
+"""Runs over several processes and nodes, launched as a user would (``python -m lit_grpo fit``; ``torchrun``), on
+loopback only: a sharded (FSDP2, bf16-mixed) run resumed from its step-2 checkpoint on 2 nodes (two torchrun node
+groups on 127.0.0.1, one process each) continues the 1-node 2-process run exactly; a 2-process DDP run resumed from
+its step-2 checkpoint continues each rank's data, sampling stream and weights exactly; exports of both; sharded
+checkpoints written atomically, refused in one line when they cannot resume the run."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from test_fsdp import free_port, torchrun
+
+from lit_grpo.errors import InputError
+
+ROOT = Path(__file__).parents[1]
+UNITS = 5  # the embedded model: 2 decoder layers, 2 vision layers and the root
+
+
+def _overrides(folder: Path, shared: Path, run: str, export: bool = False) -> Path:
+    """The demo on 12 puzzles (3 steps of 2 prompts per rank an epoch), 4 steps, a checkpoint every 2 steps (all
+    kept), every rank's steps recorded."""
+    callbacks = [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                  "init_args": {"dirpath": str(folder / "ckpt"), "every_n_train_steps": 2, "save_top_k": -1,
+                                "save_last": True}},
+                 {"class_path": "lit_grpo.testing.record.RecordSteps", "init_args": {"folder": str(folder / "record")}}]
+    if export:
+        callbacks.append({"class_path": "lit_grpo.callbacks.ExportPretrained",
+                          "init_args": {"dirpath": str(folder / "export")}})
+    cfg = {"trainer": {"accelerator": "cpu", "max_steps": 4, "max_epochs": 2, "val_check_interval": 100,
+                       "enable_progress_bar": False, "callbacks": callbacks,
+                       "logger": {"class_path": "lit_grpo.loggers.TensorBoardLogger",
+                                  "init_args": {"save_dir": str(folder / "logs"), "name": run}}},
+           "model": {"init_args": {"policy": {"name_or_path": str(shared / "model")},
+                                   "sampling": {"num_generations": 4, "max_completion_length": 12},
+                                   "evaluation": {"before_fit": False}, "lr_scheduler": None,
+                                   "optimizer": {"class_path": "torch.optim.AdamW",
+                                                 "init_args": {"lr": 1e-3, "weight_decay": 0.0}}}},
+           "data": {"train": {"path": str(shared / "train.parquet")}, "val": {"path": str(shared / "val.parquet")},
+                    "batch_size": 2, "eval_batch_size": 2}}
+    path = folder / "overrides.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _launch(commands: list[list[str]]) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
+    procs = [subprocess.Popen(c, cwd=ROOT, env={**env, "MASTER_PORT": str(free_port())}, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for c in commands]
+    for p in procs:
+        log, _ = p.communicate(timeout=400)
+        assert p.returncode == 0, log[-4000:]
+
+
+def _fit(folder: Path, *args: str) -> list[str]:
+    return ["-m", "lit_grpo", "fit", "--config", "configs/demo.yaml", *args, "--config",
+            str(folder / "overrides.yaml")]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """sharded: 4 uninterrupted steps on 1 node x 2 processes; nodes: resumed at step 2 on 2 nodes x 1 process;
+    ddp: 4 uninterrupted steps on 2 processes; ddp_resumed: resumed at step 2 (two launches at a time)."""
+    from lit_grpo.data.puzzles import write_puzzles
+    from lit_grpo.embedded import save_embedded_vlm
+
+    root = tmp_path_factory.mktemp("ranks")
+    shared = root / "shared"
+    save_embedded_vlm(shared / "model")
+    write_puzzles(shared / "train.parquet", num=12, seed=0)
+    write_puzzles(shared / "val.parquet", num=2, seed=1)
+    f = {name: root / name for name in ("sharded", "nodes", "ddp", "ddp_resumed")}
+    for name, folder in f.items():
+        folder.mkdir()
+        _overrides(folder, shared, name, export=name == "sharded")
+    fsdp = ["--config", "configs/fsdp.yaml", "--trainer.precision", "bf16-mixed"]
+    ddp = ["--trainer.devices", "2", "--trainer.strategy", "ddp"]
+    step2 = "epoch=0-step=2.ckpt"
+    _launch([[sys.executable, *_fit(f["sharded"], *fsdp), "--trainer.devices", "2"],
+             [sys.executable, *_fit(f["ddp"], *ddp)]])
+    port = free_port()
+    nodes = [torchrun(1, port, *_fit(f["nodes"], *fsdp), "--trainer.devices", "1", "--trainer.num_nodes", "2",
+                      "--ckpt_path", str(f["sharded"] / "ckpt" / step2), nnodes=2, node_rank=i) for i in (0, 1)]
+    _launch([*nodes, [sys.executable, *_fit(f["ddp_resumed"], *ddp), "--ckpt_path", str(f["ddp"] / "ckpt" / step2)]])
+    return f
+
+
+def _ranks(folder: Path) -> list[dict]:
+    return [json.loads((folder / "record" / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+
+def _same_steps(resumed: list[dict], uninterrupted: list[dict]) -> None:
+    """Every rank's steps 3 and 4: the same prompts, completions and logged figures."""
+    for a, b in zip(resumed, uninterrupted):
+        assert [s["step"] for s in a["steps"]] == [3, 4] and [s["step"] for s in b["steps"]] == [1, 2, 3, 4]
+        for x, y in zip(a["steps"], b["steps"][2:]):
+            assert x["ids"] == y["ids"] and x["completions"] == y["completions"]
+            assert x["logged"] == pytest.approx(y["logged"], rel=1e-6, abs=1e-7)
+    assert resumed[0]["steps"][0]["ids"] != resumed[1]["steps"][0]["ids"]  # each rank its own share of the data
+    assert resumed[0]["steps"][0]["completions"] != resumed[1]["steps"][0]["completions"]
+
+
+@pytest.mark.slow
+def test_sharded_run_resumed_on_two_nodes_continues_the_one_node_run(runs):
+    sharded, nodes = _ranks(runs["sharded"]), _ranks(runs["nodes"])
+    assert [(r["global_rank"], r["node_rank"], r["local_rank"], r["world_size"]) for r in sharded] == \
+        [(0, 0, 0, 2), (1, 0, 1, 2)]
+    assert [(r["global_rank"], r["node_rank"], r["local_rank"], r["world_size"]) for r in nodes] == \
+        [(0, 0, 0, 2), (1, 1, 0, 2)]
+    _same_steps(nodes, sharded)
+    for r in sharded + nodes:  # every rollout gathers each unit once; each rank holds half of the weights
+        assert all(s["rollout_all_gathers"] == UNITS for s in r["steps"])
+        held, whole = r["parameter_bytes"]
+        assert 0.45 < held / whole < 0.55
+    assert sum(r["parameter_bytes"][0] for r in sharded) == sharded[0]["parameter_bytes"][1]
+    weights, resumed = torch.load(runs["sharded"] / "record" / "weights.pt"), torch.load(runs["nodes"] / "record" /
+                                                                                        "weights.pt")
+    # full fine-tuning, vision tower frozen: 2 decoder layers x 9, the (tied) embedding, final norm, 4 projector
+    # weights and LLaVA-NeXT's image_newline
+    assert len(weights) == 25 and set(resumed) == set(weights)
+    for name, value in weights.items():
+        torch.testing.assert_close(resumed[name], value, rtol=0, atol=0, msg=name)
+    # the folder checkpoints: one shard per rank, nothing left half-written beside them
+    names = sorted(p.name for p in (runs["sharded"] / "ckpt").iterdir())
+    assert names == ["epoch=0-step=2.ckpt", "epoch=1-step=4.ckpt", "last.ckpt"]
+    assert sorted(p.name for p in (runs["sharded"] / "ckpt" / "last.ckpt").iterdir()) == \
+        [".metadata", "__0_0.distcp", "__1_0.distcp", "meta.pt"]
+
+
+@pytest.mark.slow
+def test_ddp_run_resumed_continues_every_rank(runs):
+    ddp, resumed = _ranks(runs["ddp"]), _ranks(runs["ddp_resumed"])
+    _same_steps(resumed, ddp)
+    assert all(r["parameter_bytes"][0] == r["parameter_bytes"][1] for r in ddp)  # DDP: every rank holds everything
+    weights, after = torch.load(runs["ddp"] / "record" / "weights.pt"), torch.load(runs["ddp_resumed"] / "record" /
+                                                                                   "weights.pt")
+    for name, value in weights.items():
+        torch.testing.assert_close(after[name], value, rtol=0, atol=0, msg=name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", ["sharded", "ddp"])
+def test_export_writes_the_trained_policy(runs, tmp_path, run):
+    """``python -m lit_grpo.export`` of the last checkpoint (a sharded folder; a single file) and, for the sharded run,
+    the ExportPretrained callback at the end of fit: folders that load by path with the run's final weights."""
+    from lit_grpo.export import main
+    from lit_grpo.policy import PolicyConfig, load_policy
+
+    weights = torch.load(runs[run] / "record" / "weights.pt")
+    main([str(runs[run] / "ckpt" / "last.ckpt"), str(tmp_path / "export")])
+    folders = [tmp_path / "export"] + ([runs[run] / "export"] if run == "sharded" else [])
+    for folder in folders:
+        model, _ = load_policy(PolicyConfig(name_or_path=str(folder)))
+        params = dict(model.named_parameters())
+        for name, value in weights.items():
+            torch.testing.assert_close(params[name.removeprefix("policy.")].detach(), value, rtol=0, atol=0)
+
+
+@pytest.mark.slow
+def test_a_sharded_checkpoint_that_cannot_resume_the_run_is_refused_in_one_line(runs, tmp_path):
+    """Another number of ranks; another trainable set (LoRA); another model size; a folder copied without its
+    metadata."""
+    from lit_grpo.embedded import EmbeddedModelConfig
+    from lit_grpo.policy import LoRAConfig, PolicyConfig, load_policy
+    from lit_grpo.runs import check_checkpoint_file
+    from lit_grpo.strategy import META, check_compatible
+
+    path = runs["sharded"] / "ckpt" / "last.ckpt"
+    meta = torch.load(path / META, weights_only=False)
+
+    def module(**policy):
+        holder = torch.nn.Module()
+        holder.policy = load_policy(PolicyConfig(**policy))[0]
+        return holder
+
+    same = module(name_or_path=str(runs["sharded"].parent / "shared" / "model"))
+    check_compatible(path, meta, same, 2)  # the run that wrote it
+    check_compatible(path, meta, same, None)  # evaluation: any number of ranks
+    cases = [(same, 1, ["written by 2 ranks and this run has 1", "trainer.devices x trainer.num_nodes to 2",
+                        "python -m lit_grpo.export"]),
+             (module(name_or_path=str(tmp_path / "lora"), embedded=EmbeddedModelConfig(), lora=LoRAConfig(r=4)), 2,
+              ["lacks 16 weights this run trains", "holds 25 weights this run does not train"]),
+             (module(name_or_path=str(tmp_path / "wide"), embedded=EmbeddedModelConfig(hidden_size=32)), 2,
+              ["holds policy.", "of shape", "this run's is", "another model"])]
+    for holder, world, must in cases:
+        with pytest.raises(InputError) as err:
+            check_compatible(path, meta, holder, world)
+        assert "\n" not in str(err.value) and str(path) in str(err.value)
+        for text in must:
+            assert text in str(err.value)
+    cut = tmp_path / "cut.ckpt"
+    shutil.copytree(path, cut)
+    (cut / ".metadata").unlink()
+    with pytest.raises(InputError, match=r"cut.ckpt is not a whole sharded checkpoint \(it has no \.metadata\)"):
+        check_checkpoint_file(cut)
