@@ -1,5 +1,6 @@
-"""Three GRPO steps on every tiny zoo family, LoRA and full fine-tuning, gradient checkpointing off and on: one process
-(B=4, no sharding) or every rank of a ``torchrun`` launch sharded with FSDP2 (B=4 / WORLD each), on fixed rollouts.
+"""Three GRPO steps on every tiny zoo family, LoRA and full fine-tuning, gradient checkpointing off and on (float32;
+two of them in bf16-mixed too): one process (B=4, no sharding) or every rank of a ``torchrun`` launch sharded with
+FSDP2 (B=4 / WORLD each), on fixed rollouts.
 
 Run by tests/test_fsdp.py: ``[torchrun --nproc_per_node 2] tests/fsdp_equivalence.py OUT_DIR ZOO_DIR DATA``. Per
 configuration each rank writes ``<config>.rank<r>.json`` (the ``train/`` figures logged at every step, the
@@ -32,6 +33,7 @@ from lit_grpo.strategy import FSDP2Strategy
 FAMILIES = ["llava_next", "qwen2_vl", "qwen2_5_vl", "idefics3", "smolvlm", "llava"]
 CONFIGS = [f"{family}-{tuning}-{'gc' if gc else 'nogc'}"
            for family, tuning, gc in itertools.product(FAMILIES, ("lora", "full"), (False, True))]
+CONFIGS += ["llava_next-full-gc-bf16", "qwen2_vl-lora-nogc-bf16"]  # trainer.precision bf16-mixed
 T = 10  # completion tokens
 
 if "fsdp_test_length" not in REWARDS:
@@ -119,7 +121,7 @@ class InOrder(VLMDataModule):
 
 
 def run(config: str, out: Path, zoo: Path, data: str, world_size: int) -> None:
-    family, tuning, gc = config.split("-")
+    family, tuning, gc, *precision = config.split("-")
     L.seed_everything(0)
     module = FixedRollouts(
         policy=PolicyConfig(name_or_path=str(zoo / family), lora=LoRAConfig(r=4, alpha=8) if tuning == "lora" else None,
@@ -131,7 +133,7 @@ def run(config: str, out: Path, zoo: Path, data: str, world_size: int) -> None:
         optimizer=lambda params: torch.optim.AdamW(params, lr=1e-2, weight_decay=0.01))
     module.record = {"steps": []}
     trainer = L.Trainer(accelerator="cpu", devices=world_size, max_steps=3, logger=False, enable_checkpointing=False,
-                        use_distributed_sampler=False,
+                        use_distributed_sampler=False, precision="bf16-mixed" if precision else "32-true",
                         strategy=FSDP2Strategy() if world_size > 1 else "auto", enable_progress_bar=False,
                         enable_model_summary=False, num_sanity_val_steps=0)
     start = time.perf_counter()

@@ -66,6 +66,26 @@ def test_overlay_composes_with_the_paper_config(capsys):
     assert cfg["model"]["init_args"]["policy"]["gradient_checkpointing"] is True  # the paper config's, kept
 
 
+def test_a_module_that_calls_the_policy_outside_the_engine_is_refused_under_sharding(tiny_model_dir):
+    """SFT's step runs the policy's forward itself: under a device mesh (FSDP2Strategy) its ``configure_model``
+    refuses in one line; without one (one device, DDP) it does nothing, for SFT and GRPO alike."""
+    from lit_grpo import GRPOModule
+    from lit_grpo.errors import UserError
+    from lit_grpo.rewards import RewardSpec
+    from lit_grpo.sft import SFTModule
+
+    policy, rewards = PolicyConfig(name_or_path=tiny_model_dir), [RewardSpec("binary")]
+    for module in (SFTModule(policy=policy, rewards=rewards), GRPOModule(policy=policy, rewards=rewards)):
+        engine = module.engine
+        module.configure_model()
+        assert module.engine is engine
+    module = SFTModule(policy=policy, rewards=rewards)
+    module._device_mesh = object()  # what ModelParallelStrategy sets before configure_model
+    with pytest.raises(UserError, match=r"^SFTModule does not run under a sharded strategy \(FSDP2\); train it on one "
+                                        r"device or with DDP \(--trainer.strategy ddp\)$"):
+        module.configure_model()
+
+
 # ----------------------------------------------------------------- one process vs two sharded ranks
 
 
@@ -96,15 +116,20 @@ def _records(out: Path, config: str, world: int) -> list[dict]:
 
 
 CONFIGS = [f"{f}-{t}-{g}" for f in FAMILIES for t in ("lora", "full") for g in ("nogc", "gc")]
+BF16 = ["llava_next-full-gc-bf16", "qwen2_vl-lora-nogc-bf16"]
+"""trainer.precision bf16-mixed (the rest float32)."""
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("config", CONFIGS + BF16)
 def test_two_sharded_ranks_equal_one_process(equivalence, config):
-    """3 steps (2 updates each, clipped at 0.05, AdamW, beta 0.1): every logged figure of every step and every
-    trainable weight after them. The weights' tolerance covers AdamW's normalised step on near-zero gradients (a
-    vision key bias, whose gradient is 0 up to rounding, moves by ~1e-6 either way; rarely used embedding rows by up
-    to ~4e-5 at lr 1e-2); everything else agrees to ~1e-6."""
+    """3 steps (2 updates each, clipped at 0.05, AdamW at lr 1e-2, beta 0.1): every logged figure of every step and
+    every trainable weight after them. float32: figures to 1e-4 (relative; measured at most 5e-6), weights to 1e-4
+    (measured at most 9e-6, on full fine-tuning, where AdamW's normalised step moves weights with near-zero
+    gradients, e.g. a vision key bias, by the rounding of the reduction either way; 4e-6 with LoRA). bf16-mixed:
+    bf16's own precision (its epsilon is 7.8e-3; the two layouts multiply matrices of other shapes, rounded
+    otherwise), figures and weights to 1e-2 (measured: 6e-3 on the loss, 8e-3 on a vision key bias)."""
+    tol = 1e-2 if config in BF16 else 1e-4
     one, two = _records(equivalence[1], config, 1)[0], _records(equivalence[2], config, 2)
     assert len(one["steps"]) == 3
     for rank in two:
@@ -112,13 +137,13 @@ def test_two_sharded_ranks_equal_one_process(equivalence, config):
         for a, b in zip(one["steps"], rank["steps"]):
             assert set(a["logged"]) == set(b["logged"])
             for key, value in a["logged"].items():
-                assert math.isfinite(value) and b["logged"][key] == pytest.approx(value, rel=1e-4, abs=1e-5), key
+                assert math.isfinite(value) and b["logged"][key] == pytest.approx(value, rel=tol, abs=tol / 10), key
     assert sorted(i for r in two for i in r["steps"][0]["ids"]) == sorted(one["steps"][0]["ids"])
     assert max(s["logged"]["train/update/grad_norm"] for s in one["steps"]) > 0.05  # the clip was active
     w1, w2 = torch.load(equivalence[1] / f"{config}.pt"), torch.load(equivalence[2] / f"{config}.pt")
     assert set(w1) == set(w2) and len(w1) >= 16
     for name, value in w1.items():
-        torch.testing.assert_close(w2[name], value, atol=1e-4, rtol=1e-4, msg=name)
+        torch.testing.assert_close(w2[name], value, atol=tol, rtol=tol, msg=name)
 
 
 @pytest.mark.slow

@@ -198,3 +198,59 @@ def test_a_sharded_checkpoint_that_cannot_resume_the_run_is_refused_in_one_line(
     (cut / ".metadata").unlink()
     with pytest.raises(InputError, match=r"cut.ckpt is not a whole sharded checkpoint \(it has no \.metadata\)"):
         check_checkpoint_file(cut)
+
+
+# ----------------------------------------------------------------- atomic sharded saves (one process, no launch)
+
+
+def _save(path: Path, value: float, step: int) -> None:
+    from lit_grpo.strategy import save_sharded
+
+    checkpoint = {"state_dict": {"policy.w": torch.full((4,), value)}, "optimizer_states": [], "global_step": step}
+    save_sharded(checkpoint, path, world_size=1, rank=0, barrier=lambda: None)
+
+
+def _load(path: Path) -> tuple[float, int]:
+    import torch.distributed.checkpoint as dcp
+
+    weights = {"policy.w": torch.zeros(4)}
+    dcp.load({"state_dict": weights}, checkpoint_id=path, no_dist=True)
+    return float(weights["policy.w"][0]), torch.load(path / "meta.pt")["global_step"]
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_a_sharded_save_replaces_the_folder_whole_or_not_at_all(tmp_path, monkeypatch):
+    """A save over an older one replaces it; a save killed while writing shards, or after them but before its
+    metadata, leaves the older checkpoint whole at its name (the half-written one in a hidden sibling that the next
+    save clears); a single-file checkpoint at the name is replaced by the folder."""
+    import torch.distributed.checkpoint as dcp
+
+    from lit_grpo.strategy import save_sharded
+
+    path = tmp_path / "last.ckpt"
+    _save(path, 1.0, 2)
+    _save(path, 2.0, 4)
+    assert _load(path) == (2.0, 4) and sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
+    real_save = dcp.save
+
+    def killed_in_shards(state, checkpoint_id):
+        (Path(checkpoint_id) / "__0_0.distcp").write_bytes(b"half")
+        raise KeyboardInterrupt
+
+    def killed_after_shards(*args, **kwargs):
+        real_save(*args, **kwargs)
+        raise SystemExit(143)
+
+    for kill in (killed_in_shards, killed_after_shards):
+        monkeypatch.setattr(dcp, "save", kill)
+        with pytest.raises((KeyboardInterrupt, SystemExit)):
+            _save(path, 3.0, 6)
+        assert _load(path) == (2.0, 4)
+        assert (tmp_path / ".last.ckpt.partial").is_dir()
+    monkeypatch.setattr(dcp, "save", real_save)
+    _save(path, 3.0, 6)
+    assert _load(path) == (3.0, 6) and sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
+    single = tmp_path / "single.ckpt"
+    single.write_bytes(b"a single-file checkpoint")
+    save_sharded({"state_dict": {"policy.w": torch.ones(4)}, "global_step": 1}, single, 1, 0, lambda: None)
+    assert _load(single) == (1.0, 1) and sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt", "single.ckpt"]
