@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,9 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any]
         stored = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
         weights = {k.removeprefix("state_dict."): torch.empty(v.size, dtype=v.properties.dtype)
                    for k, v in stored.items() if k.startswith("state_dict.")}
-        dcp.load({"state_dict": weights}, checkpoint_id=path, no_dist=True)
+        with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+            dcp.load({"state_dict": weights}, checkpoint_id=path, no_dist=True)
     else:
         meta = torch.load(path, map_location="cpu", weights_only=False)
         weights = meta["state_dict"]

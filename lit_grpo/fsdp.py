@@ -20,10 +20,10 @@ adapter off: nothing more to shard). Under any other strategy it does nothing.
 from __future__ import annotations
 
 import contextlib
-import logging
 from typing import Any, Callable, ClassVar, Iterator
 
 import torch.distributed as dist
+from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor
@@ -32,9 +32,6 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 
 from lit_grpo.errors import UserError
 from lit_grpo.rollout.engine import Rollout, RolloutEngine
-
-log = logging.getLogger(__name__)
-
 
 def layer_classes(model: nn.Module) -> set[type[nn.Module]]:
     """The classes of ``model``'s transformer layers (those transformers checkpoints), e.g. Granite's decoder layer
@@ -166,7 +163,7 @@ class ShardingHooks:
             return
         if not self.shardable:
             raise UserError(f"{type(self).__name__} does not run under a sharded strategy (FSDP2); train it on "
-                              "one device or with DDP (--trainer.strategy ddp)")
+                            "one device or with DDP (--trainer.strategy ddp)")
         mesh = mesh["data_parallel"]
         roots = {id(self.policy): shard_policy(self.policy, mesh)}
         reference = getattr(self.passes, "reference", None)
@@ -175,6 +172,6 @@ class ShardingHooks:
         gather = getattr(self.trainer.strategy, "gather_rollout", True)
         self.passes.engine = ShardedEngine(self.passes.engine, roots, gather)
         local, total = parameter_bytes(self.policy)
-        log.info("FSDP2: the policy's %d units sharded over %d ranks: this rank holds %.1f of its %.1f MiB of "
-                 "parameters; rollouts %s", len(units(roots[id(self.policy)])), mesh.size(), local / 2 ** 20,
-                 total / 2 ** 20, "gather every unit once" if gather else "gather each unit per forward")
+        rank_zero_info(f"FSDP2: the policy's {len(units(roots[id(self.policy)]))} units sharded over {mesh.size()} "
+                       f"ranks: rank 0 holds {local / 2 ** 20:.1f} of its {total / 2 ** 20:.1f} MiB of parameters; "
+                       f"rollouts gather {'every unit once' if gather else 'each unit for every forward'}")

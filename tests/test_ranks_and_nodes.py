@@ -23,8 +23,8 @@ UNITS = 5  # the embedded model: 2 decoder layers, 2 vision layers and the root
 
 
 def _overrides(folder: Path, shared: Path, run: str, export: bool = False) -> Path:
-    """The demo on 12 puzzles (3 steps of 2 prompts per rank an epoch), 4 steps, a checkpoint every 2 steps (all
-    kept), every rank's steps recorded."""
+    """The demo on 12 puzzles (3 steps of 2 prompts per rank an epoch), 4 steps, validation (2 puzzles, greedy and 4
+    samples each) and a checkpoint every 2 steps (all kept), every rank's steps recorded."""
     callbacks = [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
                   "init_args": {"dirpath": str(folder / "ckpt"), "every_n_train_steps": 2, "save_top_k": -1,
                                 "save_last": True}},
@@ -32,7 +32,7 @@ def _overrides(folder: Path, shared: Path, run: str, export: bool = False) -> Pa
     if export:
         callbacks.append({"class_path": "lit_grpo.callbacks.ExportPretrained",
                           "init_args": {"dirpath": str(folder / "export")}})
-    cfg = {"trainer": {"accelerator": "cpu", "max_steps": 4, "max_epochs": 2, "val_check_interval": 100,
+    cfg = {"trainer": {"accelerator": "cpu", "max_steps": 4, "max_epochs": 2, "val_check_interval": 2,
                        "enable_progress_bar": False, "callbacks": callbacks,
                        "logger": {"class_path": "lit_grpo.loggers.TensorBoardLogger",
                                   "init_args": {"save_dir": str(folder / "logs"), "name": run}}},
@@ -65,7 +65,8 @@ def _fit(folder: Path, *args: str) -> list[str]:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """sharded: 4 uninterrupted steps on 1 node x 2 processes; nodes: resumed at step 2 on 2 nodes x 1 process;
-    ddp: 4 uninterrupted steps on 2 processes; ddp_resumed: resumed at step 2 (two launches at a time)."""
+    ddp: 4 uninterrupted steps on 2 processes; ddp_resumed: resumed at step 2; evaluated: ``validate`` of the sharded
+    run's last checkpoint on one process (several launches at a time)."""
     from lit_grpo.data.puzzles import write_puzzles
     from lit_grpo.embedded import save_embedded_vlm
 
@@ -74,7 +75,7 @@ def runs(tmp_path_factory):
     save_embedded_vlm(shared / "model")
     write_puzzles(shared / "train.parquet", num=12, seed=0)
     write_puzzles(shared / "val.parquet", num=2, seed=1)
-    f = {name: root / name for name in ("sharded", "nodes", "ddp", "ddp_resumed")}
+    f = {name: root / name for name in ("sharded", "nodes", "ddp", "ddp_resumed", "evaluated")}
     for name, folder in f.items():
         folder.mkdir()
         _overrides(folder, shared, name, export=name == "sharded")
@@ -86,7 +87,11 @@ def runs(tmp_path_factory):
     port = free_port()
     nodes = [torchrun(1, port, *_fit(f["nodes"], *fsdp), "--trainer.devices", "1", "--trainer.num_nodes", "2",
                       "--ckpt_path", str(f["sharded"] / "ckpt" / step2), nnodes=2, node_rank=i) for i in (0, 1)]
-    _launch([*nodes, [sys.executable, *_fit(f["ddp_resumed"], *ddp), "--ckpt_path", str(f["ddp"] / "ckpt" / step2)]])
+    validate = _fit(f["evaluated"], *fsdp)
+    validate[2] = "validate"
+    _launch([*nodes, [sys.executable, *_fit(f["ddp_resumed"], *ddp), "--ckpt_path", str(f["ddp"] / "ckpt" / step2)],
+             [sys.executable, *validate, "--trainer.devices", "1", "--ckpt_path", str(f["sharded"] / "ckpt" /
+                                                                                        "last.ckpt")]])
     return f
 
 
@@ -95,8 +100,11 @@ def _ranks(folder: Path) -> list[dict]:
 
 
 def _same_steps(resumed: list[dict], uninterrupted: list[dict]) -> None:
-    """Every rank's steps 3 and 4: the same prompts, completions and logged figures."""
+    """Every rank's steps 3 and 4: the same prompts, completions and logged figures; the same validation after step
+    4 (over both ranks' prompts)."""
     for a, b in zip(resumed, uninterrupted):
+        after = [v for v in a["validations"] if v["step"] == 4]
+        assert len(after) == 1 and after[0] in b["validations"] and after[0]["logged"]["val/sampled/completion_length"]
         assert [s["step"] for s in a["steps"]] == [3, 4] and [s["step"] for s in b["steps"]] == [1, 2, 3, 4]
         for x, y in zip(a["steps"], b["steps"][2:]):
             assert x["ids"] == y["ids"] and x["completions"] == y["completions"]
@@ -141,6 +149,20 @@ def test_ddp_run_resumed_continues_every_rank(runs):
                                                                                    "weights.pt")
     for name, value in weights.items():
         torch.testing.assert_close(after[name], value, rtol=0, atol=0, msg=name)
+
+
+@pytest.mark.slow
+def test_a_sharded_checkpoint_is_evaluated_on_another_number_of_ranks(runs):
+    """``validate --ckpt_path`` on the 2-rank checkpoint folder with one process: the weights it evaluates are the
+    run's final weights (read into one rank's shards: all of them)."""
+    record = json.loads((runs["evaluated"] / "record" / "rank0.json").read_text())
+    assert record["world_size"] == 1 and record["parameter_bytes"][0] == record["parameter_bytes"][1]
+    assert len(record["validations"]) == 1 and "val/greedy/reward" in record["validations"][0]["logged"]
+    weights, evaluated = torch.load(runs["sharded"] / "record" / "weights.pt"), torch.load(runs["evaluated"] /
+                                                                                          "record" / "weights.pt")
+    assert set(evaluated) == set(weights)
+    for name, value in weights.items():
+        torch.testing.assert_close(evaluated[name], value, rtol=0, atol=0, msg=name)
 
 
 @pytest.mark.slow

@@ -1,9 +1,10 @@
 """A callback that records what every rank of a run did, for tests that compare runs launched in other processes.
 
-:class:`RecordSteps` writes ``<folder>/rank<r>.json`` per rank at the end of fit: every training step's number,
-prompt ids, completions, ``train/`` figures and the all-gather collectives its rollout ran, and the rank's place
-(global, local and node rank, world size) and parameter bytes (held, whole); rank 0 also writes the whole
-trainable weights (``<folder>/weights.pt``). A resumed run records only the steps it ran.
+:class:`RecordSteps` writes ``<folder>/rank<r>.json`` per rank at the end of fit (or of a ``validate`` run): every
+training step's number, prompt ids, completions, ``train/`` figures and the all-gather collectives its rollout ran,
+every validation's ``val/`` figures, and the rank's place (global, local and node rank, world size) and parameter
+bytes (held, whole); rank 0 also writes the whole trainable weights (``<folder>/weights.pt``). A resumed run
+records only the steps it ran.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.trainer.states import TrainerFn
 import torch.distributed as dist
 
 from lit_grpo.fsdp import parameter_bytes, trainable_state
@@ -23,7 +25,7 @@ class RecordSteps(L.Callback):
     """See the module docstring. ``folder``: where to write (created)."""
 
     def __init__(self, folder: str):
-        self.folder, self.steps = Path(folder), []
+        self.folder, self.steps, self.validations = Path(folder), [], []
         self.all_gathers = 0
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -54,12 +56,23 @@ class RecordSteps(L.Callback):
                            "completions": outputs["completions"], "logged": logged,
                            "rollout_all_gathers": getattr(self, "rollout_all_gathers", None)})
 
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.validations.append({"step": trainer.global_step, "logged": {
+            k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}})
+        if trainer.state.fn == TrainerFn.VALIDATING:
+            self.write(trainer, pl_module)
+
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.write(trainer, pl_module)
+
+    def write(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """The files (every rank calls it: gathering sharded weights is a collective)."""
         self.folder.mkdir(parents=True, exist_ok=True)
         weights = trainable_state(pl_module)
         held, whole = parameter_bytes(pl_module.policy)
         record = {"global_rank": trainer.global_rank, "local_rank": trainer.local_rank, "node_rank": trainer.node_rank,
-                  "world_size": trainer.world_size, "parameter_bytes": [held, whole], "steps": self.steps}
+                  "world_size": trainer.world_size, "parameter_bytes": [held, whole], "steps": self.steps,
+                  "validations": self.validations}
         (self.folder / f"rank{trainer.global_rank}.json").write_text(json.dumps(record))
         if trainer.is_global_zero:
             torch.save(weights, self.folder / "weights.pt")
