@@ -172,7 +172,7 @@ def _strategy(name: str):
 
 
 def run_lit(path: str, samples, s: dict, steps: int, warmup: int, meter: Meter, strategy: str = "single",
-            devices: int = 1) -> L.Trainer:
+            devices: int = 1):
     import lightning as L
     from torch.utils.data import DataLoader
 

@@ -4,9 +4,6 @@ once. Also: the wrap unit of every family, the overlay config, sharded checkpoin
 
 import json
 import math
-import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,31 +11,17 @@ import pytest
 import torch
 import yaml
 from conftest import FAMILIES
+from launch import ROOT, free_port, run_together, torchrun
 
 from lit_grpo.fsdp import layer_classes
 from lit_grpo.policy import PolicyConfig, load_policy
 
-ROOT = Path(__file__).parents[1]
 LAYERS = {"llava_next": {"GraniteDecoderLayer", "SiglipEncoderLayer"},
           "qwen2_vl": {"Qwen2VLDecoderLayer", "Qwen2VLVisionBlock"},
           "qwen2_5_vl": {"Qwen2_5_VLDecoderLayer", "Qwen2_5_VLVisionBlock"},
           "idefics3": {"LlamaDecoderLayer", "Idefics3EncoderLayer"},
           "smolvlm": {"LlamaDecoderLayer", "SmolVLMEncoderLayer"},
           "llava": {"LlamaDecoderLayer", "CLIPEncoderLayer"}}
-
-
-def free_port() -> int:
-    """A TCP port free on the loopback interface now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def torchrun(nproc: int, port: int, *args: str, nnodes: int = 1, node_rank: int = 0) -> list[str]:
-    """The command that launches ``args`` (a script, or ``-m module``) on ``nproc`` processes of node ``node_rank``
-    of ``nnodes``, rendezvous on 127.0.0.1:``port``."""
-    return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--node_rank={node_rank}",
-            f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1", f"--master_port={port}", *args]
 
 
 @pytest.mark.parametrize("family", sorted(LAYERS))
@@ -98,16 +81,12 @@ def equivalence(tmp_path_factory, zoo_dir, puzzles_path):
         zoo_dir(family)
     outs = {1: root / "w1", 2: root / "w2"}
     script = [str(ROOT / "tests" / "fsdp_equivalence.py")]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs = []
+    commands = []
     for world, out in outs.items():
         out.mkdir()
         command = [sys.executable, *script] if world == 1 else torchrun(world, free_port(), *script)
-        procs.append(subprocess.Popen([*command, str(out), str(zoo), puzzles_path], cwd=ROOT, env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    for p in procs:
-        log, _ = p.communicate(timeout=540)
-        assert p.returncode == 0, log[-3000:]
+        commands.append([*command, str(out), str(zoo), puzzles_path])
+    run_together(commands, timeout=540)
     return outs
 
 

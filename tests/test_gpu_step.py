@@ -50,21 +50,16 @@ def test_tiny_run_prints_every_figure_for_both_trainers(tmp_path, capsys):
 def test_tiny_run_sharded_on_two_cpu_ranks(tmp_path):
     """The FSDP2 path the script takes on GPUs (``--strategy fsdp2 --devices N``), here on 2 CPU processes that
     Lightning starts (loopback): rank 0 prints every figure of lit_grpo's run, once."""
-    import os
-    import subprocess
+    from launch import run_together
 
-    from test_fsdp import free_port
-
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, str(Path(gpu_step.__file__)), "--tiny", "--no-trl", "--strategy", "fsdp2",
-                          "--devices", "2", "--root", str(tmp_path)], env=env, capture_output=True, text=True,
-                         timeout=300, cwd=Path(__file__).parents[1])
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "lit_grpo: fsdp2 on 2 device(s)" in out.stdout
+    command = [sys.executable, str(Path(gpu_step.__file__)), "--tiny", "--no-trl", "--strategy", "fsdp2", "--devices",
+               "2", "--root", str(tmp_path)]
+    stdout = run_together([command], timeout=300)[0]
+    assert "lit_grpo: fsdp2 on 2 device(s)" in stdout
     for key in ("generation_tokens_per_s", "update_tokens_per_s", "update_flops", "peak_memory_gib", "step_seconds"):
-        lines = [line for line in out.stdout.splitlines() if line.startswith(f"lit_grpo.{key}: ")]
+        lines = [line for line in stdout.splitlines() if line.startswith(f"lit_grpo.{key}: ")]
         assert len(lines) == 1 and float(lines[0].split(": ")[1]) > 0, key
-    assert "lit_grpo.mfu: n/a" in out.stdout and "trl." not in out.stdout
+    assert "lit_grpo.mfu: n/a" in stdout and "trl." not in stdout
 
 
 def test_trl_is_refused_beside_several_devices(capsys):

@@ -5,20 +5,17 @@ its step-2 checkpoint continues each rank's data, sampling stream and weights ex
 checkpoints written atomically, refused in one line when they cannot resume the run."""
 
 import json
-import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from test_fsdp import free_port, torchrun
+from launch import free_port, run_together, torchrun
 
 from lit_grpo.errors import InputError
 
-ROOT = Path(__file__).parents[1]
 UNITS = 5  # the embedded model: 2 decoder layers, 2 vision layers and the root
 
 
@@ -48,15 +45,6 @@ def _overrides(folder: Path, shared: Path, run: str, export: bool = False) -> Pa
     return path
 
 
-def _launch(commands: list[list[str]]) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1"}
-    procs = [subprocess.Popen(c, cwd=ROOT, env={**env, "MASTER_PORT": str(free_port())}, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for c in commands]
-    for p in procs:
-        log, _ = p.communicate(timeout=400)
-        assert p.returncode == 0, log[-4000:]
-
-
 def _fit(folder: Path, *args: str) -> list[str]:
     return ["-m", "lit_grpo", "fit", "--config", "configs/demo.yaml", *args, "--config",
             str(folder / "overrides.yaml")]
@@ -82,16 +70,16 @@ def runs(tmp_path_factory):
     fsdp = ["--config", "configs/fsdp.yaml", "--trainer.precision", "bf16-mixed"]
     ddp = ["--trainer.devices", "2", "--trainer.strategy", "ddp"]
     step2 = "epoch=0-step=2.ckpt"
-    _launch([[sys.executable, *_fit(f["sharded"], *fsdp), "--trainer.devices", "2"],
-             [sys.executable, *_fit(f["ddp"], *ddp)]])
+    run_together([[sys.executable, *_fit(f["sharded"], *fsdp), "--trainer.devices", "2"],
+             [sys.executable, *_fit(f["ddp"], *ddp)]], timeout=400)
     port = free_port()
     nodes = [torchrun(1, port, *_fit(f["nodes"], *fsdp), "--trainer.devices", "1", "--trainer.num_nodes", "2",
                       "--ckpt_path", str(f["sharded"] / "ckpt" / step2), nnodes=2, node_rank=i) for i in (0, 1)]
     validate = _fit(f["evaluated"], *fsdp)
     validate[2] = "validate"
-    _launch([*nodes, [sys.executable, *_fit(f["ddp_resumed"], *ddp), "--ckpt_path", str(f["ddp"] / "ckpt" / step2)],
+    run_together([*nodes, [sys.executable, *_fit(f["ddp_resumed"], *ddp), "--ckpt_path", str(f["ddp"] / "ckpt" / step2)],
              [sys.executable, *validate, "--trainer.devices", "1", "--ckpt_path", str(f["sharded"] / "ckpt" /
-                                                                                        "last.ckpt")]])
+                                                                                        "last.ckpt")]], timeout=400)
     return f
 
 
