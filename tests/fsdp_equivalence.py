@@ -1,12 +1,12 @@
-"""Three GRPO steps on every tiny zoo family, LoRA and full fine-tuning, gradient checkpointing off and on (float32;
-two of them in bf16-mixed too): one process (B=4, no sharding) or every rank of a ``torchrun`` launch sharded with
-FSDP2 (B=4 / WORLD each), on fixed rollouts.
+"""Three GRPO steps on every tiny zoo family, LoRA and full fine-tuning, gradient checkpointing off and on (float32,
+the shared-prefix engine; two more in bf16-mixed, two more with the plain engine): one process (B=4, no sharding) or
+every rank of a ``torchrun`` launch sharded with FSDP2 (B=4 / WORLD each), on fixed rollouts.
 
 Run by tests/test_fsdp.py: ``[torchrun --nproc_per_node 2] tests/fsdp_equivalence.py OUT_DIR ZOO_DIR DATA``. Per
 configuration each rank writes ``<config>.rank<r>.json`` (the ``train/`` figures logged at every step, the
-parameter bytes it holds, and, at the start of training, a greedy rollout of two fixed prompts with its all-gather
-count, once with the policy gathered for the rollout and once without, sampled from one seed); rank 0 writes the trainable weights after
-the last step (``<config>.pt``, gathered whole).
+parameter bytes it holds, and, at the start of training, a rollout of two fixed prompts sampled from one seed with
+its all-gather count, once with the policy gathered for the rollout and once without); rank 0 writes the trainable
+weights after the last step (``<config>.pt``, gathered whole).
 """
 
 import itertools
@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from lit_grpo import GRPOConfig, GRPOModule
+from lit_grpo.config import PerfConfig
 from lit_grpo.data.datamodule import DatasetSpec, VLMDataModule
 from lit_grpo.distributed import world
 from lit_grpo.fsdp import gathered, parameter_bytes, units
@@ -33,7 +34,8 @@ from lit_grpo.strategy import FSDP2Strategy
 FAMILIES = ["llava_next", "qwen2_vl", "qwen2_5_vl", "idefics3", "smolvlm", "llava"]
 CONFIGS = [f"{family}-{tuning}-{'gc' if gc else 'nogc'}"
            for family, tuning, gc in itertools.product(FAMILIES, ("lora", "full"), (False, True))]
-CONFIGS += ["llava_next-full-gc-bf16", "qwen2_vl-lora-nogc-bf16"]  # trainer.precision bf16-mixed
+CONFIGS += ["llava_next-full-gc-bf16", "qwen2_vl-lora-nogc-bf16",  # trainer.precision bf16-mixed
+            "qwen2_5_vl-full-gc-plain", "idefics3-lora-nogc-plain"]  # the plain engine (perf.share_prefix false)
 T = 10  # completion tokens
 
 if "fsdp_test_length" not in REWARDS:
@@ -58,12 +60,13 @@ GATHERS = AllGathers()
 
 class FixedRollouts(GRPOModule):
     """Completions are a function of (sample id, index in group) only, so any process layout sees the same; their
-    lengths differ by sample, and some have no stop token (truncated). At the start of training, a greedy rollout of
-    two fixed prompts through the real engine (sampled from a fixed seed), with its all-gather count."""
+    lengths differ by sample, and some have no stop token (truncated). At the start of training, a rollout of two
+    fixed prompts through the real engine (sampled from a fixed seed), with its all-gather count."""
 
     def rollout(self, batch, group_size, greedy=False, temperature=None):
         enc = encode_prompts(self.processor, batch.messages, [s.images for s in batch.samples])
-        allowed = torch.tensor([i for i in range(10, 300) if i not in set(self.suppress_ids.tolist())])  # no image token
+        suppressed = set(self.suppress_ids.tolist())
+        allowed = torch.tensor([i for i in range(10, 300) if i not in suppressed])  # never an image token
         rows = []
         for s in batch.samples:
             for j in range(group_size):
@@ -121,7 +124,7 @@ class InOrder(VLMDataModule):
 
 
 def run(config: str, out: Path, zoo: Path, data: str, world_size: int) -> None:
-    family, tuning, gc, *precision = config.split("-")
+    family, tuning, gc, *extra = config.split("-")
     L.seed_everything(0)
     module = FixedRollouts(
         policy=PolicyConfig(name_or_path=str(zoo / family), lora=LoRAConfig(r=4, alpha=8) if tuning == "lora" else None,
@@ -130,10 +133,11 @@ def run(config: str, out: Path, zoo: Path, data: str, world_size: int) -> None:
         grpo=GRPOConfig(scale_rewards="batch", loss_type="dapo", max_grad_norm=0.05, micro_batch_size=4, beta=0.1,
                         num_iterations=2),
         sampling=SamplingConfig(num_generations=4, max_completion_length=6),
+        perf=PerfConfig(share_prefix="plain" not in extra),
         optimizer=lambda params: torch.optim.AdamW(params, lr=1e-2, weight_decay=0.01))
     module.record = {"steps": []}
     trainer = L.Trainer(accelerator="cpu", devices=world_size, max_steps=3, logger=False, enable_checkpointing=False,
-                        use_distributed_sampler=False, precision="bf16-mixed" if precision else "32-true",
+                        use_distributed_sampler=False, precision="bf16-mixed" if "bf16" in extra else "32-true",
                         strategy=FSDP2Strategy() if world_size > 1 else "auto", enable_progress_bar=False,
                         enable_model_summary=False, num_sanity_val_steps=0)
     start = time.perf_counter()

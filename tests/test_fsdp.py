@@ -97,10 +97,12 @@ def _records(out: Path, config: str, world: int) -> list[dict]:
 CONFIGS = [f"{f}-{t}-{g}" for f in FAMILIES for t in ("lora", "full") for g in ("nogc", "gc")]
 BF16 = ["llava_next-full-gc-bf16", "qwen2_vl-lora-nogc-bf16"]
 """trainer.precision bf16-mixed (the rest float32)."""
+PLAIN = ["qwen2_5_vl-full-gc-plain", "idefics3-lora-nogc-plain"]
+"""The plain engine (``generate``, full forwards; the rest the shared-prefix engine)."""
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("config", CONFIGS + BF16)
+@pytest.mark.parametrize("config", CONFIGS + BF16 + PLAIN)
 def test_two_sharded_ranks_equal_one_process(equivalence, config):
     """3 steps (2 updates each, clipped at 0.05, AdamW at lr 1e-2, beta 0.1): every logged figure of every step and
     every trainable weight after them. float32: figures to 1e-4 (relative; measured at most 5e-6), weights to 1e-4
@@ -126,12 +128,13 @@ def test_two_sharded_ranks_equal_one_process(equivalence, config):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("config", [c for c in CONFIGS if c.endswith("-nogc")])
+@pytest.mark.parametrize("config", [c for c in CONFIGS if c.endswith("-nogc")] + PLAIN)
 def test_each_rank_holds_half_and_a_rollout_gathers_each_unit_once(equivalence, config):
     """The zoo models have 2 decoder and 2 vision layers: 5 FSDP units with the root. A rollout of T tokens
     all-gathers each unit once when gathered for it; without, the root and the vision layers once and each decoder
-    layer once per forward (the prefill and T - 1 decoding steps): 1 + 2 + 2 T. Sampled tokens are the same either
-    way, and the same as the unsharded policy's from the same seed."""
+    layer once per forward (the prefill and T - 1 decoding steps; ``generate`` on the plain engine: T forwards, the
+    image encoded in the first): 1 + 2 + 2 T. Sampled tokens are the same either way, and the same as the unsharded
+    policy's from the same seed."""
     one, two = _records(equivalence[1], config, 1)[0], _records(equivalence[2], config, 2)
     whole = one["start"]["bytes"][1]
     assert one["start"]["bytes"] == [whole, whole]
@@ -146,5 +149,6 @@ def test_each_rank_holds_half_and_a_rollout_gathers_each_unit_once(equivalence, 
         tokens = len(start["gather=True"]["tokens"][0])
         assert start["gather=True"]["all_gathers"] == 5
         assert start["gather=False"]["all_gathers"] == 1 + 2 + 2 * tokens
-        assert start["gather=True"]["tokens"] == start["gather=False"]["tokens"] == one["start"]["gather=True"]["tokens"]
+        unsharded = one["start"]["gather=True"]["tokens"]
+        assert start["gather=True"]["tokens"] == start["gather=False"]["tokens"] == unsharded
     assert ("reference_bytes" in two[0]["start"]) == ("-full-" in config)
