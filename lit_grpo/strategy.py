@@ -15,8 +15,8 @@ A sharded checkpoint is a folder (the checkpoint's own name, e.g. ``last.ckpt/``
 It is written into a hidden sibling folder (``.last.ckpt.partial/``) and renamed into place by rank 0 once every
 rank has written its shards, so the folder at the checkpoint's name is always a whole checkpoint: a run killed while
 saving leaves the previous one. Resuming (``--ckpt_path`` on the folder) needs the same number of ranks (each rank
-continues its own data shard and random stream) and the same model and trainable set; either difference is refused
-in one line before anything loads. Evaluation (``validate`` / ``test`` / ``predict``) reads the weights with any
+continues its own data shard and random stream) and the same model and trainable set; either difference, or a
+single-file checkpoint, is refused in one line before anything loads. Evaluation (``validate`` / ``test`` / ``predict``) reads the weights with any
 number of ranks, and :mod:`lit_grpo.export` writes a ``save_pretrained`` folder from it in one process.
 """
 
@@ -73,8 +73,11 @@ class FSDP2Strategy(ModelParallelStrategy):
 
     def load_checkpoint(self, checkpoint_path, weights_only: bool | None = None) -> dict[str, Any]:
         path = Path(self.broadcast(str(checkpoint_path)))
-        if not path.is_dir():  # a whole single-file checkpoint: Lightning loads it into the shards
-            return super().load_checkpoint(path, weights_only=weights_only)
+        if not path.is_dir():
+            raise InputError(f"checkpoint {path} is a single file, written without sharding: {type(self).__name__} "
+                             "reads sharded checkpoint folders; resume it without configs/fsdp.yaml, or export it "
+                             f"(python -m lit_grpo.export {path} OUT) and start from the export "
+                             "(model.init_args.policy.name_or_path OUT)")
         module = self.lightning_module
         fitting = module.trainer.state.fn == TrainerFn.FITTING
         return load_sharded(path, module, self.optimizers, self.world_size if fitting else None, weights_only)

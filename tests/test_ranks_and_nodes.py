@@ -5,7 +5,7 @@ its step-2 checkpoint continues each rank's data, sampling stream and weights ex
 checkpoints written atomically, refused in one line when they cannot resume the run."""
 
 import json
-import shutil
+import re
 import sys
 from pathlib import Path
 
@@ -173,11 +173,9 @@ def test_export_writes_the_trained_policy(runs, tmp_path, run):
 
 @pytest.mark.slow
 def test_a_sharded_checkpoint_that_cannot_resume_the_run_is_refused_in_one_line(runs, tmp_path):
-    """Another number of ranks; another trainable set (LoRA); another model size; a folder copied without its
-    metadata."""
+    """Another number of ranks; another trainable set (LoRA); another model size."""
     from lit_grpo.embedded import EmbeddedModelConfig
     from lit_grpo.policy import LoRAConfig, PolicyConfig, load_policy
-    from lit_grpo.runs import check_checkpoint_file
     from lit_grpo.strategy import META, check_compatible
 
     path = runs["sharded"] / "ckpt" / "last.ckpt"
@@ -203,11 +201,6 @@ def test_a_sharded_checkpoint_that_cannot_resume_the_run_is_refused_in_one_line(
         assert "\n" not in str(err.value) and str(path) in str(err.value)
         for text in must:
             assert text in str(err.value)
-    cut = tmp_path / "cut.ckpt"
-    shutil.copytree(path, cut)
-    (cut / ".metadata").unlink()
-    with pytest.raises(InputError, match=r"cut.ckpt is not a whole sharded checkpoint \(it has no \.metadata\)"):
-        check_checkpoint_file(cut)
 
 
 # ----------------------------------------------------------------- atomic sharded saves (one process, no launch)
@@ -264,3 +257,25 @@ def test_a_sharded_save_replaces_the_folder_whole_or_not_at_all(tmp_path, monkey
     single.write_bytes(b"a single-file checkpoint")
     save_sharded({"state_dict": {"policy.w": torch.ones(4)}, "global_step": 1}, single, 1, 0, lambda: None)
     assert _load(single) == (1.0, 1) and sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt", "single.ckpt"]
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_what_the_sharded_strategy_cannot_read_is_refused_in_one_line(tmp_path):
+    """A single-file checkpoint given to the sharded strategy; a sharded folder without its DCP metadata, or without
+    its ``meta.pt`` (copies cut short): named with what is wrong, before anything loads."""
+    from lit_grpo.runs import check_checkpoint_file
+    from lit_grpo.strategy import FSDP2Strategy
+
+    single = tmp_path / "single.ckpt"
+    torch.save({"state_dict": {}}, single)
+    with pytest.raises(InputError, match=r"single.ckpt is a single file, written without sharding: FSDP2Strategy "
+                                         r"reads sharded checkpoint folders; resume it without configs/fsdp.yaml"):
+        FSDP2Strategy().load_checkpoint(single)
+    for missing in (".metadata", "meta.pt"):
+        cut = tmp_path / f"cut_{missing.strip('.')}.ckpt"
+        _save(cut, 1.0, 2)
+        check_checkpoint_file(cut)  # whole
+        (cut / missing).unlink()
+        with pytest.raises(InputError, match=rf"{cut.name} is not a whole sharded checkpoint \(it has no "
+                                             rf"{re.escape(missing)}\); use an earlier checkpoint or copy it again$"):
+            check_checkpoint_file(cut)
