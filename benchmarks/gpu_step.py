@@ -3,6 +3,8 @@
     python benchmarks/gpu_step.py                 # one GPU: the full-size random model, bf16-mixed (<= 4 min on an H200)
     python benchmarks/gpu_step.py --tiny          # the embedded toy model on the CPU (what the test suite runs)
     python benchmarks/gpu_step.py --no-trl        # lit_grpo only
+    python benchmarks/gpu_step.py --no-trl --strategy fsdp2 --devices 4     # lit_grpo sharded with FSDP2 over 4 GPUs
+    python benchmarks/gpu_step.py --tiny --no-trl --strategy fsdp2 --devices 2   # the same on 2 CPU processes
 
 Model: :mod:`granite_shape` (Granite Vision 3.3 2B's shape, random weights from a config, saved once to a
 temporary folder and loaded by path like a real checkpoint; ``--tiny``: the embedded 0.2M-parameter model).
@@ -12,7 +14,9 @@ global batch size of 128, in TRL's meaning: completions per step; on N GPUs each
 1.0, beta 0, one update per rollout, full fine-tuning of the language model and projector (vision tower frozen),
 float32 weights under ``bf16-mixed``, SDPA, gradient checkpointing on; the embedded puzzles (a 132 x 88 image: one
 384 px tile, 1,261 image tokens of a 1,363-token prompt). Random weights almost never sample the stop token, so completions run to the full 512 tokens.
-Each trainer runs ``--warmup`` + ``--steps`` steps; the figures are over the timed steps.
+Each trainer runs ``--warmup`` + ``--steps`` steps; the figures are over the timed steps. ``--strategy fsdp2`` (or
+``ddp``) with ``--devices N`` runs lit_grpo on N processes (GPUs, or CPU processes without one), each with the
+per-GPU settings above (``--prompts`` changes the prompts per rank); the figures are rank 0's (TRL: one device only).
 
 Printed per trainer (one ``key: value`` line each):
 
@@ -23,7 +27,8 @@ Printed per trainer (one ``key: value`` line each):
   tokens each implementation runs: lit_grpo every prompt once per group, TRL every row's prompt; forward +
   backward = 3 x forward; recomputation not counted) per second, and that over the device's bf16 dense peak
   (:data:`PEAK_TFLOPS`, by device name; ``n/a`` on a CPU or an unknown device);
-- ``peak_memory_gib``: ``torch.cuda.max_memory_allocated`` over the run (CPU: the C heap's peak above the start).
+- ``peak_memory_gib``: ``torch.cuda.max_memory_allocated`` over the run (CPU: the C heap's peak above the start);
+- ``step_seconds``: the mean wall time of a timed step (sampling to optimizer step).
 """
 
 from __future__ import annotations
@@ -93,7 +98,8 @@ class Meter:
 
     def __init__(self):
         self.on = False
-        self.seconds = {"generation": 0.0, "update": 0.0}
+        self.seconds = {"generation": 0.0, "update": 0.0, "step": 0.0}
+        self.steps = 0
         self.tokens = {"generation": 0, "update": 0}
         self.flops = 0.0
 
@@ -158,7 +164,16 @@ def _samples(root: Path, num: int):
     return (samples * (num // len(samples) + 1))[:num]
 
 
-def run_lit(path: str, samples, s: dict, steps: int, warmup: int, meter: Meter) -> None:
+def _strategy(name: str):
+    if name == "fsdp2":
+        from lit_grpo.strategy import FSDP2Strategy
+
+        return FSDP2Strategy()
+    return "ddp" if name == "ddp" else "auto"
+
+
+def run_lit(path: str, samples, s: dict, steps: int, warmup: int, meter: Meter, strategy: str = "single",
+            devices: int = 1):
     import lightning as L
     from torch.utils.data import DataLoader
 
@@ -198,13 +213,23 @@ def run_lit(path: str, samples, s: dict, steps: int, warmup: int, meter: Meter) 
     class Start(L.Callback):
         def on_train_batch_start(self, trainer, *a, **k):
             meter.on = trainer.global_step >= warmup
+            _sync()
+            self.start = time.perf_counter()
+
+        def on_train_batch_end(self, trainer, *a, **k):
+            _sync()
+            if meter.on:
+                meter.seconds["step"] += time.perf_counter() - self.start
+                meter.steps += 1
 
     loader = DataLoader(samples, batch_size=s["prompts"], shuffle=False,
                         collate_fn=lambda x: PromptBatch(x, [render_messages(y, "visualsphinx_seed") for y in x]))
-    trainer = L.Trainer(max_steps=warmup + steps, accelerator="auto", devices=1, precision="bf16-mixed",
-                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0, callbacks=[Start()])
+    trainer = L.Trainer(max_steps=warmup + steps, accelerator="auto", devices=devices, precision="bf16-mixed",
+                        strategy=_strategy(strategy), logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                        limit_val_batches=0, callbacks=[Start()])
     trainer.fit(module, train_dataloaders=loader)
+    return trainer
 
 
 def run_trl(path: str, samples, s: dict, steps: int, warmup: int, meter: Meter, out: Path) -> None:
@@ -290,7 +315,7 @@ def report(name: str, meter: Meter, memory: dict, peak: float | None) -> dict:
     tflops = meter.flops / max(meter.seconds["update"], 1e-9) / 1e12
     figures = {"generation_tokens_per_s": gen, "update_tokens_per_s": upd, "update_tflops": tflops,
                "mfu": None if peak is None else tflops * 1e12 / peak, "peak_memory_gib": memory["gib"],
-               "update_flops": meter.flops}
+               "update_flops": meter.flops, "step_seconds": meter.seconds["step"] / max(meter.steps, 1)}
     print(f"[{name}]")
     for key, value in figures.items():
         text = "n/a" if value is None else (f"{value:.3e}" if key == "update_flops" else f"{value:.4g}")
@@ -305,22 +330,34 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps first")
     parser.add_argument("--no-trl", action="store_true", help="skip TRL's GRPOTrainer")
     parser.add_argument("--root", default=None, help="folder for the model and data (default: a temp dir)")
+    parser.add_argument("--strategy", choices=("single", "ddp", "fsdp2"), default="single",
+                        help="lit_grpo's strategy: one device, DDP, or FSDP2 (lit_grpo.strategy.FSDP2Strategy)")
+    parser.add_argument("--devices", type=int, default=1, help="processes (GPUs, or CPU processes without one)")
+    parser.add_argument("--prompts", type=int, default=None, help="prompts per rank and step (default: the settings')")
     args = parser.parse_args(argv)
-    s = TINY if args.tiny else PAPER
-    root = Path(args.root or tempfile.mkdtemp(prefix="gpu_step_"))
+    if (args.devices > 1 or args.strategy != "single") and not args.no_trl:
+        parser.error("TRL runs on one device here: add --no-trl to run lit_grpo alone with --strategy / --devices")
+    s = {**(TINY if args.tiny else PAPER), **({"prompts": args.prompts} if args.prompts else {})}
+    # the ranks Lightning starts run this script again: they find the model and data in the same folder
+    root = Path(args.root or os.environ.setdefault("GPU_STEP_ROOT", tempfile.mkdtemp(prefix="gpu_step_")))
     name = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     peak = device_peak(name) if torch.cuda.is_available() else None
-    print(f"device: {name}; peak: {'n/a' if peak is None else f'{peak / 1e12:g} TFLOPS'}; {s['prompts']} prompts x "
-          f"G {s['group']}, {s['tokens']} completion tokens, micro-batch {s['micro_batch']}; "
-          f"{args.warmup} warm-up + {args.steps} timed step(s)", flush=True)
+    first = "LOCAL_RANK" not in os.environ or os.environ.get("RANK", os.environ["LOCAL_RANK"]) == "0"
+    say = print if first else (lambda *a, **k: None)
+    say(f"device: {name}; peak: {'n/a' if peak is None else f'{peak / 1e12:g} TFLOPS'}; {s['prompts']} prompts x "
+        f"G {s['group']}, {s['tokens']} completion tokens, micro-batch {s['micro_batch']}; "
+        f"{args.warmup} warm-up + {args.steps} timed step(s); lit_grpo: {args.strategy} on {args.devices} "
+        f"device(s)", flush=True)
     start = time.perf_counter()
     path = build_model(root, args.tiny)
-    samples = _samples(root, s["prompts"] * (args.warmup + args.steps))
-    print(f"model and data ready in {time.perf_counter() - start:.0f} s", flush=True)
+    samples = _samples(root, s["prompts"] * (args.warmup + args.steps) * args.devices)
+    say(f"model and data ready in {time.perf_counter() - start:.0f} s", flush=True)
     results = {}
     meter = Meter()
     with peak_memory() as memory:
-        run_lit(path, samples, s, args.steps, args.warmup, meter)
+        trainer = run_lit(path, samples, s, args.steps, args.warmup, meter, args.strategy, args.devices)
+    if not trainer.is_global_zero:
+        return {}
     results["lit_grpo"] = report("lit_grpo", meter, memory, peak)
     if not args.no_trl:
         meter = Meter()

@@ -3,6 +3,7 @@ micro-batch that fits a GPU at the paper's settings.
 
     python benchmarks/memory.py                      # measure (16 fresh processes, 2 at a time) and extrapolate
     python benchmarks/memory.py --rows 4,8 --completion-tokens 512 --image 384x384 --jobs 2
+    python benchmarks/memory.py --fsdp-only          # only FSDP2's per-GPU parameter memory (counted, no measurement)
 
 Model: :mod:`granite_shape` (Granite Vision 3.3 2B's width, heads, vocabulary and image tokens; random weights
 from a config), with 1 and 2 decoder layers and 4 SigLIP layers (the features the projector reads); full
@@ -32,6 +33,14 @@ Extrapolation (the formula printed with the table), linear in depth and in the t
 
 The step is the paper's: a global batch size of 128 in TRL's meaning, completions per optimizer step, i.e. 16
 prompts x G = 8 (the paper configs' ``data.batch_size: 16``); on 4 GPUs each takes 4 prompts, 32 completions.
+
+FSDP2 (``configs/fsdp.yaml``; :func:`fsdp_memory`, counted from the model's parameters, nothing measured): per GPU
+the sharded state ``F / W`` (W GPUs), plus during the update the units gathered at a time (the layer being computed
+and the one prefetched, float32, and the root unit: embeddings, head, projector and the vision embeddings, which FSDP2
+keeps gathered from forward to backward), plus, while sampling with ``gather_rollout`` (the default), a whole float32
+copy of every parameter (each unit gathered once per rollout instead of once per generated token), freed before the
+update. The largest micro-batch under FSDP2 uses the update's figure; the sampling cache (keys and values of the
+rollout's completions) comes on top of the rollout's and is not modelled here.
 """
 
 from __future__ import annotations
@@ -131,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gpu-gb", type=float, default=80.0)
     parser.add_argument("--jobs", type=int, default=2, help="measurements at once (one torch thread each)")
     parser.add_argument("--points", help="JSON file of earlier measurements to reuse (written by every run)")
+    parser.add_argument("--fsdp-only", action="store_true", help="print FSDP2's per-GPU parameter memory and stop")
     parser.add_argument("--point", help=argparse.SUPPRESS)
     return parser
 
@@ -138,6 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.fsdp_only:
+        print_fsdp(args.gpus, args.gpu_gb)
+        return
     image = tuple(int(x) for x in args.image.split("x"))
     if args.point:  # a child process: one measurement, as JSON
         layers, path, ckpt = args.point.split(",")
@@ -163,6 +176,41 @@ def main(argv: list[str] | None = None) -> None:
             if saved is not None:
                 saved.write_text(json.dumps({",".join(map(str, k)): v for k, v in points.items()}))
     table(points, sizes, args)
+
+
+def fsdp_memory(gpus: int) -> dict[str, float]:
+    """FSDP2's per-GPU parameter memory in bytes (see the module docstring): ``sharded`` (weights, gradients and
+    AdamW moments of the trainable parameters, float32 frozen weights, 1 / ``gpus`` each), ``update`` (two decoder
+    layers and the root unit gathered, float32), ``rollout`` (every parameter gathered, float32), ``reference`` (a
+    sharded frozen copy: full fine-tuning with ``beta > 0``)."""
+    import torch
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    from granite_shape import granite_vision_config
+    from transformers import LlavaNextForConditionalGeneration
+
+    counts = parameter_counts()
+    trainable, frozen = counts["language_model"] + counts["projector"], counts["vision_tower"]
+    with torch.device("meta"):
+        model = LlavaNextForConditionalGeneration(granite_vision_config())
+    in_layers = {id(p) for m in model.modules() if isinstance(m, GradientCheckpointingLayer) for p in m.parameters()}
+    root = sum(p.numel() for p in model.parameters() if id(p) not in in_layers)
+    layer = sum(p.numel() for p in model.model.language_model.layers[0].parameters())
+    return {"sharded": (16 * trainable + 4 * frozen) / gpus, "update": 4 * (2 * layer + root),
+            "rollout": 4 * (trainable + frozen), "reference": 4 * (trainable + frozen) / gpus,
+            "root": root, "layer": layer}
+
+
+def print_fsdp(gpus: int, gpu_gb: float) -> dict[str, float]:
+    f = fsdp_memory(gpus)
+    budget = 0.9 * gpu_gb * 1e9
+    print(f"FSDP2 over {gpus} GPUs, per GPU: sharded state F / {gpus} = {f['sharded'] / GIB:.1f} GiB; during the "
+          f"update + {f['update'] / GIB:.2f} GiB gathered (2 decoder layers of {f['layer'] / 1e6:.1f}M parameters and "
+          f"the root unit of {f['root'] / 1e6:.0f}M, float32); while sampling with gather_rollout + "
+          f"{f['rollout'] / GIB:.1f} GiB (every parameter whole, float32): {(f['sharded'] + f['rollout']) / GIB:.1f} "
+          f"GiB before the sampling cache, of a {budget / GIB:.1f} GiB budget; full fine-tuning with beta > 0 adds "
+          f"{f['reference'] / GIB:.1f} GiB (the sharded frozen reference)")
+    return f
 
 
 def layer_weight_bytes() -> int:
@@ -200,10 +248,12 @@ def table(points: dict, sizes: tuple[int, int], args) -> None:
     print("s(m) = A(2, m) - A(1, m) = w + a tokens(m); c(m) = A(1, m) - s(m) = c0 + c1 tokens(m); "
           f"A(m) = c0 + c1 tokens(m) + {depth} (w + a tokens(m)); tokens_plain(m) = m (P + T), "
           "tokens_shared(m) = ceil(m / G) P + m T; largest m: F + A(m) <= budget")
+    sharded = print_fsdp(args.gpus, args.gpu_gb)
+    fixed_fsdp = sharded["sharded"] + sharded["update"]
     print(f"\n| path | checkpointing | A(1, {m1}) / A(1, {m2}) MiB | A(2, {m1}) / A(2, {m2}) MiB | w MiB | "
           f"a KiB/token/layer | c0 MiB | c1 KiB/token | A(8) GiB at {depth} layers | KiB per completion token | "
-          "largest micro-batch per GPU |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "largest micro-batch per GPU | same, FSDP2 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for path, ckpt in (("plain", "off"), ("shared", "off"), ("plain", "on"), ("shared", "on")):
         f = fit(points, path, ckpt, sizes, t, g)
 
@@ -212,10 +262,11 @@ def table(points: dict, sizes: tuple[int, int], args) -> None:
             return f["c0"] + f["c1"] * tokens + depth * (f["w"] + f["a"] * tokens)
 
         best = max([m for m in range(1, cap + 1) if fixed + act(m) <= budget], default=0)
+        best_fsdp = max([m for m in range(1, cap + 1) if fixed_fsdp + act(m) <= budget], default=0)
         mib = [[points[path, ckpt, layers, m]["mib"] for m in sizes] for layers in (1, 2)]
         print(f"| {path} | {ckpt} | {mib[0][0]:.0f} / {mib[0][1]:.0f} | {mib[1][0]:.0f} / {mib[1][1]:.0f} | "
               f"{f['w'] / 2 ** 20:.0f} | {f['a'] / 1024:.1f} | {f['c0'] / 2 ** 20:.0f} | {f['c1'] / 1024:.1f} | "
-              f"{act(g) / GIB:.1f} | {act(g) / (g * t) / 1024:.0f} | {best} |")
+              f"{act(g) / GIB:.1f} | {act(g) / (g * t) / 1024:.0f} | {best} | {best_fsdp} |")
 
 
 if __name__ == "__main__":

@@ -103,23 +103,24 @@ class ExportPretrained(L.Callback):
     """At the end of fit, write the policy in Hugging Face format (``save_pretrained``) with its processor.
 
     With LoRA the adapter is written (``merge: true`` merges it into a full model instead); the folder
-    then loads by path as ``model.policy.name_or_path`` (or ``lora.adapter_path``).
+    then loads by path as ``model.policy.name_or_path`` (or ``lora.adapter_path``). A sharded policy (FSDP2) is
+    gathered whole and written by rank 0 from an unsharded copy (:mod:`lit_grpo.export`).
     """
 
     def __init__(self, dirpath: str = "checkpoints/export", merge: bool = False):
         self.dirpath, self.merge = dirpath, merge
 
-    @rank_zero_only
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        model = pl_module.policy
-        if self.merge and hasattr(model, "merge_and_unload"):
-            import copy
+        from lit_grpo.export import policy_config, save_pretrained, unsharded_policy
+        from lit_grpo.fsdp import is_sharded, trainable_state
 
-            model = copy.deepcopy(model).merge_and_unload()
-        out = Path(self.dirpath)
-        out.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(out)
-        pl_module.processor.save_pretrained(out)
+        model, processor = pl_module.policy, pl_module.processor
+        if is_sharded(model):
+            weights = trainable_state(pl_module)  # every rank takes part; rank 0 gets the weights
+            if trainer.is_global_zero:
+                model, processor = unsharded_policy(policy_config(pl_module.hparams["policy"]), weights)
+        if trainer.is_global_zero:
+            save_pretrained(model, processor, self.dirpath, self.merge)
 
 
 class EvalSummary(L.Callback):

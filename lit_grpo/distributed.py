@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
+from torch.distributed.tensor import DTensor
 
 
 def world() -> tuple[int, int]:
@@ -64,13 +65,14 @@ def _device() -> torch.device:
 
 
 def clip_grad_norm(root: nn.Module | None, parameters: list[nn.Parameter], max_norm: float) -> Tensor:
-    """Clip gradients to a total 2-norm of ``max_norm`` and return the norm before clipping.
+    """Clip gradients to a total 2-norm of ``max_norm`` and return the norm before clipping (a plain tensor).
 
-    ``root``: the strategy's wrapped model. Under FSDP each rank holds a shard of every gradient, so the norm must
-    come from the root FSDP module's own ``clip_grad_norm_`` (over every rank's shards; ``torch.nn.utils.
-    clip_grad_norm_`` would clip each shard by its own norm); any other wrapper (DDP, none) holds whole
-    gradients, and torch's function over ``parameters`` is exact.
+    ``root``: the strategy's wrapped model; a wrapper that clips its own gradient shards (a ``clip_grad_norm_``
+    method: torch's first FSDP) is asked to. Otherwise torch's function over ``parameters`` is exact: over whole
+    gradients (one device, DDP) and over FSDP2's sharded ones alike (DTensors: each shard's norm is reduced over
+    every rank before the clip coefficient is taken, so every rank clips by the same total norm).
     """
     if root is not None and callable(getattr(root, "clip_grad_norm_", None)):
         return root.clip_grad_norm_(max_norm)
-    return torch.nn.utils.clip_grad_norm_(parameters, max_norm)
+    norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm)
+    return norm.full_tensor() if isinstance(norm, DTensor) else norm

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from lightning.pytorch.utilities import rank_zero_only
+
 
 def flatten_hparams(value: Any, prefix: str = "") -> dict[str, Any]:
     """``{"rewards": [RewardSpec("binary", 1.0)]}`` -> ``{"rewards.0.name": "binary", "rewards.0.weight": 1.0, ...}``.
@@ -29,8 +31,10 @@ def flatten_hparams(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: getattr(value, "__name__", None) or repr(value)}
 
 
+@rank_zero_only
 def log_flat_hparams(logger, flat: dict[str, Any], metric_keys: list[str]) -> None:
-    """Write flattened hyper-parameters to ``hparams.yaml`` and, for TensorBoard, to the HPARAMS tab.
+    """Write flattened hyper-parameters to ``hparams.yaml`` and, for TensorBoard, to the HPARAMS tab (rank 0 only:
+    it alone has a log folder and a TensorBoard writer in a multi-process run).
 
     The HPARAMS tab lists ``metric_keys`` (scalars logged during the run) as columns; nothing is written
     to those scalars here (Lightning's own hook would log a placeholder ``hp_metric``).

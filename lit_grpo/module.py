@@ -40,6 +40,7 @@ from lit_grpo.data.datamodule import PromptBatch
 from lit_grpo.data.sample import check_prompt_lengths, prompt_limit
 from lit_grpo.evaluation import EvaluationHooks, Evaluator
 from lit_grpo.families import row_layout
+from lit_grpo.fsdp import ShardingHooks
 from lit_grpo.grpo import decoupled_advantages, group_advantages
 from lit_grpo.hparams import flatten_hparams, log_flat_hparams
 from lit_grpo.metrics import PromptStats, advantage_shares, sampler_metrics, train_metrics
@@ -55,7 +56,7 @@ from lit_grpo.runs import check_trainable_weights
 __all__ = ["EvalConfig", "GRPOConfig", "GRPOModule", "PolicyModule", "PolicyPasses", "LogprobPass"]
 
 
-class PolicyModule(EvaluationHooks, L.LightningModule):
+class PolicyModule(ShardingHooks, EvaluationHooks, L.LightningModule):
     """A policy trained by a subclass's ``training_step``; sampling, rewards, evaluation and checkpoints here."""
 
     dropout_free: ClassVar[bool] = True

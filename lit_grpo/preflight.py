@@ -37,8 +37,8 @@ def check_config(config: dict[str, Any], subcommand: str | None) -> None:
     if problems:  # before anything builds an object that would refuse the same number less clearly
         raise ConfigError(problems[0] + _more(problems))
     ckpt = config.get("ckpt_path")
-    if ckpt and ckpt not in ("last", "best", "hpc", "registry") and not os.path.isfile(ckpt):
-        problems.append(f"ckpt_path {ckpt} is not a file")
+    if ckpt and ckpt not in ("last", "best", "hpc", "registry") and not os.path.exists(ckpt):
+        problems.append(f"ckpt_path {ckpt} does not exist (a checkpoint file, or a sharded checkpoint's folder)")
     model = config.get("model") or {}
     init = model.get("init_args") or {} if isinstance(model, dict) else {}
     for check, arg in ((_check_rewards, init), (_check_evaluation, init), (_check_settings, init),
@@ -168,9 +168,9 @@ FLOAT16_PRECISIONS = ("16", "16-mixed", "16-true")
 
 
 def _check_trainer(trainer: dict[str, Any]) -> None:
-    """float16 precision is refused (the loss clips gradients before a float16 scaler would unscale them); an FSDP
-    strategy needs CUDA GPUs (torch's FSDP refuses a CPU), so it is refused here rather than after the model is
-    built."""
+    """float16 precision is refused (the loss clips gradients before a float16 scaler would unscale them); a GPU
+    accelerator on a machine without CUDA is named before the model is built; Lightning's FSDP strategy (torch's first FSDP) needs CUDA GPUs (it refuses a CPU), so it is refused here rather than after the
+    model is built (``lit_grpo.strategy.FSDP2Strategy``, the sharded path, runs on CPU processes too)."""
     import torch
 
     if str(trainer.get("precision")) in FLOAT16_PRECISIONS:
@@ -178,9 +178,14 @@ def _check_trainer(trainer: dict[str, Any]) -> None:
                          "(float32 weights, bf16 compute) or 32")
     strategy = trainer.get("strategy")
     name = strategy.get("class_path", "") if isinstance(strategy, dict) else str(strategy or "")
-    if "fsdp" in name.lower() and not torch.cuda.is_available():
-        raise ValueError(f"trainer.strategy: {name} needs CUDA GPUs (torch's FSDP refuses a CPU) and none is "
-                         "available; leave out the FSDP overlay (one device, or DDP: --trainer.strategy ddp)")
+    if str(trainer.get("accelerator")) in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise ValueError(f"trainer.accelerator: {trainer['accelerator']} but this machine has no CUDA GPU; on CPU "
+                         "processes set --trainer.accelerator cpu (with --trainer.devices N for N processes)")
+    fsdp1 = name.lower().startswith("fsdp") or name.endswith(".FSDPStrategy")
+    if fsdp1 and not torch.cuda.is_available():
+        raise ValueError(f"trainer.strategy: {name} needs CUDA GPUs (torch's first FSDP refuses a CPU) and none is "
+                         "available; shard with FSDP2 instead (--config configs/fsdp.yaml), or use DDP "
+                         "(--trainer.strategy ddp)")
 
 
 def _check_data(arg: tuple[dict[str, Any], str | None]) -> None:

@@ -104,7 +104,8 @@ def check_checkpoint_file(path: str | os.PathLike | None) -> None:
 
     Lightning writes checkpoints with ``torch.save`` (a zip archive); an empty file, a copy cut short (its
     central directory missing) is named here instead of failing inside ``torch.load``.
-    Special values (``last``, ``best``, ``hpc``, ``registry...``) and remote URLs are left to Lightning.
+    A folder must be a whole sharded checkpoint (:func:`check_sharded_checkpoint`). Special values (``last``,
+    ``best``, ``hpc``, ``registry...``) and remote URLs are left to Lightning.
 
     Raises:
         FileNotFoundError: no such file.
@@ -114,8 +115,11 @@ def check_checkpoint_file(path: str | os.PathLike | None) -> None:
             or "://" in str(path):
         return
     path = Path(path)
+    if path.is_dir():
+        check_sharded_checkpoint(path)
+        return
     if not path.is_file():
-        raise FileNotFoundError(f"checkpoint {path} does not exist" + (" (it is a folder)" if path.is_dir() else ""))
+        raise FileNotFoundError(f"checkpoint {path} does not exist")
     size = path.stat().st_size
     if size == 0:
         raise InputError(f"checkpoint {path} is empty (0 bytes): it was never written completely; "
@@ -130,6 +134,23 @@ def check_checkpoint_file(path: str | os.PathLike | None) -> None:
                          "archive written by torch.save, and this file holds no complete one (a copy cut short, a "
                          "save that was interrupted?); use an earlier checkpoint or copy it again")
     check_lightning_checkpoint(path)
+
+
+SHARDED_META = "meta.pt"
+"""The non-tensor part of a sharded checkpoint folder (:mod:`lit_grpo.strategy`; Lightning's name for it)."""
+
+
+def check_sharded_checkpoint(path: Path) -> None:
+    """Refuse a checkpoint folder that is not a whole sharded checkpoint (:mod:`lit_grpo.strategy`): no ``.metadata``
+    (torch's distributed checkpoint) or no ``meta.pt`` (a copy cut short, or not a checkpoint).
+
+    Raises:
+        InputError: naming the folder and what it lacks.
+    """
+    missing = [name for name in (".metadata", SHARDED_META) if not (path / name).is_file()]
+    if missing:
+        raise InputError(f"checkpoint folder {path} is not a whole sharded checkpoint (it has no "
+                         f"{' and no '.join(missing)}); use an earlier checkpoint or copy it again")
 
 
 def check_trainable_weights(state_dict: dict[str, Any], trainable: set[str] | dict[str, tuple[int, ...]],
@@ -168,7 +189,7 @@ def written_checkpoints(trainer: L.Trainer) -> list[str]:
     paths = []
     for cb in trainer.checkpoint_callbacks:
         for p in (getattr(cb, "last_model_path", ""), getattr(cb, "best_model_path", "")):
-            if p and p not in paths and os.path.isfile(p):
+            if p and p not in paths and os.path.exists(p):  # a file, or a sharded checkpoint's folder
                 paths.append(p)
     return paths
 
@@ -333,7 +354,7 @@ class StopAndResume(L.Callback):
         """Lightning's save swallows a ``PermissionError``: say so when a recorded checkpoint is not on disk."""
         for cb in trainer.checkpoint_callbacks:
             for path in (getattr(cb, "last_model_path", ""), getattr(cb, "best_model_path", "")):
-                if path and not os.path.isfile(path) and path not in self._unsaved:
+                if path and not os.path.exists(path) and path not in self._unsaved:
                     self._unsaved.add(path)
                     rank_zero_warn(f"checkpoint {path} was not written (is {os.path.dirname(path)} still "
                                    "writable?); the run goes on, but this checkpoint does not exist")
@@ -364,7 +385,7 @@ class StopAndResume(L.Callback):
         except CheckpointWriteError as exc:  # one line: the file, the reason, the room left, what is still there
             self._say(f"Stopped by {name} after step {trainer.global_step}, but the {exc}. " + self._newest(trainer))
             return
-        if not os.path.isfile(path):
+        if not os.path.exists(path):
             self._say(f"Stopped by {name} after step {trainer.global_step}, but the checkpoint {path} could not "
                       "be written. " + self._newest(trainer))
             return

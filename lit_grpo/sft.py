@@ -51,6 +51,8 @@ class SFTModule(PolicyModule):
 
     dropout_free = False
     """SFT keeps the policy's dropout (LoRA's ``policy.lora.dropout`` included)."""
+    shardable = False
+    """Its step calls the policy's forward itself, outside the rollout engine that runs a sharded policy."""
 
     def __init__(
         self,

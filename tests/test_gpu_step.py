@@ -44,3 +44,25 @@ def test_tiny_run_prints_every_figure_for_both_trainers(tmp_path, capsys):
         assert figures["peak_memory_gib"] > 0
     # 2 prompts x G 4 x 8 tokens: lit_grpo runs each prompt once, TRL every row's copy: fewer FLOPs per token
     assert results["lit_grpo"]["update_flops"] < results["trl"]["update_flops"]
+
+
+@pytest.mark.slow
+def test_tiny_run_sharded_on_two_cpu_ranks(tmp_path):
+    """The FSDP2 path the script takes on GPUs (``--strategy fsdp2 --devices N``), here on 2 CPU processes that
+    Lightning starts (loopback): rank 0 prints every figure of lit_grpo's run, once."""
+    from launch import run_together
+
+    command = [sys.executable, str(Path(gpu_step.__file__)), "--tiny", "--no-trl", "--strategy", "fsdp2", "--devices",
+               "2", "--root", str(tmp_path)]
+    stdout = run_together([command], timeout=300)[0]
+    assert "lit_grpo: fsdp2 on 2 device(s)" in stdout
+    for key in ("generation_tokens_per_s", "update_tokens_per_s", "update_flops", "peak_memory_gib", "step_seconds"):
+        lines = [line for line in stdout.splitlines() if line.startswith(f"lit_grpo.{key}: ")]
+        assert len(lines) == 1 and float(lines[0].split(": ")[1]) > 0, key
+    assert "lit_grpo.mfu: n/a" in stdout and "trl." not in stdout
+
+
+def test_trl_is_refused_beside_several_devices(capsys):
+    with pytest.raises(SystemExit):
+        gpu_step.main(["--tiny", "--strategy", "fsdp2", "--devices", "2"])
+    assert "TRL runs on one device here: add --no-trl" in capsys.readouterr().err

@@ -19,7 +19,7 @@ from lit_grpo.data.datamodule import DatasetSpec
 
 ROOT = Path(__file__).parents[1]
 
-NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="FSDP is refused only where no CUDA GPU is")
+NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="refused only where no CUDA GPU is")
 
 
 def run(capsys, *args):
@@ -166,9 +166,12 @@ def test_an_override_reaches_the_judge_a_later_overlay_interpolates(capsys):
     (["--data.batch_size=0"], ["data.batch_size must be >= 1", "got 0"]),
     (["--trainer.precision=16-mixed"], ["trainer.precision: 16-mixed (float16) is not supported", "bf16-mixed"]),
     (["--model.init_args.policy.dtype=float16"], ["policy.dtype: float16 is not supported", "use bfloat16"]),
-    pytest.param(["--config=configs/fsdp.yaml"], ["trainer.strategy: lit_grpo.fsdp.LayerFSDPStrategy needs CUDA GPUs"],
+    pytest.param(["--config=configs/fsdp.yaml"], ["trainer.accelerator: gpu but this machine has no CUDA GPU",
+                                                  "--trainer.accelerator cpu"], marks=NO_CUDA),
+    pytest.param(["--trainer.strategy=fsdp"], ["trainer.strategy: fsdp needs CUDA GPUs", "configs/fsdp.yaml"],
                  marks=NO_CUDA),
-    pytest.param(["--trainer.strategy=fsdp"], ["trainer.strategy: fsdp needs CUDA GPUs"], marks=NO_CUDA),
+    pytest.param(["--trainer.strategy=lightning.pytorch.strategies.FSDPStrategy"],
+                 ["trainer.strategy: lightning.pytorch.strategies.FSDPStrategy needs CUDA GPUs"], marks=NO_CUDA),
     (["--data.train.path=someowner/somedata"], ["data.train.path 'someowner/somedata'", "not in the local cache"]),
 ], ids=lambda v: v[0] if isinstance(v, list) and v and v[0].startswith("-") else None)
 def test_a_mistake_is_one_line_naming_the_key(capsys, tmp_path, args, must):

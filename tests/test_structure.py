@@ -1,5 +1,5 @@
-"""Size rules of the package, read from the source: no function over 60 lines, ``GRPOModule`` at most 250 lines,
-no module over 420 lines."""
+"""Size rules of the package, read from the source: no function over 60 lines, ``GRPOModule`` at most 250 lines.
+A file holds one concern, whatever its length: there is no cap on a module's lines."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import lit_grpo
 ROOT = Path(lit_grpo.__file__).parent
 MAX_FUNCTION_LINES = 60
 MAX_MODULE_CLASS_LINES = 250
-MAX_FILE_LINES = 420
 
 
 def function_lengths(source: str, name: str = "<src>") -> list[tuple[str, int]]:
@@ -61,12 +60,6 @@ def test_no_function_over_60_lines():
 def test_grpo_module_is_at_most_250_lines():
     source = (ROOT / "module.py").read_text()
     assert class_length(source, "GRPOModule") <= MAX_MODULE_CLASS_LINES
-
-
-def test_no_module_over_420_lines():
-    long = [(str(p.relative_to(ROOT.parent)), n) for p in sorted(ROOT.rglob("*.py"))
-            if (n := len(p.read_text().splitlines())) > MAX_FILE_LINES]
-    assert not long, f"modules over {MAX_FILE_LINES} lines: {long}"
 
 
 @pytest.mark.parametrize("cls", ["GRPOModule", "SFTModule"])

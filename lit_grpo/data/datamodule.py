@@ -15,7 +15,7 @@ from typing import Annotated, Any, Callable
 
 import lightning as L
 import torch
-from torch.utils.data import Dataset, Subset
+from torch.utils.data import Dataset, DistributedSampler, Subset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from lit_grpo.data import overlap
@@ -374,13 +374,29 @@ class VLMDataModule(L.LightningDataModule):
         """
         if split not in self.datasets:
             raise RuntimeError(f"no {split} dataset configured: set data.{split} in the config")
-        seed = run_seed()
-        loader = StatefulDataLoader(self.datasets[split], batch_size=batch_size, shuffle=shuffle,
-                                    collate_fn=self.collate, num_workers=self.num_workers,
+        seed, ranks = run_seed(), self._ranks()
+        sampler = DistributedSampler(self.datasets[split], shuffle=True, seed=seed, **ranks) if shuffle and ranks \
+            else None
+        loader = StatefulDataLoader(self.datasets[split], batch_size=batch_size, shuffle=shuffle and sampler is None,
+                                    sampler=sampler, collate_fn=self.collate, num_workers=self.num_workers,
                                     generator=torch.Generator().manual_seed(seed))
-        if shuffle:
+        if shuffle and sampler is None:
             loader.sampler.generator = torch.Generator().manual_seed(seed)
         return loader
+
+    def _ranks(self) -> dict[str, int]:
+        """``num_replicas`` and ``rank`` of this process's share of the training data when it is one of several
+        (the strategy's data-parallel ranks), else empty.
+
+        Several ranks shuffle with a ``DistributedSampler`` built here: its order is a function of the seed and the
+        epoch alone, so a resumed run (the loader fast-forwarded to its saved position, the epoch set by Lightning)
+        sees what the uninterrupted run saw. Left to Lightning, the loader's own stateful sampler (not torch's
+        ``RandomSampler``) would be wrapped, and the wrapped sampler's generator, saved by no one, would restart on
+        resume: other prompts on every rank.
+        """
+        trainer = getattr(self, "trainer", None)
+        ranks = getattr(trainer.strategy, "distributed_sampler_kwargs", None) if trainer is not None else None
+        return dict(ranks) if ranks and ranks.get("num_replicas", 1) > 1 else {}
 
     def train_dataloader(self) -> StatefulDataLoader:
         return self._loader("train", self.batch_size, shuffle=True)

@@ -1,0 +1,115 @@
+"""A plain ``save_pretrained`` folder from a training checkpoint: a single file, or a sharded checkpoint's folder.
+
+    python -m lit_grpo.export checkpoints/run/last.ckpt checkpoints/run_export [--merge]
+
+Checkpoints hold only the trainable weights (the LoRA adapter, or the fine-tuned language model and projector) and
+the run's settings (``hyper_parameters.policy``); the export loads the model the run started from
+(``policy.name_or_path``, LoRA as configured), puts the checkpoint's weights in, and writes it with its processor: the
+adapter with LoRA (``--merge``: merged into a whole model), else the whole model. The folder loads by path as
+``model.policy.name_or_path`` (or ``lora.adapter_path``) for evaluation and in the notebooks. One process, no GPU:
+a sharded checkpoint is read whole, whatever number of ranks wrote it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from lit_grpo.embedded import EmbeddedModelConfig
+from lit_grpo.errors import InputError
+from lit_grpo.policy import LoRAConfig, PolicyConfig, load_policy
+from lit_grpo.runs import SHARDED_META, check_checkpoint_file
+
+
+def policy_config(value: PolicyConfig | dict[str, Any]) -> PolicyConfig:
+    """The run's policy settings as saved in a checkpoint's ``hyper_parameters`` (a dict from the command line)."""
+    if isinstance(value, PolicyConfig):
+        return value
+    nested = {"lora": LoRAConfig, "embedded": EmbeddedModelConfig}
+    return PolicyConfig(**{k: nested[k](**v) if k in nested and isinstance(v, dict) else v for k, v in value.items()})
+
+
+def read_checkpoint(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
+    """``(trainable weights by name, hyper-parameters)`` of the checkpoint ``path`` (a file, or a sharded folder read
+    whole in this process).
+
+    Raises:
+        InputError: not a whole checkpoint, or one without the run's settings.
+    """
+    import torch.distributed.checkpoint as dcp
+
+    path = Path(path)
+    check_checkpoint_file(path)
+    if path.is_dir():
+        meta = torch.load(path / SHARDED_META, weights_only=False)
+        stored = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
+        weights = {k.removeprefix("state_dict."): torch.empty(v.size, dtype=v.properties.dtype)
+                   for k, v in stored.items() if k.startswith("state_dict.")}
+        with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+            dcp.load({"state_dict": weights}, checkpoint_id=path, no_dist=True)
+    else:
+        meta = torch.load(path, map_location="cpu", weights_only=False)
+        weights = meta["state_dict"]
+    if "policy" not in meta.get("hyper_parameters", {}):
+        raise InputError(f"checkpoint {path} does not record its policy settings (hyper_parameters.policy): it was "
+                         "not written by a lit_grpo policy module")
+    return weights, meta["hyper_parameters"]
+
+
+def unsharded_policy(cfg: PolicyConfig, weights: dict[str, Tensor], prefix: str = "policy.") -> tuple[nn.Module, Any]:
+    """``(model, processor)``: the policy ``cfg`` starts from, with ``weights`` (names under ``prefix``, the
+    trainable ones of a run) loaded into it; every one must find its parameter.
+
+    Raises:
+        InputError: naming weights the model does not have.
+    """
+    model, processor = load_policy(dataclasses.replace(cfg, gradient_checkpointing=False))
+    own = {k.removeprefix(prefix): v for k, v in weights.items() if k.startswith(prefix)}
+    unexpected = model.load_state_dict(own, strict=False).unexpected_keys
+    if unexpected:
+        raise InputError(f"{len(unexpected)} checkpoint weights are not in {cfg.name_or_path}'s model, e.g. "
+                         f"{unexpected[:3]}: the checkpoint was written with another model or LoRA setting")
+    return model.eval(), processor
+
+
+def save_pretrained(model: nn.Module, processor, out: str | Path, merge: bool = False) -> Path:
+    """Write ``model`` (a LoRA model: its adapter, or the merged model with ``merge``) and ``processor`` to ``out``."""
+    if merge and hasattr(model, "merge_and_unload"):
+        model = copy.deepcopy(model).merge_and_unload()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    processor.save_pretrained(out)
+    return out
+
+
+def export_checkpoint(path: str | Path, out: str | Path, merge: bool = False) -> Path:
+    """Write the policy of the checkpoint ``path`` as a ``save_pretrained`` folder ``out`` (see the module)."""
+    weights, hparams = read_checkpoint(path)
+    model, processor = unsharded_policy(policy_config(hparams["policy"]), weights)
+    return save_pretrained(model, processor, out, merge)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m lit_grpo.export", description=__doc__.split("\n")[0])
+    parser.add_argument("checkpoint", help="a checkpoint file, or a sharded checkpoint's folder")
+    parser.add_argument("out", help="the folder to write")
+    parser.add_argument("--merge", action="store_true", help="merge a LoRA adapter into a whole model")
+    args = parser.parse_args(argv)
+    try:
+        out = export_checkpoint(args.checkpoint, args.out, args.merge)
+    except (InputError, FileNotFoundError) as exc:
+        parser.exit(1, f"error: {exc}\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,281 @@
+"""Runs over several processes and nodes, launched as a user would (``python -m lit_grpo fit``; ``torchrun``), on
+loopback only: a sharded (FSDP2, bf16-mixed) run resumed from its step-2 checkpoint on 2 nodes (two torchrun node
+groups on 127.0.0.1, one process each) continues the 1-node 2-process run exactly; a 2-process DDP run resumed from
+its step-2 checkpoint continues each rank's data, sampling stream and weights exactly; exports of both; sharded
+checkpoints written atomically, refused in one line when they cannot resume the run."""
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from launch import free_port, run_together, torchrun
+
+from lit_grpo.errors import InputError
+
+UNITS = 5  # the embedded model: 2 decoder layers, 2 vision layers and the root
+
+
+def _overrides(folder: Path, shared: Path, run: str, export: bool = False) -> Path:
+    """The demo on 12 puzzles (3 steps of 2 prompts per rank an epoch), 4 steps, validation (2 puzzles, greedy and 4
+    samples each) and a checkpoint every 2 steps (all kept), every rank's steps recorded."""
+    callbacks = [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                  "init_args": {"dirpath": str(folder / "ckpt"), "every_n_train_steps": 2, "save_top_k": -1,
+                                "save_last": True}},
+                 {"class_path": "lit_grpo.testing.record.RecordSteps", "init_args": {"folder": str(folder / "record")}}]
+    if export:
+        callbacks.append({"class_path": "lit_grpo.callbacks.ExportPretrained",
+                          "init_args": {"dirpath": str(folder / "export")}})
+    cfg = {"trainer": {"accelerator": "cpu", "max_steps": 4, "max_epochs": 2, "val_check_interval": 2,
+                       "enable_progress_bar": False, "callbacks": callbacks,
+                       "logger": {"class_path": "lit_grpo.loggers.TensorBoardLogger",
+                                  "init_args": {"save_dir": str(folder / "logs"), "name": run}}},
+           "model": {"init_args": {"policy": {"name_or_path": str(shared / "model")},
+                                   "sampling": {"num_generations": 4, "max_completion_length": 12},
+                                   "evaluation": {"before_fit": False}, "lr_scheduler": None,
+                                   "optimizer": {"class_path": "torch.optim.AdamW",
+                                                 "init_args": {"lr": 1e-3, "weight_decay": 0.0}}}},
+           "data": {"train": {"path": str(shared / "train.parquet")}, "val": {"path": str(shared / "val.parquet")},
+                    "batch_size": 2, "eval_batch_size": 2}}
+    path = folder / "overrides.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _fit(folder: Path, *args: str) -> list[str]:
+    return ["-m", "lit_grpo", "fit", "--config", "configs/demo.yaml", *args, "--config",
+            str(folder / "overrides.yaml")]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """sharded: 4 uninterrupted steps on 1 node x 2 processes; nodes: resumed at step 2 on 2 nodes x 1 process;
+    ddp: 4 uninterrupted steps on 2 processes; ddp_resumed: resumed at step 2; evaluated: ``validate`` of the sharded
+    run's last checkpoint on one process (several launches at a time)."""
+    from lit_grpo.data.puzzles import write_puzzles
+    from lit_grpo.embedded import save_embedded_vlm
+
+    root = tmp_path_factory.mktemp("ranks")
+    shared = root / "shared"
+    save_embedded_vlm(shared / "model")
+    write_puzzles(shared / "train.parquet", num=12, seed=0)
+    write_puzzles(shared / "val.parquet", num=2, seed=1)
+    f = {name: root / name for name in ("sharded", "nodes", "ddp", "ddp_resumed", "evaluated")}
+    for name, folder in f.items():
+        folder.mkdir()
+        _overrides(folder, shared, name, export=name == "sharded")
+    fsdp = ["--config", "configs/fsdp.yaml", "--trainer.precision", "bf16-mixed"]
+    ddp = ["--trainer.devices", "2", "--trainer.strategy", "ddp"]
+    step2 = "epoch=0-step=2.ckpt"
+    run_together([[sys.executable, *_fit(f["sharded"], *fsdp), "--trainer.devices", "2"],
+             [sys.executable, *_fit(f["ddp"], *ddp)]], timeout=400)
+    port = free_port()
+    nodes = [torchrun(1, port, *_fit(f["nodes"], *fsdp), "--trainer.devices", "1", "--trainer.num_nodes", "2",
+                      "--ckpt_path", str(f["sharded"] / "ckpt" / step2), nnodes=2, node_rank=i) for i in (0, 1)]
+    validate = _fit(f["evaluated"], *fsdp)
+    validate[2] = "validate"
+    run_together([*nodes, [sys.executable, *_fit(f["ddp_resumed"], *ddp), "--ckpt_path", str(f["ddp"] / "ckpt" / step2)],
+             [sys.executable, *validate, "--trainer.devices", "1", "--ckpt_path", str(f["sharded"] / "ckpt" /
+                                                                                        "last.ckpt")]], timeout=400)
+    return f
+
+
+def _ranks(folder: Path) -> list[dict]:
+    return [json.loads((folder / "record" / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+
+def _same_steps(resumed: list[dict], uninterrupted: list[dict]) -> None:
+    """Every rank's steps 3 and 4: the same prompts, completions and logged figures; the same validation after step
+    4 (over both ranks' prompts)."""
+    for a, b in zip(resumed, uninterrupted):
+        after = [v for v in a["validations"] if v["step"] == 4]
+        assert len(after) == 1 and after[0] in b["validations"] and after[0]["logged"]["val/sampled/completion_length"]
+        assert [s["step"] for s in a["steps"]] == [3, 4] and [s["step"] for s in b["steps"]] == [1, 2, 3, 4]
+        for x, y in zip(a["steps"], b["steps"][2:]):
+            assert x["ids"] == y["ids"] and x["completions"] == y["completions"]
+            assert x["logged"] == pytest.approx(y["logged"], rel=1e-6, abs=1e-7)
+    assert resumed[0]["steps"][0]["ids"] != resumed[1]["steps"][0]["ids"]  # each rank its own share of the data
+    assert resumed[0]["steps"][0]["completions"] != resumed[1]["steps"][0]["completions"]
+
+
+@pytest.mark.slow
+def test_sharded_run_resumed_on_two_nodes_continues_the_one_node_run(runs):
+    sharded, nodes = _ranks(runs["sharded"]), _ranks(runs["nodes"])
+    assert [(r["global_rank"], r["node_rank"], r["local_rank"], r["world_size"]) for r in sharded] == \
+        [(0, 0, 0, 2), (1, 0, 1, 2)]
+    assert [(r["global_rank"], r["node_rank"], r["local_rank"], r["world_size"]) for r in nodes] == \
+        [(0, 0, 0, 2), (1, 1, 0, 2)]
+    _same_steps(nodes, sharded)
+    for r in sharded + nodes:  # every rollout gathers each unit once; each rank holds half of the weights
+        assert all(s["rollout_all_gathers"] == UNITS for s in r["steps"])
+        held, whole = r["parameter_bytes"]
+        assert 0.45 < held / whole < 0.55
+    assert sum(r["parameter_bytes"][0] for r in sharded) == sharded[0]["parameter_bytes"][1]
+    weights, resumed = torch.load(runs["sharded"] / "record" / "weights.pt"), torch.load(runs["nodes"] / "record" /
+                                                                                        "weights.pt")
+    # full fine-tuning, vision tower frozen: 2 decoder layers x 9, the (tied) embedding, final norm, 4 projector
+    # weights and LLaVA-NeXT's image_newline
+    assert len(weights) == 25 and set(resumed) == set(weights)
+    for name, value in weights.items():
+        torch.testing.assert_close(resumed[name], value, rtol=0, atol=0, msg=name)
+    # the folder checkpoints: one shard per rank, nothing left half-written beside them
+    names = sorted(p.name for p in (runs["sharded"] / "ckpt").iterdir())
+    assert names == ["epoch=0-step=2.ckpt", "epoch=1-step=4.ckpt", "last.ckpt"]
+    assert sorted(p.name for p in (runs["sharded"] / "ckpt" / "last.ckpt").iterdir()) == \
+        [".metadata", "__0_0.distcp", "__1_0.distcp", "meta.pt"]
+
+
+@pytest.mark.slow
+def test_ddp_run_resumed_continues_every_rank(runs):
+    ddp, resumed = _ranks(runs["ddp"]), _ranks(runs["ddp_resumed"])
+    _same_steps(resumed, ddp)
+    assert all(r["parameter_bytes"][0] == r["parameter_bytes"][1] for r in ddp)  # DDP: every rank holds everything
+    weights, after = torch.load(runs["ddp"] / "record" / "weights.pt"), torch.load(runs["ddp_resumed"] / "record" /
+                                                                                   "weights.pt")
+    for name, value in weights.items():
+        torch.testing.assert_close(after[name], value, rtol=0, atol=0, msg=name)
+
+
+@pytest.mark.slow
+def test_a_sharded_checkpoint_is_evaluated_on_another_number_of_ranks(runs):
+    """``validate --ckpt_path`` on the 2-rank checkpoint folder with one process: the weights it evaluates are the
+    run's final weights (read into one rank's shards: all of them)."""
+    record = json.loads((runs["evaluated"] / "record" / "rank0.json").read_text())
+    assert record["world_size"] == 1 and record["parameter_bytes"][0] == record["parameter_bytes"][1]
+    assert len(record["validations"]) == 1 and "val/greedy/reward" in record["validations"][0]["logged"]
+    weights, evaluated = torch.load(runs["sharded"] / "record" / "weights.pt"), torch.load(runs["evaluated"] /
+                                                                                          "record" / "weights.pt")
+    assert set(evaluated) == set(weights)
+    for name, value in weights.items():
+        torch.testing.assert_close(evaluated[name], value, rtol=0, atol=0, msg=name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", ["sharded", "ddp"])
+def test_export_writes_the_trained_policy(runs, tmp_path, run):
+    """``python -m lit_grpo.export`` of the last checkpoint (a sharded folder; a single file) and, for the sharded run,
+    the ExportPretrained callback at the end of fit: folders that load by path with the run's final weights."""
+    from lit_grpo.export import main
+    from lit_grpo.policy import PolicyConfig, load_policy
+
+    weights = torch.load(runs[run] / "record" / "weights.pt")
+    main([str(runs[run] / "ckpt" / "last.ckpt"), str(tmp_path / "export")])
+    folders = [tmp_path / "export"] + ([runs[run] / "export"] if run == "sharded" else [])
+    for folder in folders:
+        model, _ = load_policy(PolicyConfig(name_or_path=str(folder)))
+        params = dict(model.named_parameters())
+        for name, value in weights.items():
+            torch.testing.assert_close(params[name.removeprefix("policy.")].detach(), value, rtol=0, atol=0)
+
+
+@pytest.mark.slow
+def test_a_sharded_checkpoint_that_cannot_resume_the_run_is_refused_in_one_line(runs, tmp_path):
+    """Another number of ranks; another trainable set (LoRA); another model size."""
+    from lit_grpo.embedded import EmbeddedModelConfig
+    from lit_grpo.policy import LoRAConfig, PolicyConfig, load_policy
+    from lit_grpo.strategy import META, check_compatible
+
+    path = runs["sharded"] / "ckpt" / "last.ckpt"
+    meta = torch.load(path / META, weights_only=False)
+
+    def module(**policy):
+        holder = torch.nn.Module()
+        holder.policy = load_policy(PolicyConfig(**policy))[0]
+        return holder
+
+    same = module(name_or_path=str(runs["sharded"].parent / "shared" / "model"))
+    check_compatible(path, meta, same, 2)  # the run that wrote it
+    check_compatible(path, meta, same, None)  # evaluation: any number of ranks
+    cases = [(same, 1, ["written by 2 ranks and this run has 1", "trainer.devices x trainer.num_nodes to 2",
+                        "python -m lit_grpo.export"]),
+             (module(name_or_path=str(tmp_path / "lora"), embedded=EmbeddedModelConfig(), lora=LoRAConfig(r=4)), 2,
+              ["lacks 16 weights this run trains", "holds 25 weights this run does not train"]),
+             (module(name_or_path=str(tmp_path / "wide"), embedded=EmbeddedModelConfig(hidden_size=32)), 2,
+              ["holds policy.", "of shape", "this run's is", "another model"])]
+    for holder, world, must in cases:
+        with pytest.raises(InputError) as err:
+            check_compatible(path, meta, holder, world)
+        assert "\n" not in str(err.value) and str(path) in str(err.value)
+        for text in must:
+            assert text in str(err.value)
+
+
+# ----------------------------------------------------------------- atomic sharded saves (one process, no launch)
+
+
+def _save(path: Path, value: float, step: int) -> None:
+    from lit_grpo.strategy import save_sharded
+
+    checkpoint = {"state_dict": {"policy.w": torch.full((4,), value)}, "optimizer_states": [], "global_step": step}
+    save_sharded(checkpoint, path, world_size=1, rank=0, barrier=lambda: None)
+
+
+def _load(path: Path) -> tuple[float, int]:
+    import torch.distributed.checkpoint as dcp
+
+    weights = {"policy.w": torch.zeros(4)}
+    dcp.load({"state_dict": weights}, checkpoint_id=path, no_dist=True)
+    return float(weights["policy.w"][0]), torch.load(path / "meta.pt")["global_step"]
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_a_sharded_save_replaces_the_folder_whole_or_not_at_all(tmp_path, monkeypatch):
+    """A save over an older one replaces it; a save killed while writing shards, or after them but before its
+    metadata, leaves the older checkpoint whole at its name (the half-written one in a hidden sibling that the next
+    save clears); a single-file checkpoint at the name is replaced by the folder."""
+    import torch.distributed.checkpoint as dcp
+
+    from lit_grpo.strategy import save_sharded
+
+    path = tmp_path / "last.ckpt"
+    _save(path, 1.0, 2)
+    _save(path, 2.0, 4)
+    assert _load(path) == (2.0, 4) and sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
+    real_save = dcp.save
+
+    def killed_in_shards(state, checkpoint_id):
+        (Path(checkpoint_id) / "__0_0.distcp").write_bytes(b"half")
+        raise KeyboardInterrupt
+
+    def killed_after_shards(*args, **kwargs):
+        real_save(*args, **kwargs)
+        raise SystemExit(143)
+
+    for kill in (killed_in_shards, killed_after_shards):
+        monkeypatch.setattr(dcp, "save", kill)
+        with pytest.raises((KeyboardInterrupt, SystemExit)):
+            _save(path, 3.0, 6)
+        assert _load(path) == (2.0, 4)
+        assert (tmp_path / ".last.ckpt.partial").is_dir()
+    monkeypatch.setattr(dcp, "save", real_save)
+    _save(path, 3.0, 6)
+    assert _load(path) == (3.0, 6) and sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
+    single = tmp_path / "single.ckpt"
+    single.write_bytes(b"a single-file checkpoint")
+    save_sharded({"state_dict": {"policy.w": torch.ones(4)}, "global_step": 1}, single, 1, 0, lambda: None)
+    assert _load(single) == (1.0, 1) and sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt", "single.ckpt"]
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_what_the_sharded_strategy_cannot_read_is_refused_in_one_line(tmp_path):
+    """A single-file checkpoint given to the sharded strategy; a sharded folder without its DCP metadata, or without
+    its ``meta.pt`` (copies cut short): named with what is wrong, before anything loads."""
+    from lit_grpo.runs import check_checkpoint_file
+    from lit_grpo.strategy import FSDP2Strategy
+
+    single = tmp_path / "single.ckpt"
+    torch.save({"state_dict": {}}, single)
+    with pytest.raises(InputError, match=r"single.ckpt is a single file, written without sharding: FSDP2Strategy "
+                                         r"reads sharded checkpoint folders; resume it without configs/fsdp.yaml"):
+        FSDP2Strategy().load_checkpoint(single)
+    for missing in (".metadata", "meta.pt"):
+        cut = tmp_path / f"cut_{missing.strip('.')}.ckpt"
+        _save(cut, 1.0, 2)
+        check_checkpoint_file(cut)  # whole
+        (cut / missing).unlink()
+        with pytest.raises(InputError, match=rf"{cut.name} is not a whole sharded checkpoint \(it has no "
+                                             rf"{re.escape(missing)}\); use an earlier checkpoint or copy it again$"):
+            check_checkpoint_file(cut)
