@@ -26,7 +26,8 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from lit_grpo.cli_args import ConfigError, prepare_args, short_error
+from lit_grpo.cli_args import SUBCOMMANDS, ConfigError, model_class_of, prepare_args, short_error
+from lit_grpo.cli_help import extra_help, help_args
 from lit_grpo.data.datamodule import VLMDataModule
 from lit_grpo.errors import UserError
 from lit_grpo.progress import with_progress_bar
@@ -51,7 +52,19 @@ def fail(message: str, status: int = 2) -> None:
 class GRPOArgumentParser(LightningArgumentParser):
     """jsonargparse's parser, with errors as one line (no usage screen, no dump of the parsed config), a
     ``sampling`` option the loss cannot model (``repetition_penalty``, ``min_p``, ...) refused by name with the
-    reason, and a config that holds an API key refused before it is printed (``--print_config``) or saved."""
+    reason, and a config that holds an API key refused before it is printed (``--print_config``) or saved.
+    A subcommand's ``--help`` ends with the options of ``model_class`` (the configured model), of a dataset and
+    of every registered reward (:func:`lit_grpo.cli_help.extra_help`)."""
+
+    def __init__(self, *args, model_class: type | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.model_class = model_class
+
+    def format_help(self) -> str:
+        text = super().format_help()
+        if self.model_class is not None and "--model" in self._option_string_actions:  # a subcommand's parser
+            text += extra_help(type(self), self.model_class) + "\n"
+        return text
 
     def error(self, message: str, ex: Exception | None = None):
         refused, unknown = REFUSED_SAMPLING_OPTION.search(message), UNKNOWN_SAMPLING_OPTION.search(message)
@@ -190,10 +203,13 @@ def _main(args: list[str] | None) -> GRPOCLI:
     from jsonargparse import set_parsing_settings
 
     set_parsing_settings(docstring_parse_attribute_docstrings=True)
+    given = sys.argv[1:] if args is None else list(args)
+    model_class = model_class_of(given)
+    given = help_args(prepare_args(_comment_print_config(given)), model_class)
     if args is None:
-        sys.argv[1:] = prepare_args(_comment_print_config(sys.argv[1:]))
+        sys.argv[1:] = given
     else:
-        args = prepare_args(_comment_print_config(list(args)))
+        args = given
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     # A checkpoint after the optimizer step is what a GRPO step should save; and a deprecation inside
     # Lightning's own pytree helper is not the user's to act on.
@@ -220,7 +236,8 @@ def _main(args: list[str] | None) -> GRPOCLI:
             datamodule_class=VLMDataModule,
             subclass_mode_model=True,
             parser_class=GRPOArgumentParser,
-            parser_kwargs={"parser_mode": "omegaconf+", "prog": PROG},
+            parser_kwargs={"parser_mode": "omegaconf+", "prog": PROG,
+                           **{sub: {"model_class": model_class} for sub in SUBCOMMANDS}},
             save_config_kwargs={"overwrite": True},
             auto_configure_optimizers=False,  # one optimizer setting: model.init_args.optimizer
             trainer_defaults={"callbacks": [stop]},
