@@ -26,7 +26,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from lit_grpo.cli_args import SUBCOMMANDS, ConfigError, model_class_of, prepare_args, short_error
+from lit_grpo.cli_args import SUBCOMMANDS, ConfigError, iter_options, model_class_of, prepare_args, short_error
 from lit_grpo.cli_help import extra_help, help_args
 from lit_grpo.data.datamodule import VLMDataModule
 from lit_grpo.errors import UserError
@@ -135,11 +135,15 @@ class GRPOCLI(LightningCLI):
 
         self.config = parser.parse_object(args) if isinstance(args, (dict, Namespace)) else parser.parse_args(args)
         sub = self.config.get("subcommand")
-        check_config((self.config[sub] if sub else self.config).as_dict(), sub)
+        given = sys.argv[1:] if args is None else args if isinstance(args, list) else []
+        files = [value for key, value, _ in iter_options(given) if key in ("config", "c") and value]
+        check_config((self.config[sub] if sub else self.config).as_dict(), sub, files)
 
     def before_fit(self) -> None:
         check_checkpoint_file(self._ckpt_path())
         check_checkpoint_folders(self.trainer)
+        if self.datamodule is not None:  # the training data's own checks (rows, overlap) before the step-0 validation
+            self.datamodule.setup("fit")
         evaluation = getattr(self.model, "evaluation", None)
         if getattr(evaluation, "before_fit", False) and self._ckpt_path() is None:  # a resumed run has its step 0
             self.trainer.validate(self.model, datamodule=self.datamodule, verbose=False)

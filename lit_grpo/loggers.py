@@ -20,6 +20,8 @@ on it is written as ``train/rollout/epoch``).
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any, Mapping
 
 from lightning.pytorch.loggers import TensorBoardLogger as _LightningTensorBoardLogger
@@ -130,6 +132,14 @@ class TensorBoardLogger(_LightningTensorBoardLogger):
             self.write_layout(step or 0)
 
     @rank_zero_only
+    def finalize(self, status: str) -> None:
+        """Close the writer; a run that failed before logging anything (refused while setting up: data, overlap,
+        checkpoint) leaves no run folder behind (:func:`remove_if_unused`)."""
+        super().finalize(status)
+        if status == "failed":
+            remove_if_unused(Path(self.log_dir))
+
+    @rank_zero_only
     def write_layout(self, step: int) -> None:
         """(Re)write the Custom Scalars layout for the curves seen so far (TensorBoard shows the latest)."""
         self.experiment._get_file_writer().add_summary(layout_summary(custom_scalars_layout(self._curves)), step)
@@ -151,3 +161,31 @@ def layout_summary(layout: dict[str, Any]):
     return Summary(value=[Summary.Value(tag=metadata.CONFIG_SUMMARY_TAG, tensor=tensor,
                                         metadata=metadata.create_summary_metadata())])
 
+
+
+START_FILES = ("config.yaml", "hparams.yaml")
+"""What a run writes into its folder before its first figure (the saved config, the hyper-parameters)."""
+
+
+def remove_if_unused(folder: Path) -> bool:
+    """Delete ``folder`` when it holds only what a run writes at its start: the saved configs and hyper-parameters
+    and event files without a logged value (scalars, text, images, histograms; the hyper-parameter plugin's
+    summaries do not count). Returns whether it was deleted."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    if not folder.is_dir():
+        return False
+    for path in folder.rglob("*"):
+        if path.is_dir():
+            continue
+        if path.name.startswith("events.out.tfevents."):
+            for event in EventFileLoader(str(path)).Load():
+                if any(not v.tag.startswith("_hparams_/") and v.tag != "hp_metric" for v in event.summary.value):
+                    return False
+        elif not path.name.endswith(START_FILES):
+            return False
+    shutil.rmtree(folder)
+    for parent in (folder.parent, folder.parent.parent):  # logs/<name>, logs: only when nothing else is there
+        if parent.is_dir() and not any(parent.iterdir()):
+            parent.rmdir()
+    return True

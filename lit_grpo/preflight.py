@@ -24,20 +24,25 @@ SPLITS = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "pre
 """The splits each subcommand reads (``test`` falls back to ``val``, ``predict`` to ``test`` then ``val``)."""
 
 
-def check_config(config: dict[str, Any], subcommand: str | None) -> None:
-    """Raise :class:`~lit_grpo.cli_args.ConfigError` for the first problems found (see the module docstring)."""
+def check_config(config: dict[str, Any], subcommand: str | None, config_files: list[str] = ()) -> None:
+    """Raise :class:`~lit_grpo.cli_args.ConfigError` for the first problems found (see the module docstring).
+    ``config_files``: the ``--config`` files given, next to which a relative path from the wrong folder is looked
+    for (:func:`lit_grpo.paths.search_roots`)."""
+    from lit_grpo.paths import search_roots, wrong_folder
+
     held = find_credentials(config)
     if held:
         raise ConfigError(f"{held[0]}: an API key never goes into a config (it would be printed and saved); "
                           "export it and set the judge's api_key_env to the variable's NAME (value not shown)")
     problems: list[str] = []
     ckpt = config.get("ckpt_path")
+    roots = search_roots(config_files)
     if ckpt and ckpt not in ("last", "best", "hpc", "registry") and not os.path.isfile(ckpt):
-        problems.append(f"ckpt_path {ckpt} is not a file")
+        problems.append(wrong_folder("ckpt_path", ckpt, roots) or f"ckpt_path {ckpt} is not a file")
     model = config.get("model") or {}
     init = model.get("init_args") or {} if isinstance(model, dict) else {}
     for check, arg in ((_check_rewards, init), (_check_evaluation, init), (_check_settings, init),
-                       (_check_data, (config.get("data") or {}, subcommand)), (_check_policy, init),
+                       (_check_data, (config.get("data") or {}, subcommand, roots)), (_check_policy, (init, roots)),
                        (_check_trainer, config.get("trainer") or {})):
         try:
             check(arg)
@@ -108,9 +113,10 @@ def _check_settings(init: dict[str, Any]) -> None:
             raise ValueError(re.sub(r"(^|; )(grpo|sampling)\.", r"\1model.init_args.\2.", str(exc))) from None
 
 
-def _check_policy(init: dict[str, Any]) -> None:
+def _check_policy(arg: tuple[dict[str, Any], list]) -> None:
     from lit_grpo.policy import DTYPES, check_model_path
 
+    init, roots = arg
     policy = init.get("policy") or {}
     if policy.get("dtype", "float32") not in DTYPES:
         raise ValueError(f"model.init_args.policy.dtype: must be one of {', '.join(DTYPES)}, got {policy['dtype']!r}")
@@ -120,7 +126,7 @@ def _check_policy(init: dict[str, Any]) -> None:
                          "trainer.precision bf16-mixed")
     if policy.get("name_or_path") and policy.get("embedded") is None:
         check_model_path(policy["name_or_path"], policy.get("local_files_only", False),
-                         "model.init_args.policy.name_or_path")
+                         "model.init_args.policy.name_or_path", roots)
 
 
 FLOAT16_PRECISIONS = ("16", "16-mixed", "16-true")
@@ -142,11 +148,11 @@ def _check_trainer(trainer: dict[str, Any]) -> None:
                          "available; leave out the FSDP overlay (one device, or DDP: --trainer.strategy ddp)")
 
 
-def _check_data(arg: tuple[dict[str, Any], str | None]) -> None:
+def _check_data(arg: tuple[dict[str, Any], str | None, list]) -> None:
     from lit_grpo.data.datamodule import DatasetSpec, check_datasets
     from lit_grpo.data.sample import TEMPLATES
 
-    data, subcommand = arg
+    data, subcommand, roots = arg
     for key in ("batch_size", "eval_batch_size"):
         if data.get(key) is not None and data[key] < 1:
             raise ValueError(f"data.{key} must be >= 1 (prompts per step), got {data[key]}")
@@ -161,4 +167,4 @@ def _check_data(arg: tuple[dict[str, Any], str | None]) -> None:
     missing = [k for k in wanted if specs[k] is None and k != "val"]
     if missing:
         raise ValueError(f"data.{missing[0]} is not set: {subcommand} reads it")
-    check_datasets({k: specs[k] for k in wanted})
+    check_datasets({k: specs[k] for k in wanted}, roots)

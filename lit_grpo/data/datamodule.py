@@ -97,13 +97,18 @@ class DatasetSpec:
         target = (self.generate or {}).get("path")
         return target is not None and (self.path is None or Path(self.path) == Path(target))
 
-    def check(self, name: str = "data") -> None:
+    def check(self, name: str = "data", roots: list[Path] | None = None) -> None:
         """Refuse what would fail or mislead at load time, before any model work (``name``: e.g. ``data.train``).
 
         Raises:
             ValueError: no path, a ``generate`` block without ``path`` or of an unknown kind, an unknown reader.
-            FileNotFoundError: a local ``path`` (see :func:`~lit_grpo.data.io.is_local`) that does not exist.
+            FileNotFoundError: a local ``path`` (see :func:`~lit_grpo.data.io.is_local`) that does not exist (from
+                another folder than the one it is in: where it looked, :func:`lit_grpo.paths.wrong_folder` in
+                ``roots``, default :func:`lit_grpo.paths.search_roots`); a hub id that is not in the local cache
+                offline, or that the hub does not have or cannot be asked about online (one request, no retries).
         """
+        from lit_grpo.paths import check_hub, search_roots, wrong_folder
+
         if self.generate is not None:
             _check_generate(self.generate, f"{name}.generate")
         if self.rows is not None:
@@ -118,13 +123,21 @@ class DatasetSpec:
             raise ValueError(f"{name}.path is not set (a file, a folder or a hub id)")
         if self.reader not in READERS:
             raise ValueError(f"{name}.reader: unknown reader {self.reader!r}; registered: {', '.join(READERS.names())}")
-        if not self.generated() and is_local(self.path) and not Path(self.path).expanduser().exists():
+        if self.generated() or Path(self.path).expanduser().exists():
+            return
+        elsewhere = wrong_folder(f"{name}.path", self.path, search_roots() if roots is None else roots)
+        if elsewhere:
+            raise FileNotFoundError(elsewhere)
+        if is_local(self.path):
             made = f" (this config generates only {self.generate['path']}, its generate.path)" if self.generate else ""
             raise FileNotFoundError(f"{name}.path {self.path} does not exist{made}")
-        if not self.generated() and not is_local(self.path) and offline() and not hub_dataset_cached(self.path):
+        if hub_dataset_cached(self.path):
+            return
+        if offline():
             raise FileNotFoundError(f"{name}.path {self.path!r} is no file or folder here, and as a hub dataset id it "
                                     "is not in the local cache (HF_HUB_OFFLINE is set): download it first or give a "
                                     "local path")
+        check_hub(self.path, "dataset", f"{name}.path")
 
     def load(self, on_bad_row: str = "raise") -> Dataset:
         """The reader's dataset; ``on_bad_row`` (``raise`` | ``skip``) unless ``reader_args`` sets it. The
@@ -153,7 +166,7 @@ def _check_generate(generate: dict[str, Any], where: str) -> None:
                          f"its settings: {', '.join(valid)}")
 
 
-def check_datasets(specs: dict[str, DatasetSpec | None]) -> None:
+def check_datasets(specs: dict[str, DatasetSpec | None], roots: list[Path] | None = None) -> None:
     """Check every split (``name -> spec``) before any model work (:meth:`DatasetSpec.check`), and that splits
     generating the same file ask for the same settings (else each would rewrite it for the other).
 
@@ -164,7 +177,7 @@ def check_datasets(specs: dict[str, DatasetSpec | None]) -> None:
     for name, spec in specs.items():
         if spec is None:
             continue
-        spec.check(f"data.{name}")
+        spec.check(f"data.{name}", roots)
         if spec.generated():
             target, record = str(Path(spec.generate["path"])), generation_record(spec.generate)
             first = made.setdefault(target, (name, record))
