@@ -1,6 +1,6 @@
 """Callbacks that observe training and evaluation: completion samples as TensorBoard text, attention
-overlays as TensorBoard images, HF-format export, the test accuracy table (TensorBoard, Markdown, CSV)
-and prediction JSONL files."""
+overlays as TensorBoard images, HF-format export, the validation at a run's last step, the validation curves,
+the test accuracy table (TensorBoard, Markdown, CSV) and prediction JSONL files."""
 
 from __future__ import annotations
 
@@ -99,6 +99,23 @@ class AttentionOverlays(L.Callback):
                 writer.add_image(tag, pic, step, dataformats="HWC")  # float32 in [0, 1]: no double scaling
 
 
+class FinalValidation(L.Callback):
+    """A run validates at its last step: when the step that reaches ``max_steps``, or ends the last epoch, is not a
+    ``val_check_interval`` step, the trainer is asked to stop after it, which Lightning follows with a validation
+    (as it does for early stopping and ``max_time``). A 20-step run of a config that validates every 120 steps
+    thus ends with figures at step 0 and step 20. The CLI adds it to every run; a run without validation (no
+    validation data, ``limit_val_batches: 0``) is unchanged."""
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        last_step = 0 < trainer.max_steps <= trainer.global_step
+        last_epoch = (trainer.max_epochs is not None and trainer.max_epochs > 0
+                      and trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
+                      and trainer.current_epoch + 1 >= trainer.max_epochs)
+        if last_step or last_epoch:
+            trainer.should_stop = True
+
+
 class ExportPretrained(L.Callback):
     """At the end of fit, write the policy in Hugging Face format (``save_pretrained``) with its processor.
 
@@ -125,34 +142,56 @@ class ExportPretrained(L.Callback):
 class EvalSummary(L.Callback):
     """Collect every validation's ``val/<mode>/reward/<name>`` mean +- SE; print and save the curves at the end.
 
-    Writes ``eval_curves.csv`` and ``eval_curves.md`` into the logger's run folder and prints the first
-    and last evaluation of each key with their standard errors (SE over prompts).
+    Writes ``eval_curves.csv`` and ``eval_curves.md`` into the logger's run folder after every validation and at
+    the end, and prints the first and last evaluation of each key with their standard errors (SE over prompts).
+    A resumed run holds the whole run: the rows are kept in every checkpoint, and the rows of a continued run
+    folder's ``eval_curves.csv`` up to the checkpoint's step are read back (a validation that ran after the
+    checkpoint was written, at the same step).
     """
 
     def __init__(self, keys: list[str] | None = None):
         self.keys = keys
         self.rows: list[dict[str, float]] = []
 
+    def state_dict(self) -> dict[str, Any]:
+        return {"rows": list(self.rows)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.rows = list(state_dict.get("rows", []))
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        logdir = getattr(trainer.logger, "log_dir", None)
+        if trainer.ckpt_path and logdir and (Path(logdir) / "eval_curves.csv").is_file():
+            have = {r["step"] for r in self.rows}
+            earlier = [r for r in read_curves(Path(logdir) / "eval_curves.csv")
+                       if r["step"] <= trainer.global_step and r["step"] not in have]
+            self.rows = sorted(self.rows + earlier, key=lambda r: r["step"])
+
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking:
             return
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items()
                    if k.startswith("val/") and "/reward" in k}
-        self.rows.append({"step": trainer.global_step, **metrics})
+        self.rows = [r for r in self.rows if r["step"] != trainer.global_step] + [{"step": trainer.global_step,
+                                                                                   **metrics}]
+        self._save(trainer)
 
     def _keys(self) -> list[str]:
         found = sorted({k for r in self.rows for k in r if k != "step" and not k.endswith("_se")})
         return [k for k in found if self.keys is None or any(p in k for p in self.keys)]
 
     @rank_zero_only
+    def _save(self, trainer: L.Trainer) -> None:
+        logdir = getattr(trainer.logger, "log_dir", None)
+        if logdir and self.rows:
+            self._write(Path(logdir), self._keys())
+
+    @rank_zero_only
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self.rows:
             return
-        keys = self._keys()
-        print("\n".join(summary_lines(self.rows[0], self.rows[-1], keys, trainer.global_step)))
-        logdir = getattr(trainer.logger, "log_dir", None)
-        if logdir:
-            self._write(Path(logdir), keys)
+        print("\n".join(summary_lines(self.rows[0], self.rows[-1], self._keys(), trainer.global_step)))
+        self._save(trainer)
 
     def _write(self, folder: Path, keys: list[str]) -> None:
         folder.mkdir(parents=True, exist_ok=True)
@@ -166,6 +205,15 @@ class EvalSummary(L.Callback):
             cells = [f"{r.get(k, float('nan')):.3f} ± {r.get(k + '_se', float('nan')):.3f}" for k in keys]
             md.append(f"| {r['step']} | " + " | ".join(cells) + " |")
         (folder / "eval_curves.md").write_text("\n".join(md) + "\n")
+
+
+def read_curves(path: Path) -> list[dict[str, float]]:
+    """The rows of an ``eval_curves.csv`` (``step`` as an int, the rest as floats; empty cells left out)."""
+    import csv
+
+    with open(path, newline="") as f:
+        return [{k: int(float(v)) if k == "step" else float(v) for k, v in row.items() if v not in ("", None)}
+                for row in csv.DictReader(f)]
 
 
 def _run_dir(trainer: L.Trainer) -> Path:

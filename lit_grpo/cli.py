@@ -26,10 +26,12 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from lit_grpo.callbacks import FinalValidation
 from lit_grpo.cli_args import SUBCOMMANDS, ConfigError, iter_options, model_class_of, prepare_args, short_error
 from lit_grpo.cli_help import extra_help, help_args
 from lit_grpo.data.datamodule import VLMDataModule
 from lit_grpo.errors import UserError
+from lit_grpo.loggers import RunFolder, continue_run_folder
 from lit_grpo.progress import with_progress_bar
 from lit_grpo.rollout import refuse_sampling_option
 from lit_grpo.runs import StopAndResume, check_checkpoint_file, check_checkpoint_folders, written_checkpoints
@@ -101,10 +103,14 @@ class GRPOCLI(LightningCLI):
         """Keep the parsed configuration; do not merge the checkpoint's saved hyper-parameters over it."""
 
     def instantiate_trainer(self, **kwargs):
-        """The trainer, with lit_grpo's progress bar unless one is configured (or the bar is off)."""
+        """The trainer, with lit_grpo's progress bar unless one is configured (or the bar is off); a ``fit``
+        resumed from a checkpoint logs into the run folder the checkpoint names (:func:`continue_run_folder`)."""
         trainer = self._get(self.config_init, "trainer", default={})
         kwargs.setdefault("callbacks", with_progress_bar(trainer.get("callbacks"), trainer.get("enable_progress_bar")))
-        return super().instantiate_trainer(**kwargs)
+        built = super().instantiate_trainer(**kwargs)
+        if self.subcommand == "fit":
+            continue_run_folder(built, self._ckpt_path())
+        return built
 
     def _ckpt_path(self) -> str | None:
         return self.config_init[self.subcommand].get("ckpt_path")
@@ -244,7 +250,7 @@ def _main(args: list[str] | None) -> GRPOCLI:
                            **{sub: {"model_class": model_class} for sub in SUBCOMMANDS}},
             save_config_kwargs={"overwrite": True},
             auto_configure_optimizers=False,  # one optimizer setting: model.init_args.optimizer
-            trainer_defaults={"callbacks": [stop]},
+            trainer_defaults={"callbacks": [stop, RunFolder(), FinalValidation()]},
             args=args,
         )
     except SIGTERMException:  # Lightning exits 0 after a SIGTERM; a stopped run is not a finished one

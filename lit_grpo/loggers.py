@@ -11,6 +11,10 @@ and cards by name and opens only the first two groups):
 - ``val_band/<mode>/.../lower`` and ``/upper``: mean -+ its standard error over prompts, the band the
   Custom Scalars tab draws around each validation curve (a third, closed group).
 
+A run keeps one folder across stops and resumes: :class:`RunFolder` (added by the CLI) records the folder in
+every checkpoint, and a ``fit`` resumed from one with the same logger settings logs into it again
+(:func:`continue_run_folder`), dropping from view what the earlier process logged after the checkpoint's step.
+
 The module logs ``<key>`` and ``<key>_se`` (what ``trainer.callback_metrics``, the closing summary and
 ``eval_curves.csv`` hold); :class:`TensorBoardLogger` writes the SE as that band, adds the Custom Scalars
 layout (validation curves with their bands, training rewards, diagnostics), and leaves out Lightning's
@@ -20,10 +24,12 @@ on it is written as ``train/rollout/epoch``).
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 from typing import Any, Mapping
 
+import lightning as L
 from lightning.pytorch.loggers import TensorBoardLogger as _LightningTensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 
@@ -189,3 +195,61 @@ def remove_if_unused(folder: Path) -> bool:
         if parent.is_dir() and not any(parent.iterdir()):
             parent.rmdir()
     return True
+
+
+RUN_FOLDER_KEY = "lit_grpo_run_folder"
+"""The checkpoint entry :class:`RunFolder` writes: ``{"root_dir", "version", "log_dir", "curves"}``."""
+
+
+class RunFolder(L.Callback):
+    """Records the logger's run folder (and the validation curves its Custom Scalars layout shows) in every
+    checkpoint, under :data:`RUN_FOLDER_KEY`, so that a ``fit`` resumed from it continues that folder
+    (:func:`continue_run_folder`). The CLI adds it to every run."""
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        logger = trainer.logger
+        if isinstance(logger, _LightningTensorBoardLogger):
+            checkpoint[RUN_FOLDER_KEY] = {"root_dir": logger.root_dir, "version": logger.version,
+                                          "log_dir": logger.log_dir, "curves": list(getattr(logger, "_curves", []))}
+
+
+def checkpoint_entry(path: str | os.PathLike, key: str) -> Any:
+    """``checkpoint[key]`` of the checkpoint file at ``path``, read without loading its tensors (memory-mapped);
+    None when there is no such file, key, or readable checkpoint (a sharded folder, another format)."""
+    import torch
+
+    if not os.path.isfile(path):
+        return None
+    try:
+        return torch.load(path, map_location="cpu", mmap=True, weights_only=False).get(key)
+    except Exception:  # not a zip checkpoint: the run's own checks say what is wrong with it
+        return None
+
+
+def continue_run_folder(trainer: L.Trainer, ckpt_path: str | os.PathLike | None) -> str | None:
+    """Point the trainer's TensorBoard logger at the run folder the checkpoint at ``ckpt_path`` logged to; returns
+    that folder, or None when the run starts a folder of its own.
+
+    It continues when the checkpoint names a folder that still exists under the logger's own ``save_dir/name``
+    and the logger's ``version`` is not set. The writer then purges the events the earlier process wrote after
+    the checkpoint's step (TensorBoard's ``purge_step``: a run resumed from an earlier checkpoint redraws from
+    there), the layout keeps the validation curves, and the config is saved as ``config_resumed_at_step_<s>.yaml``
+    beside the first start's ``config.yaml``.
+    """
+    from lightning.pytorch.cli import SaveConfigCallback
+
+    logger = trainer.logger
+    record = checkpoint_entry(ckpt_path, RUN_FOLDER_KEY) if ckpt_path else None
+    if (not record or not isinstance(logger, _LightningTensorBoardLogger) or logger._version is not None
+            or os.path.normpath(logger.root_dir) != os.path.normpath(record["root_dir"])
+            or not os.path.isdir(record["log_dir"])):
+        return None
+    step = int(checkpoint_entry(ckpt_path, "global_step") or 0)
+    logger._version = record["version"]
+    logger._kwargs["purge_step"] = step + 1
+    if isinstance(logger, TensorBoardLogger):
+        logger._curves = list(record.get("curves", []))
+    for callback in trainer.callbacks:
+        if isinstance(callback, SaveConfigCallback):
+            callback.config_filename = f"config_resumed_at_step_{step}.yaml"
+    return record["log_dir"]

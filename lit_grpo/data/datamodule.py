@@ -26,6 +26,7 @@ from lit_grpo.data.puzzles import PuzzleConfig, write_puzzles
 from lit_grpo.data.sample import TEMPLATES, Sample, render_messages
 from lit_grpo.data.visualsphinx import read_visualsphinx
 from lit_grpo.errors import InputError
+from lit_grpo.progress import CountProgress
 from lit_grpo.registry import Registry
 from lit_grpo.rng import run_seed
 
@@ -40,8 +41,9 @@ GENERATORS: Registry[Callable[..., Path]] = Registry("data generator")
 
 
 @GENERATORS.register("puzzles")
-def _generate_puzzles(path: str, num: int = 1000, seed: int = 0, **cfg: Any) -> Path:
-    return write_puzzles(path, num=num, seed=seed, cfg=PuzzleConfig(**cfg))
+def _generate_puzzles(path: str, num: int = 1000, seed: int = 0, progress: Callable[[int], None] | None = None,
+                      **cfg: Any) -> Path:
+    return write_puzzles(path, num=num, seed=seed, cfg=PuzzleConfig(**cfg), progress=progress)
 
 
 @GENERATORS.register("physics")
@@ -49,6 +51,10 @@ def _generate_physics(path: str, num: int = 256, seed: int = 0, **cfg: Any) -> P
     """Embedded PhyX-like physics problems; the layout follows the file name (``.parquet`` default
     layout, ``.jsonl`` raw layout with ``images/`` next to it)."""
     return write_physics(path, num=num, seed=seed, **cfg)
+
+
+NOT_SETTINGS = ("progress",)
+"""Generator keywords a ``generate`` block does not set (:func:`ensure_generated` passes them)."""
 
 
 _generate_puzzles.forwards_to = (PuzzleConfig,)
@@ -62,7 +68,7 @@ def generator_options(kind: str) -> list[str]:
     names = {"path", "kind"}
     for target in (fn, *getattr(fn, "forwards_to", ())):
         names |= {p.name for p in inspect.signature(target).parameters.values()
-                  if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+                  if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in NOT_SETTINGS}
     return sorted(names)
 
 
@@ -208,13 +214,18 @@ def ensure_generated(generate: dict[str, Any]) -> Path:
                     path, ", ".join(changed) if have is not None else "no record of them")
     args = dict(want)
     partial = path.with_name(f".{path.stem}.{os.getpid()}.partial{path.suffix}")  # the suffix picks the layout
+    kind = args.pop("kind")
+    num = int(args.get("num", inspect.signature(GENERATORS.get(kind)).parameters["num"].default))
+    settings = ", ".join(f"{k}: {v}" for k, v in sorted(args.items()) if k != "num")
+    progress = CountProgress(f"generating {num:,} rows ({kind} generator) into {path}", num, settings, write=log.info)
     try:
-        GENERATORS.get(args.pop("kind"))(str(partial), **args)
+        GENERATORS.get(kind)(str(partial), progress=progress, **args)
         record.unlink(missing_ok=True)  # only now: a failed generation leaves the old file and its record
         os.replace(partial, path)  # readers (other ranks) never see a half-written file
     finally:
         partial.unlink(missing_ok=True)
     record.write_text(json.dumps(want, sort_keys=True, indent=1))
+    progress.done()
     return path
 
 
