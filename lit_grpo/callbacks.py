@@ -10,12 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import numpy as np
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 
 from lit_grpo import distributed as D
-from lit_grpo.evaluation import accuracy_table, prompt_text, scalar_name, table_csv, table_markdown
+from lit_grpo.evaluation import (CSV_COLUMNS, accuracy_table, prompt_text, scalar_name, table_csv, table_markdown,
+                                 table_rows)
+from lit_grpo.loggers import log_histogram, log_images, log_table, log_text
 
 
 def _code(text: str) -> str:
@@ -24,28 +27,63 @@ def _code(text: str) -> str:
 
 
 class CompletionSamples(L.Callback):
-    """At every ``every_n_steps``-th training step, log a few prompts with their completions and rewards as text."""
+    """At every ``every_n_steps``-th training step, log a few prompts with the images the policy saw, its
+    completions, their rewards and advantages.
 
-    def __init__(self, every_n_steps: int = 10, num_prompts: int = 1, num_completions: int = 4):
+    TensorBoard: the text ``train/completions`` (each prompt, its gold answer and its completions) and, in the
+    Images tab, ``train/completions/image/<p>``: prompt ``p``'s images side by side, scaled so the longer side is
+    ``image_side`` px (nearest neighbour upward, so a small puzzle's lines stay sharp). W&B: the table
+    ``train/completions`` (step, prompt, image, gold, completion, total, each reward, advantage).
+    """
+
+    def __init__(self, every_n_steps: int = 10, num_prompts: int = 1, num_completions: int = 4, image_side: int = 384):
         self.every_n_steps, self.num_prompts, self.num_completions = every_n_steps, num_prompts, num_completions
+        self.image_side = image_side
 
     @rank_zero_only
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         if not isinstance(outputs, dict) or "completions" not in outputs or trainer.global_step % self.every_n_steps:
             return
-        writer = getattr(trainer.logger, "experiment", None)
-        if writer is None or not hasattr(writer, "add_text"):
-            return
-        g = outputs["group_size"]
-        blocks = []
+        step, g = trainer.global_step, outputs["group_size"]
+        blocks, images, rows = [], {}, []
+        columns = ["step", "prompt", "image", "gold", "completion", "total", *outputs["rewards"], "advantage"]
         for p in range(min(self.num_prompts, len(outputs["prompts"]))):
-            blocks.append(f"**prompt {p}** (gold `{outputs['answers'][p]}`)\n\n{_code(prompt_text(outputs['prompts'][p]))}")
+            pictures = (getattr(batch.samples[p], "images", None) or []) if hasattr(batch, "samples") else []
+            image = side_by_side(pictures, self.image_side) if pictures else None
+            if image is not None:
+                images[f"train/completions/image/{p}"] = image
+            seen = f"; the image it saw: Images tab, `train/completions/image/{p}`" if image is not None else ""
+            blocks.append(f"**prompt {p}** (gold `{outputs['answers'][p]}`{seen})\n\n"
+                          f"{_code(prompt_text(outputs['prompts'][p]))}")
             for j in range(p * g, p * g + min(self.num_completions, g)):
                 rewards = ", ".join(f"{k}={v[j]:.3f}" for k, v in outputs["rewards"].items())
                 blocks.append(f"completion {j - p * g}: total={outputs['total'][j]:.3f} ({rewards}), "
                               f"advantage={outputs['advantages'][j]:+.3f}\n\n{_code(outputs['completions'][j])}")
-        writer.add_text("train/completions", "\n\n".join(blocks), trainer.global_step)
+                rows.append([step, prompt_text(outputs["prompts"][p]), image, str(outputs["answers"][p]),
+                             outputs["completions"][j], float(outputs["total"][j]),
+                             *(float(v[j]) for v in outputs["rewards"].values()), float(outputs["advantages"][j])])
+        log_text(trainer, "train/completions", "\n\n".join(blocks), step, to_wandb=False)
+        log_images(trainer, images, step, to_wandb=False)
+        log_table(trainer, "train/completions", columns, rows, step, to_tensorboard=False)
+
+
+def side_by_side(images: list, side: int) -> np.ndarray:
+    """PIL images in a row (white gaps), scaled so the row's longer side is ``side`` px: nearest neighbour when
+    enlarging (drawn figures stay sharp), bicubic when shrinking. Returns HWC uint8."""
+    from PIL import Image
+
+    rgb = [im.convert("RGB") for im in images]
+    gap = 4
+    width, height = sum(im.width for im in rgb) + gap * (len(rgb) - 1), max(im.height for im in rgb)
+    row = Image.new("RGB", (width, height), "white")
+    x = 0
+    for im in rgb:
+        row.paste(im, (x, 0))
+        x += im.width + gap
+    scale = side / max(width, height)
+    size = (max(1, round(width * scale)), max(1, round(height * scale)))
+    return np.asarray(row.resize(size, Image.NEAREST if scale >= 1 else Image.BICUBIC))
 
 
 class AttentionOverlays(L.Callback):
@@ -77,26 +115,26 @@ class AttentionOverlays(L.Callback):
         if not isinstance(outputs, dict) or outputs.get("attention") is None \
                 or trainer.global_step % self.every_n_steps:
             return
-        writer = getattr(trainer.logger, "experiment", None)
-        if writer is None or not hasattr(writer, "add_image"):
-            return
-        self.log_attention(writer, outputs["attention"], batch.samples, outputs["group_size"], trainer.global_step)
+        self.log_attention(trainer, outputs["attention"], batch.samples, outputs["group_size"], trainer.global_step)
 
-    def log_attention(self, writer, scores, samples, group_size: int, step: int) -> None:
-        """Write the overlays and the histogram of ``scores`` (:class:`~lit_grpo.attention.AttentionScores`)."""
+    def log_attention(self, trainer: L.Trainer, scores, samples, group_size: int, step: int) -> None:
+        """Write the overlays and the histogram of ``scores`` (:class:`~lit_grpo.attention.AttentionScores`) to the
+        trainer's loggers."""
         from lit_grpo.analysis import foreground_share, image_panel
 
         asm = scores.asm[~torch.isnan(scores.asm)]
         if asm.numel():
-            writer.add_histogram("train/rollout/attention/asm", asm, step)
+            log_histogram(trainer, "train/rollout/attention/asm", asm, step)
+        images, titles = {}, {}
         for j in range(min(self.num_completions, len(scores.maps))):
-            images = samples[j // group_size].images
-            for k, image in enumerate(images):
-                tag = f"train/rollout/attention/overlay/{j}" + (f"_{k}" if len(images) > 1 else "")
-                title = (f"step {step}, completion {j}" + (f", image {k}" if len(images) > 1 else "")
-                         + f": ASM {float(scores.asm[j]):.3f} (uniform attention: {foreground_share(image):.3f})")
-                pic = image_panel(image, scores.maps[j], scores.grids[j], k, self.side, scale=self.scale, title=title)
-                writer.add_image(tag, pic, step, dataformats="HWC")  # float32 in [0, 1]: no double scaling
+            pictures = samples[j // group_size].images
+            for k, image in enumerate(pictures):
+                tag = f"train/rollout/attention/overlay/{j}" + (f"_{k}" if len(pictures) > 1 else "")
+                titles[tag] = (f"step {step}, completion {j}" + (f", image {k}" if len(pictures) > 1 else "")
+                               + f": ASM {float(scores.asm[j]):.3f} (uniform attention: {foreground_share(image):.3f})")
+                images[tag] = image_panel(image, scores.maps[j], scores.grids[j], k, self.side, scale=self.scale,
+                                          title=titles[tag])
+        log_images(trainer, images, step, captions=titles)
 
 
 class FinalValidation(L.Callback):
@@ -190,8 +228,19 @@ class EvalSummary(L.Callback):
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self.rows:
             return
-        print("\n".join(summary_lines(self.rows[0], self.rows[-1], self._keys(), trainer.global_step)))
+        keys = self._keys()
+        print("\n".join(summary_lines(self.rows[0], self.rows[-1], keys, trainer.global_step)))
         self._save(trainer)
+        cols = ["step"] + [c for k in keys for c in (k, k + "_se")]
+        log_table(trainer, "val/eval_curves", cols, [[r.get(c, math.nan) for c in cols] for r in self.rows],
+                  trainer.global_step, markdown=self._markdown(keys))
+
+    def _markdown(self, keys: list[str]) -> str:
+        md = ["| step | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
+        for r in self.rows:
+            cells = [f"{r.get(k, float('nan')):.3f} ± {r.get(k + '_se', float('nan')):.3f}" for k in keys]
+            md.append(f"| {r['step']} | " + " | ".join(cells) + " |")
+        return "\n".join(md) + "\n"
 
     def _write(self, folder: Path, keys: list[str]) -> None:
         folder.mkdir(parents=True, exist_ok=True)
@@ -200,11 +249,7 @@ class EvalSummary(L.Callback):
             f.write(",".join(cols) + "\n")
             for r in self.rows:
                 f.write(",".join(f"{r.get(c, float('nan')):.6g}" for c in cols) + "\n")
-        md = ["| step | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
-        for r in self.rows:
-            cells = [f"{r.get(k, float('nan')):.3f} ± {r.get(k + '_se', float('nan')):.3f}" for k in keys]
-            md.append(f"| {r['step']} | " + " | ".join(cells) + " |")
-        (folder / "eval_curves.md").write_text("\n".join(md) + "\n")
+        (folder / "eval_curves.md").write_text(self._markdown(keys))
 
 
 def read_curves(path: Path) -> list[dict[str, float]]:
@@ -223,13 +268,15 @@ def _run_dir(trainer: L.Trainer) -> Path:
 
 
 class AccuracyTable(L.Callback):
-    """At the end of ``test``: the paper's accuracy table, overall, per PhyX domain and per reasoning type.
+    """At the end of ``test``: the paper's accuracy table, overall, per PhyX domain and per reasoning type, each
+    accuracy with its standard error over problems (:func:`~lit_grpo.evaluation.accuracy_table`).
 
-    Reads the ``correct`` field of the records ``test_step`` returns (the module's
+    Reads the ``id`` and ``correct`` fields of the records ``test_step`` returns (the module's
     ``evaluation.scorer``). For each evaluation mode (``greedy``, ``sampled``) it writes
-    ``<run folder>/<prefix>_<mode>.md`` and ``.csv``, TensorBoard scalars
-    ``test/<mode>/accuracy/{overall,domain/<name>,reasoning_type/<name>}`` and the Markdown table as
-    text, and prints the table. Records of every rank are gathered; rank zero writes.
+    ``<run folder>/<prefix>_<mode>.md`` and ``.csv``, the scalars
+    ``test/<mode>/accuracy/{overall,domain/<name>,reasoning_type/<name>}`` with their SE (TensorBoard: bands)
+    and the table (TensorBoard: Markdown text; W&B: a table), and prints the table. Records of every rank are
+    gathered; rank zero writes.
     """
 
     def __init__(self, prefix: str = "test_accuracy"):
@@ -242,7 +289,7 @@ class AccuracyTable(L.Callback):
     def on_test_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                           batch_idx: int, dataloader_idx: int = 0) -> None:
         if isinstance(outputs, list):
-            self.records += [{k: r[k] for k in ("mode", "domain", "reasoning_type", "correct")} for r in outputs]
+            self.records += [{k: r[k] for k in ("id", "mode", "domain", "reasoning_type", "correct")} for r in outputs]
 
     def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         records = D.gather_objects(self.records)
@@ -253,7 +300,6 @@ class AccuracyTable(L.Callback):
         """Write the table of each mode; returns the files written."""
         out, written = _run_dir(trainer), []
         out.mkdir(parents=True, exist_ok=True)
-        writer = getattr(trainer.logger, "experiment", None) if trainer.logger is not None else None
         for mode in sorted({r["mode"] for r in records}):
             rows = accuracy_table([r for r in records if r["mode"] == mode])
             md = table_markdown(rows, f"test accuracy ({mode})")
@@ -261,12 +307,12 @@ class AccuracyTable(L.Callback):
                 path = out / f"{self.prefix}_{mode}{suffix}"
                 path.write_text(text, encoding="utf-8")
                 written.append(path)
-            scalars = {f"test/{mode}/accuracy/{scalar_name(r)}": r["accuracy"] for r in rows
-                       if not math.isnan(r["accuracy"])}
+            scalars = {f"test/{mode}/accuracy/{scalar_name(r)}{suffix}": r[field] for r in rows
+                       if not math.isnan(r["accuracy"]) for suffix, field in (("", "accuracy"), ("_se", "se"))}
             if trainer.logger is not None and scalars:
                 trainer.logger.log_metrics(scalars, step=trainer.global_step)
-            if writer is not None and hasattr(writer, "add_text"):
-                writer.add_text(f"test/{mode}/accuracy_table", md, trainer.global_step)
+            log_table(trainer, f"test/{mode}/accuracy_table", list(CSV_COLUMNS), table_rows(rows, mode),
+                      trainer.global_step, markdown=md)
             rank_zero_info(f"\n{md}(written to {out / self.prefix}_{mode}.md and .csv)")
         return written
 

@@ -22,7 +22,7 @@ import warnings
 
 import yaml
 from jsonargparse import ArgumentError
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
@@ -31,7 +31,7 @@ from lit_grpo.cli_args import SUBCOMMANDS, ConfigError, iter_options, model_clas
 from lit_grpo.cli_help import extra_help, help_args
 from lit_grpo.data.datamodule import VLMDataModule
 from lit_grpo.errors import UserError
-from lit_grpo.loggers import RunFolder, continue_run_folder
+from lit_grpo.loggers import RunFolder, continue_run_folder, logger_lines
 from lit_grpo.progress import with_progress_bar
 from lit_grpo.rollout import refuse_sampling_option
 from lit_grpo.runs import StopAndResume, check_checkpoint_file, check_checkpoint_folders, written_checkpoints
@@ -88,6 +88,21 @@ class GRPOArgumentParser(LightningArgumentParser):
             fail(f"{held[0]}: an API key never goes into a config (value not shown); export it and set the "
                  "judge's api_key_env to the variable's NAME")
         return text
+
+
+class RunConfig(SaveConfigCallback):
+    """Lightning's config saving (``config.yaml``), into the logger's run folder: ``log_dir`` of TensorBoard, CSV and
+    :class:`lit_grpo.loggers.WandbLogger` (Lightning would put a W&B run's config in the ``save_dir`` every run
+    shares). Same arguments."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **{**kwargs, "save_to_log_dir": False})
+
+    def save_config(self, trainer, pl_module, stage: str) -> None:
+        folder = getattr(trainer.logger, "log_dir", None) or trainer.log_dir
+        os.makedirs(folder, exist_ok=True)
+        self.parser.save(self.config, os.path.join(folder, self.config_filename), skip_none=False,
+                         overwrite=self.overwrite, multifile=self.multifile)
 
 
 class GRPOCLI(LightningCLI):
@@ -160,20 +175,19 @@ class GRPOCLI(LightningCLI):
     before_test = before_predict = before_validate
 
     def after_fit(self) -> None:
+        """The closing message: where each configured logger wrote (:func:`lit_grpo.loggers.logger_lines`), the run
+        folder and the checkpoints."""
         trainer = self.trainer
-        logdir = trainer.logger.log_dir if trainer.logger is not None else None
+        logdir = getattr(trainer.logger, "log_dir", None) if trainer.logger is not None else None
         written = written_checkpoints(trainer)
         ckpt = ", ".join(written) or "none written"
         short = ""
         if 0 < trainer.max_steps and trainer.global_step < trainer.max_steps:
             short = (f"\nStopped early at step {trainer.global_step} of max_steps {trainer.max_steps} "
                      "(trainer.max_time, max_epochs or a stop signal): the figures above are at that step.\n")
-        rank_zero_info(
-            f"{short}\nDone. Look at the run with:\n"
-            f"  tensorboard --logdir {os.path.dirname(logdir.rstrip('/')) if logdir else 'logs'}\n"
-            f"  logs and saved config: {logdir}\n"
-            f"  checkpoints:           {ckpt}\n"
-        )
+        folder = f"  run folder (config, eval curves): {logdir}\n" if logdir else ""
+        rank_zero_info(f"{short}\nDone. Look at the run with:\n" + "\n".join(logger_lines(trainer)) + "\n"
+                       + folder + f"  checkpoints:           {ckpt}\n")
 
 
 def construction_error(exc: BaseException) -> BaseException:
@@ -199,10 +213,15 @@ def main(args: list[str] | None = None) -> GRPOCLI:
     """Run the CLI; a configuration mistake exits with status 2 and one ``error:`` line (see the module); on the
     command line (``args`` None) a :class:`~lit_grpo.errors.UserError` met later (a bad row, checkpoint or folder)
     exits with status 1 and one ``error:`` line."""
+    from omegaconf.errors import OmegaConfBaseException
+
     try:
         return _main(args)
     except ConfigError as exc:
         fail(str(exc))
+    except OmegaConfBaseException as exc:  # an interpolation that does not resolve (e.g. a key of another logger)
+        key = getattr(exc, "full_key", None)
+        fail(f"{key + ': ' if key else ''}{str(exc).splitlines()[0]}")
     except UserError as exc:  # a wrong file, row, checkpoint or folder met while running: what to fix, no traceback
         if args is not None:  # called from Python (a notebook, a test): the exception itself
             raise
@@ -248,6 +267,7 @@ def _main(args: list[str] | None) -> GRPOCLI:
             parser_class=GRPOArgumentParser,
             parser_kwargs={"parser_mode": "omegaconf+", "prog": PROG,
                            **{sub: {"model_class": model_class} for sub in SUBCOMMANDS}},
+            save_config_callback=RunConfig,
             save_config_kwargs={"overwrite": True},
             auto_configure_optimizers=False,  # one optimizer setting: model.init_args.optimizer
             trainer_defaults={"callbacks": [stop, RunFolder(), FinalValidation()]},

@@ -1,5 +1,5 @@
-"""TensorBoard laid out for reading a GRPO run: the learning curves first, validation with its standard-error
-band, diagnostics after them.
+"""TensorBoard (and Weights & Biases) laid out for reading a GRPO run: the learning curves first, validation with
+its standard-error band, diagnostics after them; the text, images and tables the callbacks write, for any of them.
 
 Tag scheme (TensorBoard's Time Series tab groups cards by the text before the first ``/``, sorts groups
 and cards by name and opens only the first two groups):
@@ -10,6 +10,11 @@ and cards by name and opens only the first two groups):
 - ``val/<mode>/...``: validation means over prompts (second group).
 - ``val_band/<mode>/.../lower`` and ``/upper``: mean -+ its standard error over prompts, the band the
   Custom Scalars tab draws around each validation curve (a third, closed group).
+
+:class:`WandbLogger` is Lightning's with the same scalars (``configs/wandb.yaml``, the ``wandb`` extra), and a
+local run folder for the files the callbacks write. The callbacks write through :func:`log_text`,
+:func:`log_images`, :func:`log_histogram` and :func:`log_table`, which reach every configured logger that can show
+them (TensorBoard's Text / Images / Histograms tabs, W&B media and tables; a CSV logger gets the scalars only).
 
 A run keeps one folder across stops and resumes: :class:`RunFolder` (added by the CLI) records the folder in
 every checkpoint, and a ``fit`` resumed from one with the same logger settings logs into it again
@@ -30,7 +35,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import lightning as L
+import numpy as np
 from lightning.pytorch.loggers import TensorBoardLogger as _LightningTensorBoardLogger
+from lightning.pytorch.loggers import WandbLogger as _LightningWandbLogger
 from lightning.pytorch.utilities import rank_zero_only
 
 EVAL_STAGES = ("val", "test")
@@ -211,6 +218,8 @@ class RunFolder(L.Callback):
         if isinstance(logger, _LightningTensorBoardLogger):
             checkpoint[RUN_FOLDER_KEY] = {"root_dir": logger.root_dir, "version": logger.version,
                                           "log_dir": logger.log_dir, "curves": list(getattr(logger, "_curves", []))}
+        elif isinstance(logger, _LightningWandbLogger):
+            checkpoint[RUN_FOLDER_KEY] = {"wandb_project": logger.name, "wandb_id": logger.version}
 
 
 def checkpoint_entry(path: str | os.PathLike, key: str) -> Any:
@@ -227,29 +236,158 @@ def checkpoint_entry(path: str | os.PathLike, key: str) -> Any:
 
 
 def continue_run_folder(trainer: L.Trainer, ckpt_path: str | os.PathLike | None) -> str | None:
-    """Point the trainer's TensorBoard logger at the run folder the checkpoint at ``ckpt_path`` logged to; returns
-    that folder, or None when the run starts a folder of its own.
+    """Point the trainer's TensorBoard logger at the run folder the checkpoint at ``ckpt_path`` logged to (a W&B
+    logger at the W&B run, same project); returns that folder, or None when the run starts a folder of its own.
 
     It continues when the checkpoint names a folder that still exists under the logger's own ``save_dir/name``
-    and the logger's ``version`` is not set. The writer then purges the events the earlier process wrote after
-    the checkpoint's step (TensorBoard's ``purge_step``: a run resumed from an earlier checkpoint redraws from
-    there), the layout keeps the validation curves, and the config is saved as ``config_resumed_at_step_<s>.yaml``
-    beside the first start's ``config.yaml``.
+    and the logger's ``version`` is not set (W&B: the same project, no ``id`` set). TensorBoard's writer then
+    purges the events the earlier process wrote after the checkpoint's step (``purge_step``: a run resumed from
+    an earlier checkpoint redraws from there) and the layout keeps the validation curves; the config is saved as
+    ``config_resumed_at_step_<s>.yaml`` beside the first start's ``config.yaml``.
     """
     from lightning.pytorch.cli import SaveConfigCallback
 
     logger = trainer.logger
     record = checkpoint_entry(ckpt_path, RUN_FOLDER_KEY) if ckpt_path else None
-    if (not record or not isinstance(logger, _LightningTensorBoardLogger) or logger._version is not None
-            or os.path.normpath(logger.root_dir) != os.path.normpath(record["root_dir"])
-            or not os.path.isdir(record["log_dir"])):
+    if not record:
         return None
     step = int(checkpoint_entry(ckpt_path, "global_step") or 0)
-    logger._version = record["version"]
-    logger._kwargs["purge_step"] = step + 1
-    if isinstance(logger, TensorBoardLogger):
-        logger._curves = list(record.get("curves", []))
+    if isinstance(logger, _LightningWandbLogger):
+        if logger._id is not None or record.get("wandb_project") != logger.name or not record.get("wandb_id"):
+            return None
+        logger._id = logger._wandb_init["id"] = record["wandb_id"]  # W&B resumes that run ("resume": "allow")
+    elif isinstance(logger, _LightningTensorBoardLogger) and logger._version is None and "root_dir" in record \
+            and os.path.normpath(logger.root_dir) == os.path.normpath(record["root_dir"]) \
+            and os.path.isdir(record["log_dir"]):
+        logger._version = record["version"]
+        logger._kwargs["purge_step"] = step + 1
+        if isinstance(logger, TensorBoardLogger):
+            logger._curves = list(record.get("curves", []))
+    else:
+        return None
     for callback in trainer.callbacks:
         if isinstance(callback, SaveConfigCallback):
             callback.config_filename = f"config_resumed_at_step_{step}.yaml"
-    return record["log_dir"]
+    return getattr(logger, "log_dir", None) or logger.save_dir
+
+
+class WandbLogger(_LightningWandbLogger):
+    """Lightning's ``WandbLogger`` with lit_grpo's scalars (validation SEs as ``val_band/.../lower`` and ``/upper``,
+    no ``epoch`` while it is 0: :func:`tensorboard_scalars`) and a local run folder, ``log_dir`` =
+    ``<save_dir>/<name>/<run id>``, for the files the callbacks write (``eval_curves``, test tables, predictions)
+    and the saved config. Same arguments; ``name`` is the run's display name (the configs' run name carries over
+    when ``configs/wandb.yaml`` replaces their TensorBoard logger)."""
+
+    @rank_zero_only
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        scalars = tensorboard_scalars(metrics)
+        if scalars:
+            super().log_metrics(scalars, step)
+
+    @property
+    def log_dir(self) -> str:
+        return os.path.join(self.save_dir or ".", self._name or self.name or "wandb", str(self.version))
+
+
+def _tensorboards(trainer: L.Trainer, on: bool = True) -> list:
+    return [lg.experiment for lg in trainer.loggers if isinstance(lg, _LightningTensorBoardLogger)] if on else []
+
+
+def _wandbs(trainer: L.Trainer, on: bool = True) -> list:
+    return [lg for lg in trainer.loggers if isinstance(lg, _LightningWandbLogger)] if on else []
+
+
+@rank_zero_only
+def log_text(trainer: L.Trainer, tag: str, markdown: str, step: int, to_tensorboard: bool = True,
+             to_wandb: bool = True) -> None:
+    """``markdown`` as TensorBoard text, and as a one-cell W&B table (W&B shows text in tables); ``to_tensorboard`` /
+    ``to_wandb`` False: not to that logger (a caller that gives it the same content in another form)."""
+    for writer in _tensorboards(trainer, to_tensorboard):
+        writer.add_text(tag, markdown, step)
+    for logger in _wandbs(trainer, to_wandb):
+        logger.log_text(tag, columns=["text"], data=[[markdown]], step=step)
+
+
+def as_uint8(image: np.ndarray) -> np.ndarray:
+    """An HWC float image in [0, 1] (or uint8) as HWC uint8."""
+    image = np.asarray(image)
+    return image if image.dtype == np.uint8 else (np.clip(image, 0, 1) * 255).round().astype(np.uint8)
+
+
+@rank_zero_only
+def log_images(trainer: L.Trainer, images: dict[str, np.ndarray], step: int, captions: dict[str, str] | None = None,
+               to_tensorboard: bool = True, to_wandb: bool = True) -> None:
+    """Each ``tag -> HWC image`` (float in [0, 1] or uint8) as a TensorBoard image and a W&B image (``captions``:
+    ``tag -> text`` shown under it on W&B)."""
+    for writer in _tensorboards(trainer, to_tensorboard):
+        for tag, image in images.items():
+            writer.add_image(tag, as_uint8(image), step, dataformats="HWC")  # uint8 HWC: no rescaling
+    for logger in _wandbs(trainer, to_wandb):
+        for tag, image in images.items():
+            logger.log_image(tag, [as_uint8(image)], step=step, caption=[(captions or {}).get(tag, tag)])
+
+
+@rank_zero_only
+def log_histogram(trainer: L.Trainer, tag: str, values: Any, step: int) -> None:
+    """``values`` (a 1-D tensor or array) as a TensorBoard histogram and a W&B histogram."""
+    for writer in _tensorboards(trainer):
+        writer.add_histogram(tag, values, step)
+    for logger in _wandbs(trainer):
+        import wandb
+
+        logger.log_metrics({tag: wandb.Histogram(np.asarray(values, dtype=np.float64))}, step)
+
+
+@rank_zero_only
+def log_table(trainer: L.Trainer, tag: str, columns: list[str], rows: list[list[Any]], step: int,
+              markdown: str | None = None, to_tensorboard: bool = True, to_wandb: bool = True) -> None:
+    """A table: on TensorBoard as Markdown text (``markdown``, else a pipe table of ``rows``), on W&B as a table
+    (image cells given as HWC arrays become W&B images)."""
+    text = markdown if markdown is not None else markdown_table(columns, rows)
+    for writer in _tensorboards(trainer, to_tensorboard):
+        writer.add_text(tag, text, step)
+    for logger in _wandbs(trainer, to_wandb):
+        import wandb
+
+        cells = [[wandb.Image(as_uint8(c)) if isinstance(c, np.ndarray) else c for c in row] for row in rows]
+        logger.log_table(tag, columns=columns, data=cells, step=step)
+
+
+def markdown_table(columns: list[str], rows: list[list[Any]]) -> str:
+    """A Markdown pipe table (array cells written as ``(image)``)."""
+    def cell(value: Any) -> str:
+        return "(image)" if isinstance(value, np.ndarray) else str(value).replace("|", "\\|").replace("\n", " ")
+
+    return "\n".join(["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns),
+                      *("| " + " | ".join(cell(v) for v in row) + " |" for row in rows)]) + "\n"
+
+
+def logger_lines(trainer: L.Trainer) -> list[str]:
+    """Where each configured logger wrote, for the closing message: the TensorBoard command (and this run's
+    folder), a CSV file, the W&B run's page (or, offline, the command that uploads it), or another logger's folder."""
+    from lightning.pytorch.loggers import CSVLogger
+
+    lines = []
+    for logger in trainer.loggers:
+        if isinstance(logger, _LightningTensorBoardLogger):
+            lines.append(f"  tensorboard --logdir {os.path.dirname(logger.log_dir.rstrip('/'))}"
+                         f"     (TensorBoard; this run: {logger.log_dir})")
+        elif isinstance(logger, CSVLogger):
+            lines.append(f"  metrics (CSV):         {os.path.join(logger.log_dir, 'metrics.csv')}")
+        elif isinstance(logger, _LightningWandbLogger):
+            lines.append(f"  Weights & Biases:      {wandb_location(logger)}")
+        else:
+            lines.append(f"  {type(logger).__name__}: {getattr(logger, 'log_dir', None) or logger.save_dir}")
+    return lines or ["  no logger configured: the console output above is all there is"]
+
+
+def wandb_location(logger: _LightningWandbLogger) -> str:
+    """The W&B run's page, or for an offline run its folder and the ``wandb sync`` command that uploads it."""
+    run = logger._experiment
+    if run is None:
+        return "no run was started"
+    offline = getattr(getattr(run, "settings", None), "mode", None) == "offline" or logger._offline
+    if offline:
+        folder = os.path.dirname(run.dir.rstrip("/"))
+        return f"offline run {run.id} in {folder} (upload: wandb sync {folder})"
+    return f"{run.url} (run {run.id})"

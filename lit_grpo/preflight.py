@@ -43,7 +43,7 @@ def check_config(config: dict[str, Any], subcommand: str | None, config_files: l
     init = model.get("init_args") or {} if isinstance(model, dict) else {}
     for check, arg in ((_check_rewards, init), (_check_evaluation, init), (_check_settings, init),
                        (_check_data, (config.get("data") or {}, subcommand, roots)), (_check_policy, (init, roots)),
-                       (_check_trainer, config.get("trainer") or {})):
+                       (_check_trainer, config.get("trainer") or {}), (_check_loggers, config.get("trainer") or {})):
         try:
             check(arg)
         except (ValueError, KeyError, FileNotFoundError, TypeError) as exc:
@@ -146,6 +146,29 @@ def _check_trainer(trainer: dict[str, Any]) -> None:
     if "fsdp" in name.lower() and not torch.cuda.is_available():
         raise ValueError(f"trainer.strategy: {name} needs CUDA GPUs (torch's FSDP refuses a CPU) and none is "
                          "available; leave out the FSDP overlay (one device, or DDP: --trainer.strategy ddp)")
+
+
+LOGGER_PACKAGES = {"WandbLogger": ("wandb", "pip install -e '.[wandb]'"), "CometLogger": ("comet_ml", "pip install comet-ml"),
+                   "MLFlowLogger": ("mlflow", "pip install mlflow"), "NeptuneLogger": ("neptune", "pip install neptune")}
+"""Lightning's loggers that need a package of their own: its module and how to install it."""
+
+
+def _check_loggers(trainer: dict[str, Any]) -> None:
+    """A logger whose package is not installed (W&B, Comet, MLflow, Neptune) is named with the command that installs
+    it (for W&B, the project's ``wandb`` extra), before any model work."""
+    import importlib.util
+
+    from lit_grpo.cli_args import _import
+
+    specs = trainer.get("logger")
+    for spec in specs if isinstance(specs, list) else [specs]:
+        path = spec.get("class_path") if isinstance(spec, dict) else spec if isinstance(spec, str) else None
+        cls = _import(path) if path else None
+        for base in getattr(cls, "__mro__", ()):
+            needs = LOGGER_PACKAGES.get(base.__name__) if base.__module__.startswith("lightning.") else None
+            if needs and importlib.util.find_spec(needs[0]) is None:
+                raise ValueError(f"trainer.logger: {path} needs the {needs[0]} package, which is not installed: "
+                                 f"{needs[1]}")
 
 
 def _check_data(arg: tuple[dict[str, Any], str | None, list]) -> None:

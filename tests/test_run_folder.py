@@ -3,6 +3,7 @@ summary from step 0, every validation in ``eval_curves.md``; a shortened run val
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -51,7 +52,7 @@ def table_steps(run: Path) -> list[int]:
     return [int(r.split("|")[1]) for r in rows]
 
 
-def test_a_resumed_fit_continues_its_folder_curves_and_tables(tmp_path, capsys):
+def test_a_resumed_fit_continues_its_folder_curves_and_tables(tmp_path, capsys, caplog):
     """4 steps (validation at 0, 2, 4), resumed to 6 from the step-2 checkpoint, then to 8 from last.ckpt: one
     ``version_0`` whose TensorBoard curves hold every step once (what the first process logged after step 2 is
     purged and redone), the closing summary and ``eval_curves.md`` from step 0; a resume under another run name
@@ -59,6 +60,7 @@ def test_a_resumed_fit_continues_its_folder_curves_and_tables(tmp_path, capsys):
     fit(tmp_path)
     fit(tmp_path, "--ckpt_path", str(tmp_path / "ckpt" / "epoch=0-step=2.ckpt"), "--trainer.max_steps", "6")
     capsys.readouterr()
+    caplog.set_level(logging.INFO)
     fit(tmp_path, "--ckpt_path", str(tmp_path / "ckpt" / "last.ckpt"), "--trainer.max_steps", "8")
     out = capsys.readouterr().out
     assert sorted(p.name for p in (tmp_path / "logs" / "run").iterdir()) == ["version_0"]
@@ -67,6 +69,7 @@ def test_a_resumed_fit_continues_its_folder_curves_and_tables(tmp_path, capsys):
     assert scalar_steps(run, "val/greedy/reward") == [0, 2, 4, 6, 8]
     assert table_steps(run) == [0, 2, 4, 6, 8]
     assert "Validation (mean +- SE over prompts), step 0 -> step 8" in out
+    assert f"  tensorboard --logdir {tmp_path / 'logs' / 'run'}     (TensorBoard; this run: {run})" in caplog.text
     assert {p.name for p in run.glob("config*.yaml")} == {
         "config.yaml", "config_resumed_at_step_2.yaml", "config_resumed_at_step_6.yaml"}
     fit(tmp_path, "--ckpt_path", str(tmp_path / "ckpt" / "last.ckpt"), "--trainer.max_steps", "9",
