@@ -30,9 +30,9 @@ class CompletionSamples(L.Callback):
     """At every ``every_n_steps``-th training step, log a few prompts with the images the policy saw, its
     completions, their rewards and advantages.
 
-    TensorBoard: the text ``train/completions`` (each prompt, its gold answer and its completions) and, in the
-    Images tab, ``train/completions/image/<p>``: prompt ``p``'s images side by side, scaled so the longer side is
-    ``image_side`` px (nearest neighbour upward, so a small puzzle's lines stay sharp). W&B: the table
+    TensorBoard: the text ``train/completions`` (each prompt, its gold answer and its completions) and the image
+    ``train/rollout/image/<p>`` (after the reward curves): prompt ``p``'s images side by side, scaled so the longer
+    side is ``image_side`` px (nearest neighbour upward, so a small puzzle's lines stay sharp). W&B: the table
     ``train/completions`` (step, prompt, image, gold, completion, total, each reward, advantage).
     """
 
@@ -52,8 +52,8 @@ class CompletionSamples(L.Callback):
             pictures = (getattr(batch.samples[p], "images", None) or []) if hasattr(batch, "samples") else []
             image = side_by_side(pictures, self.image_side) if pictures else None
             if image is not None:
-                images[f"train/completions/image/{p}"] = image
-            seen = f"; the image it saw: Images tab, `train/completions/image/{p}`" if image is not None else ""
+                images[f"train/rollout/image/{p}"] = image
+            seen = f"; the image it saw: `train/rollout/image/{p}` (Images)" if image is not None else ""
             blocks.append(f"**prompt {p}** (gold `{outputs['answers'][p]}`{seen})\n\n"
                           f"{_code(prompt_text(outputs['prompts'][p]))}")
             for j in range(p * g, p * g + min(self.num_completions, g)):
@@ -93,16 +93,17 @@ class AttentionOverlays(L.Callback):
     final layer's attention on it (the completion's mean over its tokens, resized to the image), the
     attention blended over the image, and the foreground mask (black = foreground, i.e. some RGB channel
     < 230), drawn ``side`` pixels along the longer side, with a colour bar on the right and the
-    completion's ASM and the ASM of uniform attention (the image's foreground share) on top. Attention is
-    drawn in multiples of uniform attention on a log scale: ``scale="fixed"`` (default) from ``vmin`` to
-    ``vmax`` for every image and step, so colours compare across images and checkpoints;
+    completion's ASM and the ASM of uniform attention (the image's foreground share) on top, in two rows of two
+    tiles with letters ``side / 16`` px high, so that a TensorBoard card (about 400 px wide) shows the labels at
+    about 11 px. Attention is drawn in multiples of uniform attention on a log scale: ``scale="fixed"``
+    (default) from ``vmin`` to ``vmax`` for every image and step, so colours compare across images and checkpoints;
     ``scale="image"`` stretches each map over its own range (the colour bar then shows that range). Tags:
     ``train/rollout/attention/overlay/<j>`` (``<j>_<k>`` for a prompt's k-th image) and the histogram
     ``train/rollout/attention/asm``. Needs the attention capture (the ``attention`` reward, or
     ``model.attention.enabled: true``); logs nothing otherwise.
     """
 
-    def __init__(self, every_n_steps: int = 10, num_completions: int = 4, side: int = 256, scale: str = "fixed",
+    def __init__(self, every_n_steps: int = 10, num_completions: int = 4, side: int = 384, scale: str = "fixed",
                  vmin: float = 0.125, vmax: float = 8.0):
         from lit_grpo.heatmap import HeatScale
 
@@ -133,7 +134,7 @@ class AttentionOverlays(L.Callback):
                 titles[tag] = (f"step {step}, completion {j}" + (f", image {k}" if len(pictures) > 1 else "")
                                + f": ASM {float(scores.asm[j]):.3f} (uniform attention: {foreground_share(image):.3f})")
                 images[tag] = image_panel(image, scores.maps[j], scores.grids[j], k, self.side, scale=self.scale,
-                                          title=titles[tag])
+                                          title=titles[tag], columns=2, font_px=max(12, self.side // 16))
         log_images(trainer, images, step, captions=titles)
 
 
@@ -178,10 +179,13 @@ class ExportPretrained(L.Callback):
 
 
 class EvalSummary(L.Callback):
-    """Collect every validation's ``val/<mode>/reward/<name>`` mean +- SE; print and save the curves at the end.
+    """Collect every validation's ``val/<mode>/...`` means +- SE; draw, save and print the curves.
 
-    Writes ``eval_curves.csv`` and ``eval_curves.md`` into the logger's run folder after every validation and at
-    the end, and prints the first and last evaluation of each key with their standard errors (SE over prompts).
+    After every validation: a figure of each curve so far (``eval_curves/<rank>_<name>``, the first cards of
+    TensorBoard's Time Series tab, and W&B images: :func:`lit_grpo.curves.curve_images`), the table of the reward and accuracy
+    curves (``val/eval_curves``: TensorBoard text, a W&B table) and the files ``eval_curves.csv`` / ``.md`` in the
+    run folder. At the end of fit it prints the first and last evaluation of each reward and accuracy with their
+    standard errors (SE over prompts).
     A resumed run holds the whole run: the rows are kept in every checkpoint, and the rows of a continued run
     folder's ``eval_curves.csv`` up to the checkpoint's step are read back (a validation that ran after the
     checkpoint was written, at the same step).
@@ -208,15 +212,30 @@ class EvalSummary(L.Callback):
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking:
             return
-        metrics = {k: float(v) for k, v in trainer.callback_metrics.items()
-                   if k.startswith("val/") and "/reward" in k}
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
         self.rows = [r for r in self.rows if r["step"] != trainer.global_step] + [{"step": trainer.global_step,
                                                                                    **metrics}]
         self._save(trainer)
+        self._log(trainer)
+
+    @rank_zero_only
+    def _log(self, trainer: L.Trainer) -> None:
+        """The curves so far as figures (:func:`lit_grpo.curves.curve_images`: TensorBoard's first cards,
+        ``eval_curves/...``; unaffected by its smoothing) and as a table (``val/eval_curves``: TensorBoard text, W&B)."""
+        from lit_grpo.curves import curve_images
+
+        keys = self._keys()
+        log_images(trainer, curve_images(self.rows), trainer.global_step)
+        cols = ["step"] + [c for k in keys for c in (k, k + "_se")]
+        log_table(trainer, "val/eval_curves", cols, [[r.get(c, math.nan) for c in cols] for r in self.rows],
+                  trainer.global_step, markdown=self._markdown(keys))
 
     def _keys(self) -> list[str]:
+        """The curves the summary and the files show: rewards and accuracy (not completion length or judge
+        statistics), or those matching ``keys``."""
         found = sorted({k for r in self.rows for k in r if k != "step" and not k.endswith("_se")})
-        return [k for k in found if self.keys is None or any(p in k for p in self.keys)]
+        curves = [k for k in found if ("/reward" in k or k.endswith("/accuracy")) and "/judge/" not in k]
+        return [k for k in curves if self.keys is None or any(p in k for p in self.keys)]
 
     @rank_zero_only
     def _save(self, trainer: L.Trainer) -> None:
@@ -228,12 +247,8 @@ class EvalSummary(L.Callback):
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self.rows:
             return
-        keys = self._keys()
-        print("\n".join(summary_lines(self.rows[0], self.rows[-1], keys, trainer.global_step)))
+        print("\n".join(summary_lines(self.rows[0], self.rows[-1], self._keys(), trainer.global_step)))
         self._save(trainer)
-        cols = ["step"] + [c for k in keys for c in (k, k + "_se")]
-        log_table(trainer, "val/eval_curves", cols, [[r.get(c, math.nan) for c in cols] for r in self.rows],
-                  trainer.global_step, markdown=self._markdown(keys))
 
     def _markdown(self, keys: list[str]) -> str:
         md = ["| step | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]

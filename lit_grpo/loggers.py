@@ -4,12 +4,16 @@ its standard-error band, diagnostics after them; the text, images and tables the
 Tag scheme (TensorBoard's Time Series tab groups cards by the text before the first ``/``, sorts groups
 and cards by name and opens only the first two groups):
 
-- ``train/reward``, ``train/reward/<name>``, ``train/reward_std``: the training curves (first group);
-  ``train/rollout/...`` (advantages, completion lengths, zero-std groups, throughput, attention overlays)
-  and ``train/update/...`` (loss, KL, clipping, entropy, gradient norm, learning rate) sort after them.
-- ``val/<mode>/...``: validation means over prompts (second group).
-- ``val_band/<mode>/.../lower`` and ``/upper``: mean -+ its standard error over prompts, the band the
-  Custom Scalars tab draws around each validation curve (a third, closed group).
+- ``eval_curves``: the validation curves so far as one image, each point with its standard error, scaled to the
+  data (:mod:`lit_grpo.curves`; :class:`lit_grpo.callbacks.EvalSummary` writes it): the first card, whose reading
+  does not depend on TensorBoard's smoothing or outlier cropping.
+- ``train/reward``, ``train/reward/<name>``, ``train/reward_std``: the training curves (second group);
+  ``train/rollout/...`` (advantages, completion lengths, zero-std groups, throughput, the prompt images and
+  attention overlays) and ``train/update/...`` (loss, KL, clipping, entropy, gradient norm, learning rate) sort
+  after them.
+- ``val/<mode>/...``: validation means over prompts (third group, closed).
+- ``valband/<mode>/.../lower`` and ``/upper``: mean -+ its standard error over prompts, the band the
+  Custom Scalars tab draws around each validation curve (last, closed, in the Time Series and Scalars tabs).
 
 :class:`WandbLogger` is Lightning's with the same scalars (``configs/wandb.yaml``, the ``wandb`` extra), and a
 local run folder for the files the callbacks write. The callbacks write through :func:`log_text`,
@@ -46,14 +50,16 @@ EPOCH_TAG = "train/rollout/epoch"
 
 
 def band_tags(key: str) -> tuple[str, str]:
-    """``val/greedy/reward`` -> ``("val_band/greedy/reward/lower", "val_band/greedy/reward/upper")``."""
+    """``val/greedy/reward`` -> ``("valband/greedy/reward/lower", "valband/greedy/reward/upper")``: a group whose
+    name continues the stage's with a letter, so that both of TensorBoard's tag sorts (the Time Series tab's and
+    the Scalars tab's, which puts ``val_band`` before ``val``) show it after the stage's curves, closed."""
     stage, rest = key.split("/", 1)
-    return f"{stage}_band/{rest}/lower", f"{stage}_band/{rest}/upper"
+    return f"{stage}band/{rest}/lower", f"{stage}band/{rest}/upper"
 
 
 def tensorboard_scalars(metrics: Mapping[str, float]) -> dict[str, float]:
     """The scalars to write for one ``log_metrics`` call: each ``<stage>/<key>_se`` whose ``<stage>/<key>`` is in
-    ``metrics`` (stage ``val`` or ``test``) becomes the band ``<stage>_band/<key>/lower`` = mean - SE and
+    ``metrics`` (stage ``val`` or ``test``) becomes the band ``<stage>band/<key>/lower`` = mean - SE and
     ``/upper`` = mean + SE; Lightning's ``epoch`` is dropped while 0 and written as ``train/rollout/epoch`` after."""
     out = {}
     for key, value in metrics.items():
@@ -272,7 +278,7 @@ def continue_run_folder(trainer: L.Trainer, ckpt_path: str | os.PathLike | None)
 
 
 class WandbLogger(_LightningWandbLogger):
-    """Lightning's ``WandbLogger`` with lit_grpo's scalars (validation SEs as ``val_band/.../lower`` and ``/upper``,
+    """Lightning's ``WandbLogger`` with lit_grpo's scalars (validation SEs as ``valband/.../lower`` and ``/upper``,
     no ``epoch`` while it is 0: :func:`tensorboard_scalars`) and a local run folder, ``log_dir`` =
     ``<save_dir>/<name>/<run id>``, for the files the callbacks write (``eval_curves``, test tables, predictions)
     and the saved config. Same arguments; ``name`` is the run's display name (the configs' run name carries over

@@ -148,8 +148,9 @@ def _check_trainer(trainer: dict[str, Any]) -> None:
                          "available; leave out the FSDP overlay (one device, or DDP: --trainer.strategy ddp)")
 
 
-LOGGER_PACKAGES = {"WandbLogger": ("wandb", "pip install -e '.[wandb]'"), "CometLogger": ("comet_ml", "pip install comet-ml"),
-                   "MLFlowLogger": ("mlflow", "pip install mlflow"), "NeptuneLogger": ("neptune", "pip install neptune")}
+LOGGER_PACKAGES = {"WandbLogger": ("wandb", "pip install -e '.[wandb]'"),
+                   "CometLogger": ("comet_ml", "pip install comet-ml"), "MLFlowLogger": ("mlflow", "pip install mlflow"),
+                   "NeptuneLogger": ("neptune", "pip install neptune")}
 """Lightning's loggers that need a package of their own: its module and how to install it."""
 
 

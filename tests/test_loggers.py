@@ -78,8 +78,8 @@ def test_wandb_overlay_logs_what_tensorboard_gets_and_a_resume_continues_the_run
     assert f"Weights & Biases:      offline run {run_id} in {runs[0]} (upload: wandb sync {runs[0]})" in out
     assert "tensorboard" not in out
     # the scalars TensorBoard gets, validation SEs as bands
-    assert {"train/reward", "train/update/loss", "val/greedy/reward", "val_band/greedy/reward/lower",
-            "val_band/greedy/reward/upper", "train/rollout/attention/asm"} <= RecordLogged.keys
+    assert {"train/reward", "train/update/loss", "val/greedy/reward", "valband/greedy/reward/lower",
+            "valband/greedy/reward/upper", "train/rollout/attention/asm"} <= RecordLogged.keys
     # images: the attention overlay; tables: the completions (with the image the policy saw), the eval curves
     media = runs[0] / "files" / "media"
     assert list((media / "images" / "train" / "rollout" / "attention" / "overlay").glob("0_*.png"))
