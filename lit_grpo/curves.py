@@ -75,7 +75,7 @@ def curve_plot(rows: list[dict[str, float]], name: str, modes: dict[str, str]):
         values += means
         errors += ses
     ax.set_ylim(*y_limits(values, errors))
-    ax.set_title(f"val {name}: mean ± SE over prompts", fontsize=FONT_SIZE)
+    ax.set_title(f"val {name} (mean ± SE)", fontsize=FONT_SIZE)
     ax.set_xlabel("step", fontsize=FONT_SIZE - 2)
     ax.tick_params(labelsize=FONT_SIZE - 2)
     ax.grid(alpha=0.3)

@@ -39,7 +39,7 @@ def test_each_curve_is_scaled_to_its_data_and_draws_every_point_with_its_error_b
     panels = curve_panels([k for k in ROWS[0] if k != "step" and not k.endswith("_se")])
     binary = curve_plot(ROWS, "reward/binary", panels["reward/binary"]).axes[0]
     length = curve_plot(ROWS, "completion_length", panels["completion_length"]).axes[0]
-    assert binary.get_title() == "val reward/binary: mean ± SE over prompts"
+    assert binary.get_title() == "val reward/binary (mean ± SE)"
     # greedy 1.0 +- 0 and sampled 0.72 - 0.02 .. 0.90 + 0.03: not a fixed 0-1 axis, nothing cropped
     assert binary.get_ylim() == pytest.approx(y_limits([1.0] * 5 + [0.72, 0.8, 0.84, 0.86, 0.9],
                                                        [0.0] * 5 + [0.02, 0.02, 0.02, 0.02, 0.03]))
