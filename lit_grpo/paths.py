@@ -23,13 +23,11 @@ def search_roots(config_files: Iterable[str] = ()) -> list[Path]:
     last file first: it overrides the others), the folders above the current one, and the folder holding the
     ``lit_grpo`` package (a clone's root); not the current folder itself (the one a relative path is read from)
     nor the filesystem's root."""
-    import lit_grpo
-
     roots: list[Path] = []
     for f in reversed(list(config_files)):
         folder = Path(f).expanduser().resolve().parent
         roots += [folder, *folder.parents]
-    roots += [*Path.cwd().parents, Path(lit_grpo.__file__).resolve().parents[1]]
+    roots += [*Path.cwd().parents, Path(__file__).resolve().parents[1]]  # the folder holding lit_grpo/
     here, seen, out = Path.cwd().resolve(), set(), []
     for root in roots:
         if root not in seen and root != here and root != Path(root.anchor):

@@ -103,7 +103,7 @@ def test_fit_help_lists_every_reward_with_its_options_docs_and_defaults(fit_help
             assert f"kwargs.{option}: " in block and f"default: {default})" in block, (name, option, block)
         if not options:
             assert block.endswith("no options")
-    assert "(no description)" not in flat  # every option has its one-line doc
+        assert "(no description)" not in block  # every option has its one-line doc
     assert "kwargs.mode: how the box is found" in flat
     assert "--kwargs.judge.base_url" in section and "--kwargs.judge.offline.rel_tol" in section  # the judge's fields
 

@@ -79,14 +79,15 @@ def test_a_resumed_fit_continues_its_folder_curves_and_tables(tmp_path, capsys, 
     assert table_steps(tmp_path / "logs" / "other" / "version_0") == [0, 2, 4, 6, 9]
 
 
-@pytest.mark.parametrize("max_steps,interval,validated", [
-    (3, 120, [0, 3]),      # the case: a shortened run of a config that validates every 120 steps
-    (4, 2, [0, 2, 4]),     # the last step is a validation step: validated once, not twice
-    (3, 2, [0, 2, 3]),
-    (20, 120, [0, 16]),    # max_epochs 1 (the demo's) ends the run at the end of its 16-step epoch
+@pytest.mark.parametrize("max_steps,interval,puzzles,validated", [
+    (3, 120, 32, [0, 3]),  # a shortened run of a config that validates every 120 steps
+    (4, 2, 32, [0, 2, 4]),  # the last step is a validation step: validated once, not twice
+    (3, 2, 32, [0, 2, 3]),
+    (20, 120, 8, [0, 4]),  # max_epochs 1 (the demo's) ends the run at the end of its 4-step epoch
 ])
-def test_a_run_validates_at_its_last_step(max_steps, interval, validated, tmp_path, capsys):
-    fit(tmp_path, "--trainer.max_steps", str(max_steps), "--trainer.val_check_interval", str(interval))
+def test_a_run_validates_at_its_last_step(max_steps, interval, puzzles, validated, tmp_path, capsys):
+    fit(tmp_path, "--trainer.max_steps", str(max_steps), "--trainer.val_check_interval", str(interval),
+        "--data.train.generate.num", str(puzzles))
     out = capsys.readouterr().out
     run = tmp_path / "logs" / "run" / "version_0"
     assert scalar_steps(run, "val/greedy/reward") == validated
