@@ -42,16 +42,19 @@ def display_size(size: tuple[int, int], side: int) -> tuple[int, int]:
 
 
 def image_panel(image: Image.Image, maps: list[Tensor], grids: list[ImageGrid], index: int = 0, side: int = 256,
-                threshold: int = 230, scale: HeatScale = HeatScale(), title: str | None = None) -> np.ndarray:
+                threshold: int = 230, scale: HeatScale = HeatScale(), title: str | None = None, columns: int = 4,
+                font_px: int = 12) -> np.ndarray:
     """The labelled :func:`~lit_grpo.heatmap.panel` (with its colour bar) of image ``index`` for grid maps
     (e.g. ``AttentionScores.maps[n]``), tiles drawn with the longer side ``side`` px. The heat map is
     computed at that size (grid boxes are fractions of the image); the mask is the scored one (from the
     original pixels), resized with nearest neighbours. ``scale``: fixed (default, comparable across images
-    and checkpoints) or per image (:class:`~lit_grpo.heatmap.HeatScale`)."""
+    and checkpoints) or per image (:class:`~lit_grpo.heatmap.HeatScale`); ``columns`` (4 or 2 tiles a row) and
+    ``font_px`` as :func:`~lit_grpo.heatmap.panel`."""
     w, h = display_size(image.size, side)
     heat = image_heatmap(maps, grids, index, h, w).numpy()
     mask = Image.fromarray(foreground_mask(image, threshold).numpy()).resize((w, h), Image.NEAREST)
-    return panel(image.convert("RGB").resize((w, h), Image.BICUBIC), heat, np.asarray(mask), scale, title=title)
+    return panel(image.convert("RGB").resize((w, h), Image.BICUBIC), heat, np.asarray(mask), scale, title=title,
+                 columns=columns, font_px=font_px)
 
 
 # ----------------------------------------------------------------------------------------- one sample
@@ -207,14 +210,29 @@ def summarize(records: list[dict], key: str = "asm") -> dict[str, dict[str, floa
 
 def compare_checkpoints(checkpoints: dict[str, tuple[nn.Module, object]], samples: list[Sample],
                         group_by: str | Callable = "domain", **kwargs) -> dict[str, dict[str, float]]:
-    """``{name: (model, processor)}`` -> ``{group: {name: mean ASM, ..., "diff": last - first}}`` on the same
+    """``{name: (model, processor)}`` -> :func:`checkpoint_table` of their :func:`dataset_asm` records on the same
     samples (greedy completions of each checkpoint)."""
-    summaries = {name: summarize(dataset_asm(m, p, samples, group_by, **kwargs))
-                 for name, (m, p) in checkpoints.items()}
-    names = list(summaries)
+    return checkpoint_table({name: dataset_asm(m, p, samples, group_by, **kwargs)
+                             for name, (m, p) in checkpoints.items()})
+
+
+def checkpoint_table(records: dict[str, list[dict]], key: str = "asm") -> dict[str, dict[str, float]]:
+    """Per group (``"all"`` last, as :func:`summarize`): ``{name: mean, "<name>_sem": its standard error, ...,
+    "diff": mean over samples of last - first, "diff_sem": that paired difference's standard error, "n": samples
+    with both}``. The difference is paired (each sample's value under the last checkpoint minus under the first),
+    so what a sample's images contribute to both cancels; its SE is the one to read a change by."""
+    names = list(records)
+    summaries = {name: summarize(rs, key) for name, rs in records.items()}
+    first = {r["id"]: r[key] for r in records[names[0]]}
+    diffs = summarize([{"id": r["id"], "group": r["group"], "diff": r[key] - first.get(r["id"], math.nan)}
+                       for r in records[names[-1]]], key="diff")
     table = {}
     for g in summaries[names[0]]:
-        row = {n: summaries[n].get(g, {"mean": math.nan})["mean"] for n in names}
-        row["diff"] = row[names[-1]] - row[names[0]]
+        row: dict[str, float] = {}
+        for n in names:
+            s = summaries[n].get(g, {"mean": math.nan, "sem": math.nan})
+            row[n], row[f"{n}_sem"] = s["mean"], s["sem"]
+        d = diffs.get(g, {"mean": math.nan, "sem": math.nan, "n": 0})
+        row.update(diff=d["mean"], diff_sem=d["sem"], n=d["n"])
         table[g] = row
     return table

@@ -1,6 +1,6 @@
 """Callbacks that observe training and evaluation: completion samples as TensorBoard text, attention
-overlays as TensorBoard images, HF-format export, the test accuracy table (TensorBoard, Markdown, CSV)
-and prediction JSONL files."""
+overlays as TensorBoard images, HF-format export, the validation at a run's last step, the validation curves,
+the test accuracy table (TensorBoard, Markdown, CSV) and prediction JSONL files."""
 
 from __future__ import annotations
 
@@ -10,12 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import numpy as np
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 
 from lit_grpo import distributed as D
-from lit_grpo.evaluation import accuracy_table, prompt_text, scalar_name, table_csv, table_markdown
+from lit_grpo.evaluation import (CSV_COLUMNS, accuracy_table, prompt_text, scalar_name, table_csv, table_markdown,
+                                 table_rows)
+from lit_grpo.loggers import log_histogram, log_images, log_table, log_text
 
 
 def _code(text: str) -> str:
@@ -24,28 +27,63 @@ def _code(text: str) -> str:
 
 
 class CompletionSamples(L.Callback):
-    """At every ``every_n_steps``-th training step, log a few prompts with their completions and rewards as text."""
+    """At every ``every_n_steps``-th training step, log a few prompts with the images the policy saw, its
+    completions, their rewards and advantages.
 
-    def __init__(self, every_n_steps: int = 10, num_prompts: int = 1, num_completions: int = 4):
+    TensorBoard: the text ``train/completions`` (each prompt, its gold answer and its completions) and the image
+    ``train/rollout/image/<p>`` (after the reward curves): prompt ``p``'s images side by side, scaled so the longer
+    side is ``image_side`` px (nearest neighbour upward, so a small puzzle's lines stay sharp). W&B: the table
+    ``train/completions`` (step, prompt, image, gold, completion, total, each reward, advantage).
+    """
+
+    def __init__(self, every_n_steps: int = 10, num_prompts: int = 1, num_completions: int = 4, image_side: int = 384):
         self.every_n_steps, self.num_prompts, self.num_completions = every_n_steps, num_prompts, num_completions
+        self.image_side = image_side
 
     @rank_zero_only
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         if not isinstance(outputs, dict) or "completions" not in outputs or trainer.global_step % self.every_n_steps:
             return
-        writer = getattr(trainer.logger, "experiment", None)
-        if writer is None or not hasattr(writer, "add_text"):
-            return
-        g = outputs["group_size"]
-        blocks = []
+        step, g = trainer.global_step, outputs["group_size"]
+        blocks, images, rows = [], {}, []
+        columns = ["step", "prompt", "image", "gold", "completion", "total", *outputs["rewards"], "advantage"]
         for p in range(min(self.num_prompts, len(outputs["prompts"]))):
-            blocks.append(f"**prompt {p}** (gold `{outputs['answers'][p]}`)\n\n{_code(prompt_text(outputs['prompts'][p]))}")
+            pictures = (getattr(batch.samples[p], "images", None) or []) if hasattr(batch, "samples") else []
+            image = side_by_side(pictures, self.image_side) if pictures else None
+            if image is not None:
+                images[f"train/rollout/image/{p}"] = image
+            seen = f"; the image it saw: `train/rollout/image/{p}` (Images)" if image is not None else ""
+            blocks.append(f"**prompt {p}** (gold `{outputs['answers'][p]}`{seen})\n\n"
+                          f"{_code(prompt_text(outputs['prompts'][p]))}")
             for j in range(p * g, p * g + min(self.num_completions, g)):
                 rewards = ", ".join(f"{k}={v[j]:.3f}" for k, v in outputs["rewards"].items())
                 blocks.append(f"completion {j - p * g}: total={outputs['total'][j]:.3f} ({rewards}), "
                               f"advantage={outputs['advantages'][j]:+.3f}\n\n{_code(outputs['completions'][j])}")
-        writer.add_text("train/completions", "\n\n".join(blocks), trainer.global_step)
+                rows.append([step, prompt_text(outputs["prompts"][p]), image, str(outputs["answers"][p]),
+                             outputs["completions"][j], float(outputs["total"][j]),
+                             *(float(v[j]) for v in outputs["rewards"].values()), float(outputs["advantages"][j])])
+        log_text(trainer, "train/completions", "\n\n".join(blocks), step, to_wandb=False)
+        log_images(trainer, images, step, to_wandb=False)
+        log_table(trainer, "train/completions", columns, rows, step, to_tensorboard=False)
+
+
+def side_by_side(images: list, side: int) -> np.ndarray:
+    """PIL images in a row (white gaps), scaled so the row's longer side is ``side`` px: nearest neighbour when
+    enlarging (drawn figures stay sharp), bicubic when shrinking. Returns HWC uint8."""
+    from PIL import Image
+
+    rgb = [im.convert("RGB") for im in images]
+    gap = 4
+    width, height = sum(im.width for im in rgb) + gap * (len(rgb) - 1), max(im.height for im in rgb)
+    row = Image.new("RGB", (width, height), "white")
+    x = 0
+    for im in rgb:
+        row.paste(im, (x, 0))
+        x += im.width + gap
+    scale = side / max(width, height)
+    size = (max(1, round(width * scale)), max(1, round(height * scale)))
+    return np.asarray(row.resize(size, Image.NEAREST if scale >= 1 else Image.BICUBIC))
 
 
 class AttentionOverlays(L.Callback):
@@ -55,16 +93,17 @@ class AttentionOverlays(L.Callback):
     final layer's attention on it (the completion's mean over its tokens, resized to the image), the
     attention blended over the image, and the foreground mask (black = foreground, i.e. some RGB channel
     < 230), drawn ``side`` pixels along the longer side, with a colour bar on the right and the
-    completion's ASM and the ASM of uniform attention (the image's foreground share) on top. Attention is
-    drawn in multiples of uniform attention on a log scale: ``scale="fixed"`` (default) from ``vmin`` to
-    ``vmax`` for every image and step, so colours compare across images and checkpoints;
+    completion's ASM and the ASM of uniform attention (the image's foreground share) on top, in two rows of two
+    tiles with letters ``side / 16`` px high, so that a TensorBoard card (about 400 px wide) shows the labels at
+    about 11 px. Attention is drawn in multiples of uniform attention on a log scale: ``scale="fixed"``
+    (default) from ``vmin`` to ``vmax`` for every image and step, so colours compare across images and checkpoints;
     ``scale="image"`` stretches each map over its own range (the colour bar then shows that range). Tags:
     ``train/rollout/attention/overlay/<j>`` (``<j>_<k>`` for a prompt's k-th image) and the histogram
     ``train/rollout/attention/asm``. Needs the attention capture (the ``attention`` reward, or
     ``model.attention.enabled: true``); logs nothing otherwise.
     """
 
-    def __init__(self, every_n_steps: int = 10, num_completions: int = 4, side: int = 256, scale: str = "fixed",
+    def __init__(self, every_n_steps: int = 10, num_completions: int = 4, side: int = 384, scale: str = "fixed",
                  vmin: float = 0.125, vmax: float = 8.0):
         from lit_grpo.heatmap import HeatScale
 
@@ -77,26 +116,43 @@ class AttentionOverlays(L.Callback):
         if not isinstance(outputs, dict) or outputs.get("attention") is None \
                 or trainer.global_step % self.every_n_steps:
             return
-        writer = getattr(trainer.logger, "experiment", None)
-        if writer is None or not hasattr(writer, "add_image"):
-            return
-        self.log_attention(writer, outputs["attention"], batch.samples, outputs["group_size"], trainer.global_step)
+        self.log_attention(trainer, outputs["attention"], batch.samples, outputs["group_size"], trainer.global_step)
 
-    def log_attention(self, writer, scores, samples, group_size: int, step: int) -> None:
-        """Write the overlays and the histogram of ``scores`` (:class:`~lit_grpo.attention.AttentionScores`)."""
+    def log_attention(self, trainer: L.Trainer, scores, samples, group_size: int, step: int) -> None:
+        """Write the overlays and the histogram of ``scores`` (:class:`~lit_grpo.attention.AttentionScores`) to the
+        trainer's loggers."""
         from lit_grpo.analysis import foreground_share, image_panel
 
         asm = scores.asm[~torch.isnan(scores.asm)]
         if asm.numel():
-            writer.add_histogram("train/rollout/attention/asm", asm, step)
+            log_histogram(trainer, "train/rollout/attention/asm", asm, step)
+        images, titles = {}, {}
         for j in range(min(self.num_completions, len(scores.maps))):
-            images = samples[j // group_size].images
-            for k, image in enumerate(images):
-                tag = f"train/rollout/attention/overlay/{j}" + (f"_{k}" if len(images) > 1 else "")
-                title = (f"step {step}, completion {j}" + (f", image {k}" if len(images) > 1 else "")
-                         + f": ASM {float(scores.asm[j]):.3f} (uniform attention: {foreground_share(image):.3f})")
-                pic = image_panel(image, scores.maps[j], scores.grids[j], k, self.side, scale=self.scale, title=title)
-                writer.add_image(tag, pic, step, dataformats="HWC")  # float32 in [0, 1]: no double scaling
+            pictures = samples[j // group_size].images
+            for k, image in enumerate(pictures):
+                tag = f"train/rollout/attention/overlay/{j}" + (f"_{k}" if len(pictures) > 1 else "")
+                titles[tag] = (f"step {step}, completion {j}" + (f", image {k}" if len(pictures) > 1 else "")
+                               + f": ASM {float(scores.asm[j]):.3f} (uniform attention: {foreground_share(image):.3f})")
+                images[tag] = image_panel(image, scores.maps[j], scores.grids[j], k, self.side, scale=self.scale,
+                                          title=titles[tag], columns=2, font_px=max(12, self.side // 16))
+        log_images(trainer, images, step, captions=titles)
+
+
+class FinalValidation(L.Callback):
+    """A run validates at its last step: when the step that reaches ``max_steps``, or ends the last epoch, is not a
+    ``val_check_interval`` step, the trainer is asked to stop after it, which Lightning follows with a validation
+    (as it does for early stopping and ``max_time``). A 20-step run of a config that validates every 120 steps
+    thus ends with figures at step 0 and step 20. The CLI adds it to every run; a run without validation (no
+    validation data, ``limit_val_batches: 0``) is unchanged."""
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        last_step = 0 < trainer.max_steps <= trainer.global_step
+        last_epoch = (trainer.max_epochs is not None and trainer.max_epochs > 0
+                      and trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
+                      and trainer.current_epoch + 1 >= trainer.max_epochs)
+        if last_step or last_epoch:
+            trainer.should_stop = True
 
 
 class ExportPretrained(L.Callback):
@@ -124,36 +180,83 @@ class ExportPretrained(L.Callback):
 
 
 class EvalSummary(L.Callback):
-    """Collect every validation's ``val/<mode>/reward/<name>`` mean +- SE; print and save the curves at the end.
+    """Collect every validation's ``val/<mode>/...`` means +- SE; draw, save and print the curves.
 
-    Writes ``eval_curves.csv`` and ``eval_curves.md`` into the logger's run folder and prints the first
-    and last evaluation of each key with their standard errors (SE over prompts).
+    After every validation: a figure of each curve so far (``eval_curves/<rank>_<name>``, the first cards of
+    TensorBoard's Time Series tab, and W&B images: :func:`lit_grpo.curves.curve_images`), the table of the reward and accuracy
+    curves (``val/eval_curves``: TensorBoard text, a W&B table) and the files ``eval_curves.csv`` / ``.md`` in the
+    run folder. At the end of fit it prints the first and last evaluation of each reward and accuracy with their
+    standard errors (SE over prompts).
+    A resumed run holds the whole run: the rows are kept in every checkpoint, and the rows of a continued run
+    folder's ``eval_curves.csv`` up to the checkpoint's step are read back (a validation that ran after the
+    checkpoint was written, at the same step).
     """
 
     def __init__(self, keys: list[str] | None = None):
         self.keys = keys
         self.rows: list[dict[str, float]] = []
 
+    def state_dict(self) -> dict[str, Any]:
+        return {"rows": list(self.rows)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.rows = list(state_dict.get("rows", []))
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        logdir = getattr(trainer.logger, "log_dir", None)
+        if trainer.ckpt_path and logdir and (Path(logdir) / "eval_curves.csv").is_file():
+            have = {r["step"] for r in self.rows}
+            earlier = [r for r in read_curves(Path(logdir) / "eval_curves.csv")
+                       if r["step"] <= trainer.global_step and r["step"] not in have]
+            self.rows = sorted(self.rows + earlier, key=lambda r: r["step"])
+
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking:
             return
-        metrics = {k: float(v) for k, v in trainer.callback_metrics.items()
-                   if k.startswith("val/") and "/reward" in k}
-        self.rows.append({"step": trainer.global_step, **metrics})
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+        self.rows = [r for r in self.rows if r["step"] != trainer.global_step] + [{"step": trainer.global_step,
+                                                                                   **metrics}]
+        self._save(trainer)
+        self._log(trainer)
+
+    @rank_zero_only
+    def _log(self, trainer: L.Trainer) -> None:
+        """The curves so far as figures (:func:`lit_grpo.curves.curve_images`: TensorBoard's first cards,
+        ``eval_curves/...``; unaffected by its smoothing) and as a table (``val/eval_curves``: TensorBoard text, W&B)."""
+        from lit_grpo.curves import curve_images
+
+        keys = self._keys()
+        log_images(trainer, curve_images(self.rows), trainer.global_step)
+        cols = ["step"] + [c for k in keys for c in (k, k + "_se")]
+        log_table(trainer, "val/eval_curves", cols, [[r.get(c, math.nan) for c in cols] for r in self.rows],
+                  trainer.global_step, markdown=self._markdown(keys))
 
     def _keys(self) -> list[str]:
+        """The curves the summary and the files show: rewards and accuracy (not completion length or judge
+        statistics), or those matching ``keys``."""
         found = sorted({k for r in self.rows for k in r if k != "step" and not k.endswith("_se")})
-        return [k for k in found if self.keys is None or any(p in k for p in self.keys)]
+        curves = [k for k in found if ("/reward" in k or k.endswith("/accuracy")) and "/judge/" not in k]
+        return [k for k in curves if self.keys is None or any(p in k for p in self.keys)]
+
+    @rank_zero_only
+    def _save(self, trainer: L.Trainer) -> None:
+        logdir = getattr(trainer.logger, "log_dir", None)
+        if logdir and self.rows:
+            self._write(Path(logdir), self._keys())
 
     @rank_zero_only
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self.rows:
             return
-        keys = self._keys()
-        print("\n".join(summary_lines(self.rows[0], self.rows[-1], keys, trainer.global_step)))
-        logdir = getattr(trainer.logger, "log_dir", None)
-        if logdir:
-            self._write(Path(logdir), keys)
+        print("\n".join(summary_lines(self.rows[0], self.rows[-1], self._keys(), trainer.global_step)))
+        self._save(trainer)
+
+    def _markdown(self, keys: list[str]) -> str:
+        md = ["| step | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
+        for r in self.rows:
+            cells = [f"{r.get(k, float('nan')):.3f} ± {r.get(k + '_se', float('nan')):.3f}" for k in keys]
+            md.append(f"| {r['step']} | " + " | ".join(cells) + " |")
+        return "\n".join(md) + "\n"
 
     def _write(self, folder: Path, keys: list[str]) -> None:
         folder.mkdir(parents=True, exist_ok=True)
@@ -162,11 +265,16 @@ class EvalSummary(L.Callback):
             f.write(",".join(cols) + "\n")
             for r in self.rows:
                 f.write(",".join(f"{r.get(c, float('nan')):.6g}" for c in cols) + "\n")
-        md = ["| step | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
-        for r in self.rows:
-            cells = [f"{r.get(k, float('nan')):.3f} ± {r.get(k + '_se', float('nan')):.3f}" for k in keys]
-            md.append(f"| {r['step']} | " + " | ".join(cells) + " |")
-        (folder / "eval_curves.md").write_text("\n".join(md) + "\n")
+        (folder / "eval_curves.md").write_text(self._markdown(keys))
+
+
+def read_curves(path: Path) -> list[dict[str, float]]:
+    """The rows of an ``eval_curves.csv`` (``step`` as an int, the rest as floats; empty cells left out)."""
+    import csv
+
+    with open(path, newline="") as f:
+        return [{k: int(float(v)) if k == "step" else float(v) for k, v in row.items() if v not in ("", None)}
+                for row in csv.DictReader(f)]
 
 
 def _run_dir(trainer: L.Trainer) -> Path:
@@ -176,13 +284,15 @@ def _run_dir(trainer: L.Trainer) -> Path:
 
 
 class AccuracyTable(L.Callback):
-    """At the end of ``test``: the paper's accuracy table, overall, per PhyX domain and per reasoning type.
+    """At the end of ``test``: the paper's accuracy table, overall, per PhyX domain and per reasoning type, each
+    accuracy with its standard error over problems (:func:`~lit_grpo.evaluation.accuracy_table`).
 
-    Reads the ``correct`` field of the records ``test_step`` returns (the module's
+    Reads the ``id`` and ``correct`` fields of the records ``test_step`` returns (the module's
     ``evaluation.scorer``). For each evaluation mode (``greedy``, ``sampled``) it writes
-    ``<run folder>/<prefix>_<mode>.md`` and ``.csv``, TensorBoard scalars
-    ``test/<mode>/accuracy/{overall,domain/<name>,reasoning_type/<name>}`` and the Markdown table as
-    text, and prints the table. Records of every rank are gathered; rank zero writes.
+    ``<run folder>/<prefix>_<mode>.md`` and ``.csv``, the scalars
+    ``test/<mode>/accuracy/{overall,domain/<name>,reasoning_type/<name>}`` with their SE (TensorBoard: bands)
+    and the table (TensorBoard: Markdown text; W&B: a table), and prints the table. Records of every rank are
+    gathered; rank zero writes.
     """
 
     def __init__(self, prefix: str = "test_accuracy"):
@@ -195,7 +305,7 @@ class AccuracyTable(L.Callback):
     def on_test_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                           batch_idx: int, dataloader_idx: int = 0) -> None:
         if isinstance(outputs, list):
-            self.records += [{k: r[k] for k in ("mode", "domain", "reasoning_type", "correct")} for r in outputs]
+            self.records += [{k: r[k] for k in ("id", "mode", "domain", "reasoning_type", "correct")} for r in outputs]
 
     def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         records = D.gather_objects(self.records)
@@ -206,7 +316,6 @@ class AccuracyTable(L.Callback):
         """Write the table of each mode; returns the files written."""
         out, written = _run_dir(trainer), []
         out.mkdir(parents=True, exist_ok=True)
-        writer = getattr(trainer.logger, "experiment", None) if trainer.logger is not None else None
         for mode in sorted({r["mode"] for r in records}):
             rows = accuracy_table([r for r in records if r["mode"] == mode])
             md = table_markdown(rows, f"test accuracy ({mode})")
@@ -214,12 +323,12 @@ class AccuracyTable(L.Callback):
                 path = out / f"{self.prefix}_{mode}{suffix}"
                 path.write_text(text, encoding="utf-8")
                 written.append(path)
-            scalars = {f"test/{mode}/accuracy/{scalar_name(r)}": r["accuracy"] for r in rows
-                       if not math.isnan(r["accuracy"])}
+            scalars = {f"test/{mode}/accuracy/{scalar_name(r)}{suffix}": r[field] for r in rows
+                       if not math.isnan(r["accuracy"]) for suffix, field in (("", "accuracy"), ("_se", "se"))}
             if trainer.logger is not None and scalars:
                 trainer.logger.log_metrics(scalars, step=trainer.global_step)
-            if writer is not None and hasattr(writer, "add_text"):
-                writer.add_text(f"test/{mode}/accuracy_table", md, trainer.global_step)
+            log_table(trainer, f"test/{mode}/accuracy_table", list(CSV_COLUMNS), table_rows(rows, mode),
+                      trainer.global_step, markdown=md)
             rank_zero_info(f"\n{md}(written to {out / self.prefix}_{mode}.md and .csv)")
         return written
 

@@ -23,19 +23,23 @@ from pathlib import Path
 
 import yaml
 from jsonargparse import ArgumentError
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from lit_grpo.callbacks import FinalValidation
 from lit_grpo.checkpoint_io import with_atomic_io
-from lit_grpo.cli_args import ConfigError, prepare_args, short_error
+from lit_grpo.cli_args import SUBCOMMANDS, ConfigError, iter_options, model_class_of, prepare_args, short_error
+from lit_grpo.cli_help import extra_help, help_args
 from lit_grpo.data.datamodule import VLMDataModule
 from lit_grpo.data.sample import prompt_limit
 from lit_grpo.errors import UserError
+from lit_grpo.loggers import RunFolder, continue_run_folder, logger_lines
 from lit_grpo.progress import with_progress_bar
 from lit_grpo.rollout import refuse_sampling_option
 from lit_grpo.run_lock import RunLock
-from lit_grpo.runs import StopAndResume, check_checkpoint_file, check_checkpoint_folders, written_checkpoints
+from lit_grpo.runs import (StopAndResume, check_checkpoint_file, check_checkpoint_folders, remove_unused_folders,
+                           written_checkpoints)
 from lit_grpo.save_on_failure import SaveOnFailure
 from lit_grpo.secrets import find_credentials, redact
 
@@ -56,7 +60,19 @@ def fail(message: str, status: int = 2) -> None:
 class GRPOArgumentParser(LightningArgumentParser):
     """jsonargparse's parser, with errors as one line (no usage screen, no dump of the parsed config), a
     ``sampling`` option the loss cannot model (``repetition_penalty``, ``min_p``, ...) refused by name with the
-    reason, and a config that holds an API key refused before it is printed (``--print_config``) or saved."""
+    reason, and a config that holds an API key refused before it is printed (``--print_config``) or saved.
+    A subcommand's ``--help`` ends with the options of ``model_class`` (the configured model), of a dataset and
+    of every registered reward (:func:`lit_grpo.cli_help.extra_help`)."""
+
+    def __init__(self, *args, model_class: type | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.model_class = model_class
+
+    def format_help(self) -> str:
+        text = super().format_help()
+        if self.model_class is not None and "--model" in self._option_string_actions:  # a subcommand's parser
+            text += extra_help(type(self), self.model_class) + "\n"
+        return text
 
     def error(self, message: str, ex: Exception | None = None):
         refused, unknown = REFUSED_SAMPLING_OPTION.search(message), UNKNOWN_SAMPLING_OPTION.search(message)
@@ -80,6 +96,21 @@ class GRPOArgumentParser(LightningArgumentParser):
         return text
 
 
+class RunConfig(SaveConfigCallback):
+    """Lightning's config saving (``config.yaml``), into the logger's run folder: ``log_dir`` of TensorBoard, CSV and
+    :class:`lit_grpo.loggers.WandbLogger` (Lightning would put a W&B run's config in the ``save_dir`` every run
+    shares). Same arguments."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **{**kwargs, "save_to_log_dir": False})
+
+    def save_config(self, trainer, pl_module, stage: str) -> None:
+        folder = getattr(trainer.logger, "log_dir", None) or trainer.log_dir
+        os.makedirs(folder, exist_ok=True)
+        self.parser.save(self.config, os.path.join(folder, self.config_filename), skip_none=False,
+                         overwrite=self.overwrite, multifile=self.multifile)
+
+
 class GRPOCLI(LightningCLI):
     """LightningCLI whose model is any LightningModule given by ``class_path`` (GRPO or SFT).
 
@@ -99,13 +130,17 @@ class GRPOCLI(LightningCLI):
         """Keep the parsed configuration; do not merge the checkpoint's saved hyper-parameters over it."""
 
     def instantiate_trainer(self, **kwargs):
-        """The trainer, with lit_grpo's progress bar unless one is configured (or the bar is off), and checkpoints
+        """The trainer, with lit_grpo's progress bar unless one is configured (or the bar is off), checkpoints
         written atomically where they live unless a ``CheckpointIO`` plugin is configured
-        (:class:`~lit_grpo.checkpoint_io.AtomicCheckpointIO`)."""
+        (:class:`~lit_grpo.checkpoint_io.AtomicCheckpointIO`); a ``fit`` resumed from a checkpoint logs into the run
+        folder the checkpoint names (:func:`continue_run_folder`)."""
         trainer = self._get(self.config_init, "trainer", default={})
         kwargs.setdefault("callbacks", with_progress_bar(trainer.get("callbacks"), trainer.get("enable_progress_bar")))
         kwargs.setdefault("plugins", with_atomic_io(trainer.get("plugins")))
-        return super().instantiate_trainer(**kwargs)
+        built = super().instantiate_trainer(**kwargs)
+        if self.subcommand == "fit":
+            continue_run_folder(built, self._ckpt_path())
+        return built
 
     def _ckpt_path(self) -> str | None:
         return self.config_init[self.subcommand].get("ckpt_path")
@@ -137,11 +172,15 @@ class GRPOCLI(LightningCLI):
 
         self.config = parser.parse_object(args) if isinstance(args, (dict, Namespace)) else parser.parse_args(args)
         sub = self.config.get("subcommand")
-        check_config((self.config[sub] if sub else self.config).as_dict(), sub)
+        given = sys.argv[1:] if args is None else args if isinstance(args, list) else []
+        files = [value for key, value, _ in iter_options(given) if key in ("config", "c") and value]
+        check_config((self.config[sub] if sub else self.config).as_dict(), sub, files)
 
     def before_fit(self) -> None:
         check_checkpoint_file(self._ckpt_path())
         check_checkpoint_folders(self.trainer, self.run_lock if self.trainer.is_global_zero else None)
+        if self.datamodule is not None:  # the training data's own checks (rows, overlap) before the step-0 validation
+            self.datamodule.setup("fit")
         evaluation = getattr(self.model, "evaluation", None)
         if getattr(evaluation, "before_fit", False) and self._ckpt_path() is None:  # a resumed run has its step 0
             self.trainer.validate(self.model, datamodule=self.datamodule, verbose=False)
@@ -152,20 +191,19 @@ class GRPOCLI(LightningCLI):
     before_test = before_predict = before_validate
 
     def after_fit(self) -> None:
+        """The closing message: where each configured logger wrote (:func:`lit_grpo.loggers.logger_lines`), the run
+        folder and the checkpoints."""
         trainer = self.trainer
-        logdir = trainer.logger.log_dir if trainer.logger is not None else None
+        logdir = getattr(trainer.logger, "log_dir", None) if trainer.logger is not None else None
         written = written_checkpoints(trainer)
         ckpt = ", ".join(written) or "none written"
         short = ""
         if 0 < trainer.max_steps and trainer.global_step < trainer.max_steps:
             short = (f"\nStopped early at step {trainer.global_step} of max_steps {trainer.max_steps} "
                      "(trainer.max_time, max_epochs or a stop signal): the figures above are at that step.\n")
-        rank_zero_info(
-            f"{short}\nDone. Look at the run with:\n"
-            f"  tensorboard --logdir {os.path.dirname(logdir.rstrip('/')) if logdir else 'logs'}\n"
-            f"  logs and saved config: {logdir}\n"
-            f"  checkpoints:           {ckpt}\n"
-        )
+        folder = f"  run folder (config, eval curves): {logdir}\n" if logdir else ""
+        rank_zero_info(f"{short}\nDone. Look at the run with:\n" + "\n".join(logger_lines(trainer)) + "\n"
+                       + folder + f"  checkpoints:           {ckpt}\n")
 
 
 def construction_error(exc: BaseException) -> BaseException:
@@ -210,10 +248,15 @@ def main(args: list[str] | None = None) -> GRPOCLI:
     """Run the CLI; a configuration mistake exits with status 2 and one ``error:`` line (see the module); on the
     command line (``args`` None) a :class:`~lit_grpo.errors.UserError` met later (a bad row, checkpoint or folder)
     exits with status 1 and one ``error:`` line."""
+    from omegaconf.errors import OmegaConfBaseException
+
     try:
         return _main(args)
     except ConfigError as exc:
         fail(str(exc))
+    except OmegaConfBaseException as exc:  # an interpolation that does not resolve (e.g. a key of another logger)
+        key = getattr(exc, "full_key", None)
+        fail(f"{key + ': ' if key else ''}{str(exc).splitlines()[0]}")
     except UserError as exc:  # a wrong file, row, checkpoint or folder met while running: what to fix, no traceback
         if args is not None:  # called from Python (a notebook, a test): the exception itself
             raise
@@ -224,10 +267,13 @@ def _main(args: list[str] | None) -> GRPOCLI:
     from jsonargparse import set_parsing_settings
 
     set_parsing_settings(docstring_parse_attribute_docstrings=True)
+    given = sys.argv[1:] if args is None else list(args)
+    model_class = model_class_of(given)
+    given = help_args(prepare_args(_comment_print_config(given)), model_class)
     if args is None:
-        sys.argv[1:] = prepare_args(_comment_print_config(sys.argv[1:]))
+        sys.argv[1:] = given
     else:
-        args = prepare_args(_comment_print_config(list(args)))
+        args = given
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     # A checkpoint after the optimizer step is what a GRPO step should save; and a deprecation inside
     # Lightning's own pytree helper is not the user's to act on.
@@ -255,15 +301,21 @@ def _main(args: list[str] | None) -> GRPOCLI:
             datamodule_class=VLMDataModule,
             subclass_mode_model=True,
             parser_class=GRPOArgumentParser,
-            parser_kwargs={"parser_mode": "omegaconf+", "prog": PROG},
+            parser_kwargs={"parser_mode": "omegaconf+", "prog": PROG,
+                           **{sub: {"model_class": model_class} for sub in SUBCOMMANDS}},
+            save_config_callback=RunConfig,
             save_config_kwargs={"overwrite": True},
             auto_configure_optimizers=False,  # one optimizer setting: model.init_args.optimizer
-            trainer_defaults={"callbacks": [stop, SaveOnFailure(command)]},
+            trainer_defaults={"callbacks": [stop, SaveOnFailure(command), RunFolder(), FinalValidation()]},
             args=args,
             run_lock=lock,
         )
     except SIGTERMException:  # Lightning exits 0 after a SIGTERM; a stopped run is not a finished one
         sys.exit(stop.exit_code)
+    except BaseException:  # a refused or failed run: the folders it made and left unused go
+        lock.release()
+        remove_unused_folders(lock.created)
+        raise
     finally:
         stop.uninstall()
         lock.release()

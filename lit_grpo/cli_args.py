@@ -271,7 +271,7 @@ def prepare_args(args: list[str]) -> list[str]:
         last = end
         if key in ("config", "c") and value:
             current = check_config_file(value, current)
-        elif key not in ("print_config", "help", "h"):
+        elif key not in ("print_config", "help", "h") and not key.endswith(".help"):  # help: lit_grpo.cli_help
             check_override(key, current)
         out += _as_nested(key, value) or args[start:end]
     return out + args[last:]

@@ -112,59 +112,102 @@ def build_records(samples: list[Sample], messages: list[list[dict]], completions
     return records
 
 
-def _row(group: str, name: str, values: list[float]) -> dict[str, Any]:
-    scored = [v for v in values if not math.isnan(v)]
-    return {"group": group, "name": name, "n": len(values), "unscorable": len(values) - len(scored),
-            "correct": sum(scored), "accuracy": sum(scored) / len(scored) if scored else math.nan}
+CSV_COLUMNS = ("mode", "group", "name", "accuracy", "se", "problems", "completions", "correct", "unscorable")
+"""The columns of :func:`table_csv` (and of the table the loggers get)."""
+
+
+def _row(group: str, name: str, keyed: list[tuple[Any, float]]) -> dict[str, Any]:
+    """One row from ``(problem id, correct)`` pairs: each problem's share of correct completions (its scorable
+    ones), their mean and standard error over problems (:func:`~lit_grpo.metrics.mean_and_se`)."""
+    from lit_grpo.metrics import mean_and_se
+
+    by_problem: dict[Any, list[float]] = {}
+    for pid, value in keyed:
+        by_problem.setdefault(pid, []).append(value)
+    shares = [sum(s) / len(s) if s else math.nan
+              for s in ([v for v in vs if not math.isnan(v)] for vs in by_problem.values())]
+    mean, se, scored = mean_and_se(torch.tensor(shares, dtype=torch.float64))
+    values = [v for _, v in keyed]
+    return {"group": group, "name": name, "accuracy": mean, "se": se, "problems": len(by_problem),
+            "scored_problems": scored, "completions": len(values), "unscorable": sum(math.isnan(v) for v in values),
+            "correct": sum(v for v in values if not math.isnan(v))}
 
 
 def accuracy_table(records: list[dict[str, Any]], domains: tuple[str, ...] = DOMAINS,
                    reasoning_types: tuple[str, ...] = REASONING_TYPES) -> list[dict[str, Any]]:
-    """Accuracy rows: ``overall``, then each domain, then each reasoning type (a record counts under every
-    type it has), each ``{group, name, n, unscorable, correct, accuracy}``.
+    """Accuracy rows: ``overall``, then each domain, then each reasoning type that has a problem (a record counts
+    under every type it has), each ``{group, name, accuracy, se, problems, scored_problems, completions,
+    unscorable, correct}``.
 
-    Accuracy is the mean of ``correct`` over the records that could be scored (NaN excluded and counted
-    in ``unscorable``); a group with no scorable record has NaN accuracy. Domain and reasoning-type rows
-    appear when some record has a domain (PhyX), all six of each, in the paper's order.
+    A problem is a record ``id`` (each record its own problem when it has none); its accuracy is the share of its
+    scorable completions that are correct (NaN excluded and counted in ``unscorable``). A row's accuracy is the
+    mean of its problems' accuracies and ``se`` their standard error (over problems: completions of one problem are
+    not independent), as the README's paper table; a row whose problems have no scorable completion has NaN
+    accuracy. Domain and reasoning-type rows appear when some record has a domain (PhyX), in the paper's order,
+    without the ones that have no problem.
     """
-    rows = [_row("overall", "all", [r["correct"] for r in records])]
+    keyed = [(r.get("id", f"#{i}"), r) for i, r in enumerate(records)]
+    rows = [_row("overall", "all", [(pid, r["correct"]) for pid, r in keyed])]
     if any(r.get("domain") for r in records):
-        rows += [_row("domain", d, [r["correct"] for r in records if r.get("domain") == d]) for d in domains]
-        rows += [_row("reasoning_type", t, [r["correct"] for r in records if t in r.get("reasoning_type", [])])
-                 for t in reasoning_types]
+        groups = [("domain", d, lambda r, d=d: r.get("domain") == d) for d in domains]
+        groups += [("reasoning_type", t, lambda r, t=t: t in r.get("reasoning_type", [])) for t in reasoning_types]
+        for group, name, member in groups:
+            chosen = [(pid, r["correct"]) for pid, r in keyed if member(r)]
+            if chosen:
+                rows.append(_row(group, name, chosen))
     return rows
 
 
-def _pct(x: float) -> str:
-    return "–" if math.isnan(x) else f"{x:.3f}"
+def _problems(n: int) -> str:
+    return f"{n} problem{'s' * (n != 1)}"
+
+
+def _cell(row: dict[str, Any]) -> str:
+    return "–" if math.isnan(row["accuracy"]) else f"{row['accuracy']:.3f} ± {row['se']:.3f}"
 
 
 def table_markdown(rows: list[dict[str, Any]], title: str) -> str:
-    """The paper's layout: one line of accuracies (Overall + the six domains), then reasoning types."""
-    by = {(r["group"], r["name"]): r for r in rows}
-    overall = by[("overall", "all")]
-    heads = ["Overall"] + [r["name"] for r in rows if r["group"] == "domain"]
+    """The paper's layout: one line of accuracies (Overall + the domains that have problems) with their standard
+    errors and a line of problem counts, then the reasoning types; what the figures are is said under the title."""
+    overall = next(r for r in rows if r["group"] == "overall")
     cells = [overall] + [r for r in rows if r["group"] == "domain"]
-    out = [f"### {title}", "", "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads),
-           "| " + " | ".join(_pct(c["accuracy"]) for c in cells) + " |",
-           "| " + " | ".join(f"n={c['n']}" for c in cells) + " |"]
+    per = sorted({r["completions"] // max(r["problems"], 1) for r in cells})
+    each = f"{per[0]} completion{'s' * (per[0] != 1)} each" if len(per) == 1 else "completions per problem vary"
+    out = [f"### {title}", "",
+           f"Accuracy: mean ± standard error over problems of each problem's share of correct completions "
+           f"({_problems(overall['problems'])}, {each}).", "",
+           "| " + " | ".join(["Overall"] + [r["name"] for r in cells[1:]]) + " |", "|" + "---|" * len(cells),
+           "| " + " | ".join(_cell(c) for c in cells) + " |",
+           "| " + " | ".join(_problems(c["problems"]) for c in cells) + " |"]
     types = [r for r in rows if r["group"] == "reasoning_type"]
     if types:
-        out += ["", "| Reasoning type | Accuracy | n |", "|---|---|---|"]
-        out += [f"| {r['name']} | {_pct(r['accuracy'])} | {r['n']} |" for r in types]
+        out += ["", "| Reasoning type | Accuracy | Problems |", "|---|---|---|"]
+        out += [f"| {r['name']} | {_cell(r)} | {r['problems']} |" for r in types]
     if overall["unscorable"]:
-        out += ["", f"{overall['unscorable']} of {overall['n']} completions could not be scored (NaN)."]
+        lost = overall["problems"] - overall["scored_problems"]
+        out += ["", f"{overall['unscorable']} of {overall['completions']} completions could not be scored (NaN)"
+                + (f"; {lost} problem{'s' * (lost != 1)} had none that could." if lost else ".")]
     return "\n".join(out) + "\n"
 
 
+def table_rows(rows: list[dict[str, Any]], mode: str) -> list[list[Any]]:
+    """The rows as lists in :data:`CSV_COLUMNS` order (NaN accuracy and SE as ``None``)."""
+    def number(x: float) -> float | None:
+        return None if math.isnan(x) else x
+
+    return [[mode, r["group"], r["name"], number(r["accuracy"]), number(r["se"]), r["problems"], r["completions"],
+             r["correct"], r["unscorable"]] for r in rows]
+
+
 def table_csv(rows: list[dict[str, Any]], mode: str) -> str:
-    """Long-form CSV: ``mode,group,name,accuracy,correct,n,unscorable`` (accuracy empty when NaN)."""
+    """Long-form CSV with :data:`CSV_COLUMNS`: accuracy and SE over problems (empty when NaN), problems,
+    completions, correct completions, unscorable completions."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["mode", "group", "name", "accuracy", "correct", "n", "unscorable"])
-    for r in rows:
-        acc = "" if math.isnan(r["accuracy"]) else f"{r['accuracy']:.6f}"
-        w.writerow([mode, r["group"], r["name"], acc, f"{r['correct']:g}", r["n"], r["unscorable"]])
+    w.writerow(CSV_COLUMNS)
+    for row in table_rows(rows, mode):
+        w.writerow(["" if v is None else f"{v:.6f}" if isinstance(v, float) and i in (3, 4) else
+                    f"{v:g}" if isinstance(v, float) else v for i, v in enumerate(row)])
     return buf.getvalue()
 
 

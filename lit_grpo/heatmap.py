@@ -87,12 +87,14 @@ def font(size: int = _FONT_PX) -> ImageFont.ImageFont:
     return ImageFont.load_default(size=size)
 
 
-def text_strip(width: int, items: list[tuple[int, int, str]], height: int = ROW) -> np.ndarray:
-    """A white strip ``[height, width, 3]``; each ``(x, w, text)`` is written in black from ``x``, cut at ``w`` px."""
+def text_strip(width: int, items: list[tuple[int, int, str]], height: int = ROW, font_px: int = _FONT_PX
+               ) -> np.ndarray:
+    """A white strip ``[height, width, 3]``; each ``(x, w, text)`` is written in black from ``x``, cut at ``w`` px,
+    in ``font_px`` px letters."""
     strip = Image.new("RGB", (width, height), "white")
     for x, w, text in items:
         cell = Image.new("RGB", (max(w, 1), height), "white")
-        ImageDraw.Draw(cell).text((1, 2), text, fill="black", font=font())
+        ImageDraw.Draw(cell).text((1, 2), text, fill="black", font=font(font_px))
         strip.paste(cell, (x, 0))
     return np.asarray(strip, dtype=np.float32) / 255
 
@@ -115,20 +117,22 @@ def tick_label(value: float) -> str:
     return f"{value:.3g}"
 
 
-def colour_bar(height: int, limits: tuple[float, float], kind: str = "fixed", bar: int = 12) -> np.ndarray:
+def colour_bar(height: int, limits: tuple[float, float], kind: str = "fixed", bar: int = 12,
+               font_px: int = _FONT_PX) -> np.ndarray:
     """A vertical colour bar ``[max(height, 80), W, 3]``: the ramp from ``lo`` (bottom) to ``hi`` (top) on the
-    log scale, tick marks with their values, and the unit ``x uniform`` above."""
+    log scale, tick marks with their values, and the unit ``x uniform`` above, in ``font_px`` px letters."""
     height = max(height, 80)
-    top, bottom = ROW + 2, height - 6
+    top, bottom = font_px + 8, height - 6
     labels = [(v, tick_label(v)) for v in tick_values(limits, kind)]
-    every = math.ceil((_FONT_PX + 1) / ((bottom - top) / max(len(labels) - 1, 1)))  # no overlapping tick labels
+    every = math.ceil((font_px + 1) / ((bottom - top) / max(len(labels) - 1, 1)))  # no overlapping tick labels
     anchor = next((i for i, (v, _) in enumerate(labels) if v == 1), len(labels) - 1)  # uniform (1) stays labelled
     labels = [lab for i, lab in enumerate(labels) if (i - anchor) % every == 0]
-    width = bar + 10 + max(int(font().getlength(t)) for _, t in labels) + 4
-    width = max(width, int(font().getlength("x uniform")) + 4)
+    letters = font(font_px)
+    width = bar + 10 + max(int(letters.getlength(t)) for _, t in labels) + 4
+    width = max(width, int(letters.getlength("x uniform")) + 4)
     img = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(img)
-    draw.text((1, 2), "x uniform", fill="black", font=font())
+    draw.text((1, 2), "x uniform", fill="black", font=letters)
     span = bottom - top
     column = ramp(np.linspace(1, 0, span))  # top row = hi
     img.paste(Image.fromarray((np.repeat(column[:, None], bar, axis=1) * 255).round().astype(np.uint8)), (2, top))
@@ -137,7 +141,7 @@ def colour_bar(height: int, limits: tuple[float, float], kind: str = "fixed", ba
         frac = (math.log2(v) - math.log2(lo)) / (math.log2(hi) - math.log2(lo))
         y = round(bottom - 1 - frac * (span - 1))
         draw.line([(2 + bar, y), (2 + bar + 4, y)], fill="black")
-        draw.text((2 + bar + 7, y - _FONT_PX // 2 - 1), text, fill="black", font=font())
+        draw.text((2 + bar + 7, y - font_px // 2 - 1), text, fill="black", font=letters)
     return np.asarray(img, dtype=np.float32) / 255
 
 
@@ -165,29 +169,49 @@ def overlay(image: Image.Image, heat: np.ndarray, scale: HeatScale = HeatScale()
 
 def panel(image: Image.Image, heat: np.ndarray, mask: np.ndarray, scale: HeatScale = HeatScale(),
           alpha: float = 0.7, gap: int = 3, title: str | None = None,
-          labels: tuple[str, str, str, str] = PANEL_LABELS) -> np.ndarray:
+          labels: tuple[str, str, str, str] = PANEL_LABELS, columns: int = 4, font_px: int = _FONT_PX) -> np.ndarray:
     """``image | attention | overlay | foreground mask``, each tile labelled, with the colour bar on the right
     and an optional ``title`` line on top.
 
     Args:
         heat: ``[Y, X]`` attention per pixel of ``image`` (normalised here; drawn in multiples of uniform).
         mask: ``[Y, X]`` foreground mask (True = foreground, drawn black on white).
+        columns: tiles per row: 4 (one row) or 2 (two rows, a squarer picture that a viewer shrinking it to a
+            card's width shrinks less).
+        font_px: height of the letters, px (rows are ``font_px + 6`` high).
     Returns:
         float32 ``[H, W, 3]`` in [0, 1] (HWC; log it with ``dataformats="HWC"``): a title row (with
-        ``title``) and a label row, then the four ``[Y, X]`` tiles separated by ``gap`` grey columns (white
-        below them when the colour bar's 80-px minimum is taller), then the colour bar.
+        ``title``) and a label row, then the ``[Y, X]`` tiles separated by ``gap`` grey columns (with
+        two rows, the second row's labels between them; white below them when the colour bar's 80-px minimum is
+        taller), then the colour bar.
     """
+    if columns not in (2, 4):
+        raise ValueError(f"columns must be 2 or 4, got {columns}")
     colours, limits = colorize(heat, scale)
     m = np.repeat(np.asarray(mask, dtype=np.float32)[..., None], 3, axis=2)
     tiles = [to_float(image), colours, overlay(image, heat, scale, alpha), 1.0 - m]
     y, x = tiles[0].shape[:2]
-    bar = colour_bar(y, limits, scale.kind)
-    rows = bar.shape[0]
-    grey = np.full((rows, gap, 3), GAP_GREY, dtype=np.float32)  # separates white tiles from each other
-    padded = [np.concatenate([t, np.ones((rows - y, x, 3), np.float32)]) if rows > y else t for t in tiles]
-    body = np.concatenate([p for t in padded for p in (t, grey)] + [bar], axis=1)
+    row = font_px + 6
     names = [labels[0], f"{labels[1]}, {'log scale' if scale.kind == 'fixed' else 'own range'}", *labels[2:]]
-    strips = [text_strip(body.shape[1], [(k * (x + gap), x, t) for k, t in enumerate(names)])]
+    height = y if columns == 4 else 2 * y + row  # the tiles (and, in two rows, the second row's labels)
+    bar = colour_bar(height, limits, scale.kind, font_px=font_px)
+    rows = bar.shape[0]
+    width = columns * (x + gap)
+    lines = []
+    for first in range(0, 4, columns):
+        if first:
+            lines.append(text_strip(width, [(k * (x + gap), x, t) for k, t in enumerate(names[first:first + columns])],
+                                    row, font_px))
+        grey = np.full((y, gap, 3), GAP_GREY, dtype=np.float32)  # separates white tiles from each other
+        lines.append(np.concatenate([p for t in tiles[first:first + columns] for p in (t, grey)], axis=1))
+    tiles_area = np.concatenate(lines, axis=0)
+    if rows > height:  # white below the tiles (grey gaps go on down)
+        below = np.ones((rows - height, width, 3), np.float32)
+        for k in range(columns):
+            below[:, k * (x + gap) + x:(k + 1) * (x + gap)] = GAP_GREY
+        tiles_area = np.concatenate([tiles_area, below], axis=0)
+    body = np.concatenate([tiles_area, bar], axis=1)
+    strips = [text_strip(body.shape[1], [(k * (x + gap), x, t) for k, t in enumerate(names[:columns])], row, font_px)]
     if title:
-        strips.insert(0, text_strip(body.shape[1], [(0, body.shape[1], title)]))
+        strips.insert(0, text_strip(body.shape[1], [(0, body.shape[1], title)], row, font_px))
     return np.concatenate([*strips, body], axis=0)

@@ -1,15 +1,28 @@
-"""TensorBoard laid out for reading a GRPO run: the learning curves first, validation with its standard-error
-band, diagnostics after them.
+"""TensorBoard (and Weights & Biases) laid out for reading a GRPO run: the learning curves first, validation with
+its standard-error band, diagnostics after them; the text, images and tables the callbacks write, for any of them.
 
 Tag scheme (TensorBoard's Time Series tab groups cards by the text before the first ``/``, sorts groups
 and cards by name and opens only the first two groups):
 
-- ``train/reward``, ``train/reward/<name>``, ``train/reward_std``: the training curves (first group);
-  ``train/rollout/...`` (advantages, completion lengths, zero-std groups, throughput, attention overlays)
-  and ``train/update/...`` (loss, KL, clipping, entropy, gradient norm, learning rate) sort after them.
-- ``val/<mode>/...``: validation means over prompts (second group).
-- ``val_band/<mode>/.../lower`` and ``/upper``: mean -+ its standard error over prompts, the band the
-  Custom Scalars tab draws around each validation curve (a third, closed group).
+- ``eval_curves``: the validation curves so far as one image, each point with its standard error, scaled to the
+  data (:mod:`lit_grpo.curves`; :class:`lit_grpo.callbacks.EvalSummary` writes it): the first card, whose reading
+  does not depend on TensorBoard's smoothing or outlier cropping.
+- ``train/reward``, ``train/reward/<name>``, ``train/reward_std``: the training curves (second group);
+  ``train/rollout/...`` (advantages, completion lengths, zero-std groups, throughput, the prompt images and
+  attention overlays) and ``train/update/...`` (loss, KL, clipping, entropy, gradient norm, learning rate) sort
+  after them.
+- ``val/<mode>/...``: validation means over prompts (third group, closed).
+- ``valband/<mode>/.../lower`` and ``/upper``: mean -+ its standard error over prompts, the band the
+  Custom Scalars tab draws around each validation curve (last, closed, in the Time Series and Scalars tabs).
+
+:class:`WandbLogger` is Lightning's with the same scalars (``configs/wandb.yaml``, the ``wandb`` extra), and a
+local run folder for the files the callbacks write. The callbacks write through :func:`log_text`,
+:func:`log_images`, :func:`log_histogram` and :func:`log_table`, which reach every configured logger that can show
+them (TensorBoard's Text / Images / Histograms tabs, W&B media and tables; a CSV logger gets the scalars only).
+
+A run keeps one folder across stops and resumes: :class:`RunFolder` (added by the CLI) records the folder in
+every checkpoint, and a ``fit`` resumed from one with the same logger settings logs into it again
+(:func:`continue_run_folder`), dropping from view what the earlier process logged after the checkpoint's step.
 
 The module logs ``<key>`` and ``<key>_se`` (what ``trainer.callback_metrics``, the closing summary and
 ``eval_curves.csv`` hold); :class:`TensorBoardLogger` writes the SE as that band, adds the Custom Scalars
@@ -20,10 +33,16 @@ on it is written as ``train/rollout/epoch``).
 
 from __future__ import annotations
 
+import os
+import shutil
 import threading
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
+import lightning as L
+import numpy as np
 from lightning.pytorch.loggers import TensorBoardLogger as _LightningTensorBoardLogger
+from lightning.pytorch.loggers import WandbLogger as _LightningWandbLogger
 from lightning.pytorch.utilities import rank_zero_only
 
 from lit_grpo.checkpoint_io import free_space, human_size
@@ -35,14 +54,16 @@ EPOCH_TAG = "train/rollout/epoch"
 
 
 def band_tags(key: str) -> tuple[str, str]:
-    """``val/greedy/reward`` -> ``("val_band/greedy/reward/lower", "val_band/greedy/reward/upper")``."""
+    """``val/greedy/reward`` -> ``("valband/greedy/reward/lower", "valband/greedy/reward/upper")``: a group whose
+    name continues the stage's with a letter, so that both of TensorBoard's tag sorts (the Time Series tab's and
+    the Scalars tab's, which puts ``val_band`` before ``val``) show it after the stage's curves, closed."""
     stage, rest = key.split("/", 1)
-    return f"{stage}_band/{rest}/lower", f"{stage}_band/{rest}/upper"
+    return f"{stage}band/{rest}/lower", f"{stage}band/{rest}/upper"
 
 
 def tensorboard_scalars(metrics: Mapping[str, float]) -> dict[str, float]:
     """The scalars to write for one ``log_metrics`` call: each ``<stage>/<key>_se`` whose ``<stage>/<key>`` is in
-    ``metrics`` (stage ``val`` or ``test``) becomes the band ``<stage>_band/<key>/lower`` = mean - SE and
+    ``metrics`` (stage ``val`` or ``test``) becomes the band ``<stage>band/<key>/lower`` = mean - SE and
     ``/upper`` = mean + SE; Lightning's ``epoch`` is dropped while 0 and written as ``train/rollout/epoch`` after."""
     out = {}
     for key, value in metrics.items():
@@ -216,12 +237,16 @@ class TensorBoardLogger(_LightningTensorBoardLogger):
 
     @rank_zero_only
     def finalize(self, status: str) -> None:
+        """Close the writer (a full disk named in one line); a run that failed before logging anything (refused while
+        setting up: data, overlap, checkpoint) leaves no run folder behind (:func:`remove_if_unused`)."""
         try:
             super().finalize(status)
         except OSError as exc:
             if status == "success":
                 raise self.write_failed(exc) from None
             # a run that failed already says why; its log's own failure is not a second error
+        if status == "failed":
+            remove_if_unused(Path(self.log_dir))
 
 
 def layout_summary(layout: dict[str, Any]):
@@ -239,3 +264,220 @@ def layout_summary(layout: dict[str, Any]):
     return Summary(value=[Summary.Value(tag=metadata.CONFIG_SUMMARY_TAG, tensor=tensor,
                                         metadata=metadata.create_summary_metadata())])
 
+
+
+START_FILES = ("config.yaml", "hparams.yaml")
+"""What a run writes into its folder before its first figure (the saved config, the hyper-parameters)."""
+
+
+def remove_if_unused(folder: Path) -> bool:
+    """Delete ``folder`` when it holds only what a run writes at its start: the saved configs and hyper-parameters
+    and event files without a logged value (scalars, text, images, histograms; the hyper-parameter plugin's
+    summaries do not count). Returns whether it was deleted."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    if not folder.is_dir():
+        return False
+    for path in folder.rglob("*"):
+        if path.is_dir():
+            continue
+        if path.name.startswith("events.out.tfevents."):
+            for event in EventFileLoader(str(path)).Load():
+                if any(not v.tag.startswith("_hparams_/") and v.tag != "hp_metric" for v in event.summary.value):
+                    return False
+        elif not path.name.endswith(START_FILES):
+            return False
+    shutil.rmtree(folder)
+    for parent in (folder.parent, folder.parent.parent):  # logs/<name>, logs: only when nothing else is there
+        if parent.is_dir() and not any(parent.iterdir()):
+            parent.rmdir()
+    return True
+
+
+RUN_FOLDER_KEY = "lit_grpo_run_folder"
+"""The checkpoint entry :class:`RunFolder` writes: ``{"root_dir", "version", "log_dir", "curves"}``."""
+
+
+class RunFolder(L.Callback):
+    """Records the logger's run folder (and the validation curves its Custom Scalars layout shows) in every
+    checkpoint, under :data:`RUN_FOLDER_KEY`, so that a ``fit`` resumed from it continues that folder
+    (:func:`continue_run_folder`). The CLI adds it to every run."""
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        logger = trainer.logger
+        if isinstance(logger, _LightningTensorBoardLogger):
+            checkpoint[RUN_FOLDER_KEY] = {"root_dir": logger.root_dir, "version": logger.version,
+                                          "log_dir": logger.log_dir, "curves": list(getattr(logger, "_curves", []))}
+        elif isinstance(logger, _LightningWandbLogger):
+            checkpoint[RUN_FOLDER_KEY] = {"wandb_project": logger.name, "wandb_id": logger.version}
+
+
+def checkpoint_entry(path: str | os.PathLike, key: str) -> Any:
+    """``checkpoint[key]`` of the checkpoint file at ``path``, read without loading its tensors (memory-mapped);
+    None when there is no such file, key, or readable checkpoint (a sharded folder, another format)."""
+    import torch
+
+    if not os.path.isfile(path):
+        return None
+    try:
+        return torch.load(path, map_location="cpu", mmap=True, weights_only=False).get(key)
+    except Exception:  # not a zip checkpoint: the run's own checks say what is wrong with it
+        return None
+
+
+def continue_run_folder(trainer: L.Trainer, ckpt_path: str | os.PathLike | None) -> str | None:
+    """Point the trainer's TensorBoard logger at the run folder the checkpoint at ``ckpt_path`` logged to (a W&B
+    logger at the W&B run, same project); returns that folder, or None when the run starts a folder of its own.
+
+    It continues when the checkpoint names a folder that still exists under the logger's own ``save_dir/name``
+    and the logger's ``version`` is not set (W&B: the same project, no ``id`` set). TensorBoard's writer then
+    purges the events the earlier process wrote after the checkpoint's step (``purge_step``: a run resumed from
+    an earlier checkpoint redraws from there) and the layout keeps the validation curves; the config is saved as
+    ``config_resumed_at_step_<s>.yaml`` beside the first start's ``config.yaml``.
+    """
+    from lightning.pytorch.cli import SaveConfigCallback
+
+    logger = trainer.logger
+    record = checkpoint_entry(ckpt_path, RUN_FOLDER_KEY) if ckpt_path else None
+    if not record:
+        return None
+    step = int(checkpoint_entry(ckpt_path, "global_step") or 0)
+    if isinstance(logger, _LightningWandbLogger):
+        if logger._id is not None or record.get("wandb_project") != logger.name or not record.get("wandb_id"):
+            return None
+        logger._id = logger._wandb_init["id"] = record["wandb_id"]  # W&B resumes that run ("resume": "allow")
+    elif isinstance(logger, _LightningTensorBoardLogger) and logger._version is None and "root_dir" in record \
+            and os.path.normpath(logger.root_dir) == os.path.normpath(record["root_dir"]) \
+            and os.path.isdir(record["log_dir"]):
+        logger._version = record["version"]
+        logger._kwargs["purge_step"] = step + 1
+        if isinstance(logger, TensorBoardLogger):
+            logger._curves = list(record.get("curves", []))
+    else:
+        return None
+    for callback in trainer.callbacks:
+        if isinstance(callback, SaveConfigCallback):
+            callback.config_filename = f"config_resumed_at_step_{step}.yaml"
+    return getattr(logger, "log_dir", None) or logger.save_dir
+
+
+class WandbLogger(_LightningWandbLogger):
+    """Lightning's ``WandbLogger`` with lit_grpo's scalars (validation SEs as ``valband/.../lower`` and ``/upper``,
+    no ``epoch`` while it is 0: :func:`tensorboard_scalars`) and a local run folder, ``log_dir`` =
+    ``<save_dir>/<name>/<run id>``, for the files the callbacks write (``eval_curves``, test tables, predictions)
+    and the saved config. Same arguments; ``name`` is the run's display name (the configs' run name carries over
+    when ``configs/wandb.yaml`` replaces their TensorBoard logger)."""
+
+    @rank_zero_only
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        scalars = tensorboard_scalars(metrics)
+        if scalars:
+            super().log_metrics(scalars, step)
+
+    @property
+    def log_dir(self) -> str:
+        return os.path.join(self.save_dir or ".", self._name or self.name or "wandb", str(self.version))
+
+
+def _tensorboards(trainer: L.Trainer, on: bool = True) -> list:
+    return [lg.experiment for lg in trainer.loggers if isinstance(lg, _LightningTensorBoardLogger)] if on else []
+
+
+def _wandbs(trainer: L.Trainer, on: bool = True) -> list:
+    return [lg for lg in trainer.loggers if isinstance(lg, _LightningWandbLogger)] if on else []
+
+
+@rank_zero_only
+def log_text(trainer: L.Trainer, tag: str, markdown: str, step: int, to_tensorboard: bool = True,
+             to_wandb: bool = True) -> None:
+    """``markdown`` as TensorBoard text, and as a one-cell W&B table (W&B shows text in tables); ``to_tensorboard`` /
+    ``to_wandb`` False: not to that logger (a caller that gives it the same content in another form)."""
+    for writer in _tensorboards(trainer, to_tensorboard):
+        writer.add_text(tag, markdown, step)
+    for logger in _wandbs(trainer, to_wandb):
+        logger.log_text(tag, columns=["text"], data=[[markdown]], step=step)
+
+
+def as_uint8(image: np.ndarray) -> np.ndarray:
+    """An HWC float image in [0, 1] (or uint8) as HWC uint8."""
+    image = np.asarray(image)
+    return image if image.dtype == np.uint8 else (np.clip(image, 0, 1) * 255).round().astype(np.uint8)
+
+
+@rank_zero_only
+def log_images(trainer: L.Trainer, images: dict[str, np.ndarray], step: int, captions: dict[str, str] | None = None,
+               to_tensorboard: bool = True, to_wandb: bool = True) -> None:
+    """Each ``tag -> HWC image`` (float in [0, 1] or uint8) as a TensorBoard image and a W&B image (``captions``:
+    ``tag -> text`` shown under it on W&B)."""
+    for writer in _tensorboards(trainer, to_tensorboard):
+        for tag, image in images.items():
+            writer.add_image(tag, as_uint8(image), step, dataformats="HWC")  # uint8 HWC: no rescaling
+    for logger in _wandbs(trainer, to_wandb):
+        for tag, image in images.items():
+            logger.log_image(tag, [as_uint8(image)], step=step, caption=[(captions or {}).get(tag, tag)])
+
+
+@rank_zero_only
+def log_histogram(trainer: L.Trainer, tag: str, values: Any, step: int) -> None:
+    """``values`` (a 1-D tensor or array) as a TensorBoard histogram and a W&B histogram."""
+    for writer in _tensorboards(trainer):
+        writer.add_histogram(tag, values, step)
+    for logger in _wandbs(trainer):
+        import wandb
+
+        logger.log_metrics({tag: wandb.Histogram(np.asarray(values, dtype=np.float64))}, step)
+
+
+@rank_zero_only
+def log_table(trainer: L.Trainer, tag: str, columns: list[str], rows: list[list[Any]], step: int,
+              markdown: str | None = None, to_tensorboard: bool = True, to_wandb: bool = True) -> None:
+    """A table: on TensorBoard as Markdown text (``markdown``, else a pipe table of ``rows``), on W&B as a table
+    (image cells given as HWC arrays become W&B images)."""
+    text = markdown if markdown is not None else markdown_table(columns, rows)
+    for writer in _tensorboards(trainer, to_tensorboard):
+        writer.add_text(tag, text, step)
+    for logger in _wandbs(trainer, to_wandb):
+        import wandb
+
+        cells = [[wandb.Image(as_uint8(c)) if isinstance(c, np.ndarray) else c for c in row] for row in rows]
+        logger.log_table(tag, columns=columns, data=cells, step=step)
+
+
+def markdown_table(columns: list[str], rows: list[list[Any]]) -> str:
+    """A Markdown pipe table (array cells written as ``(image)``)."""
+    def cell(value: Any) -> str:
+        return "(image)" if isinstance(value, np.ndarray) else str(value).replace("|", "\\|").replace("\n", " ")
+
+    return "\n".join(["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns),
+                      *("| " + " | ".join(cell(v) for v in row) + " |" for row in rows)]) + "\n"
+
+
+def logger_lines(trainer: L.Trainer) -> list[str]:
+    """Where each configured logger wrote, for the closing message: the TensorBoard command (and this run's
+    folder), a CSV file, the W&B run's page (or, offline, the command that uploads it), or another logger's folder."""
+    from lightning.pytorch.loggers import CSVLogger
+
+    lines = []
+    for logger in trainer.loggers:
+        if isinstance(logger, _LightningTensorBoardLogger):
+            lines.append(f"  tensorboard --logdir {os.path.dirname(logger.log_dir.rstrip('/'))}"
+                         f"     (TensorBoard; this run: {logger.log_dir})")
+        elif isinstance(logger, CSVLogger):
+            lines.append(f"  metrics (CSV):         {os.path.join(logger.log_dir, 'metrics.csv')}")
+        elif isinstance(logger, _LightningWandbLogger):
+            lines.append(f"  Weights & Biases:      {wandb_location(logger)}")
+        else:
+            lines.append(f"  {type(logger).__name__}: {getattr(logger, 'log_dir', None) or logger.save_dir}")
+    return lines or ["  no logger configured: the console output above is all there is"]
+
+
+def wandb_location(logger: _LightningWandbLogger) -> str:
+    """The W&B run's page, or for an offline run its folder and the ``wandb sync`` command that uploads it."""
+    run = logger._experiment
+    if run is None:
+        return "no run was started"
+    offline = getattr(getattr(run, "settings", None), "mode", None) == "offline" or logger._offline
+    if offline:
+        folder = os.path.dirname(run.dir.rstrip("/"))
+        return f"offline run {run.id} in {folder} (upload: wandb sync {folder})"
+    return f"{run.url} (run {run.id})"

@@ -75,21 +75,31 @@ class PolicyConfig(Checked):
     """Tokens that end a completion besides EOS and the chat template's end-of-turn token."""
 
 
-def check_model_path(path: str, local_files_only: bool = False, name: str = "model folder") -> None:
+def check_model_path(path: str, local_files_only: bool = False, name: str = "model folder",
+                     roots: list[Path] | None = None) -> None:
     """Refuse a ``name_or_path`` that is neither an existing folder nor a usable hub id, before any download.
 
     A local folder: an existing folder, or a path starting with ``/``, ``.`` or ``~``, with more than one
-    ``/``, or whose first part is a folder here (``checkpoints/x``). Otherwise ``owner/name`` is a hub id,
-    except that an ``owner`` that is a near-spelling of a folder here (``chekpoints/demo`` next to
-    ``checkpoints/``) is refused as a misspelt folder; offline (``HF_HUB_OFFLINE=1`` or
-    ``local_files_only``) a hub id must be in the local hub cache.
+    ``/``, or whose first part is a folder here (``checkpoints/x``). A relative path that is not here but is in
+    one of ``roots`` (default :func:`lit_grpo.paths.search_roots`: e.g. the clone, when the command runs from
+    another folder) is refused saying where it looked and where to run from, with no network call
+    (:func:`lit_grpo.paths.wrong_folder`). Otherwise ``owner/name`` is a hub id, except that an ``owner`` that is
+    a near-spelling of a folder here (``chekpoints/demo`` next to ``checkpoints/``) is refused as a misspelt
+    folder; offline (``HF_HUB_OFFLINE=1`` or ``local_files_only``) a hub id must be in the local hub cache, and
+    online one request without retries checks that the hub can be reached and has it
+    (:func:`lit_grpo.paths.check_hub`), unless it is in the cache.
 
     Raises:
         FileNotFoundError: naming the folder (and the folder it was probably meant to be).
     """
+    from lit_grpo.paths import check_hub, search_roots, wrong_folder
+
     p = Path(path).expanduser()
     if p.is_dir():
         return
+    elsewhere = wrong_folder(name, path, search_roots() if roots is None else roots)
+    if elsewhere:
+        raise FileNotFoundError(elsewhere)
     parts = path.split("/")
     hub_shaped = (len(parts) == 2 and not path.startswith((".", "/", "~"))
                   and all(re.fullmatch(r"[\w.\-]+", x) for x in parts) and not Path(parts[0]).exists())
@@ -101,12 +111,15 @@ def check_model_path(path: str, local_files_only: bool = False, name: str = "mod
     if near:
         raise FileNotFoundError(f"{name} {path!r} does not exist (did you mean {near[0]}/{parts[1]}?); a hub id "
                                 f"owner/name whose owner is spelt like a folder here is taken for a misspelt folder")
-    if local_files_only or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
-        from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub import try_to_load_from_cache
 
-        if not isinstance(try_to_load_from_cache(path, "config.json"), str):
-            raise FileNotFoundError(f"{name} {path!r} is no folder here, and as a hub id it is not in the local hub "
-                                    "cache (offline: HF_HUB_OFFLINE or local_files_only)")
+    cached = isinstance(try_to_load_from_cache(path, "config.json"), str)
+    if local_files_only or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        if not cached:
+            raise FileNotFoundError(f"{name} {path!r} is no folder here ({p.resolve()}), and as a hub id it is not in "
+                                    "the local hub cache (offline: HF_HUB_OFFLINE or local_files_only)")
+    elif not cached:
+        check_hub(path, "model", name)
 
 
 def load_policy(cfg: PolicyConfig) -> tuple[nn.Module, object]:

@@ -27,8 +27,12 @@ SPLITS = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "pre
 """The splits each subcommand reads (``test`` falls back to ``val``, ``predict`` to ``test`` then ``val``)."""
 
 
-def check_config(config: dict[str, Any], subcommand: str | None) -> None:
-    """Raise :class:`~lit_grpo.cli_args.ConfigError` for the first problems found (see the module docstring)."""
+def check_config(config: dict[str, Any], subcommand: str | None, config_files: list[str] = ()) -> None:
+    """Raise :class:`~lit_grpo.cli_args.ConfigError` for the first problems found (see the module docstring).
+    ``config_files``: the ``--config`` files given, next to which a relative path from the wrong folder is looked
+    for (:func:`lit_grpo.paths.search_roots`)."""
+    from lit_grpo.paths import search_roots, wrong_folder
+
     held = find_credentials(config)
     if held:
         raise ConfigError(f"{held[0]}: an API key never goes into a config (it would be printed and saved); "
@@ -37,13 +41,15 @@ def check_config(config: dict[str, Any], subcommand: str | None) -> None:
     if problems:  # before anything builds an object that would refuse the same number less clearly
         raise ConfigError(problems[0] + _more(problems))
     ckpt = config.get("ckpt_path")
+    roots = search_roots(config_files)
     if ckpt and ckpt not in ("last", "best", "hpc", "registry") and not os.path.exists(ckpt):
-        problems.append(f"ckpt_path {ckpt} does not exist (a checkpoint file, or a sharded checkpoint's folder)")
+        problems.append(wrong_folder("ckpt_path", ckpt, roots)
+                        or f"ckpt_path {ckpt} does not exist (a checkpoint file, or a sharded checkpoint's folder)")
     model = config.get("model") or {}
     init = model.get("init_args") or {} if isinstance(model, dict) else {}
     for check, arg in ((_check_rewards, init), (_check_evaluation, init), (_check_settings, init),
-                       (_check_data, (config.get("data") or {}, subcommand)), (_check_policy, init),
-                       (_check_trainer, config.get("trainer") or {})):
+                       (_check_data, (config.get("data") or {}, subcommand, roots)), (_check_policy, (init, roots)),
+                       (_check_trainer, config.get("trainer") or {}), (_check_loggers, config.get("trainer") or {})):
         try:
             check(arg)
         except (ValueError, KeyError, FileNotFoundError, TypeError) as exc:
@@ -149,9 +155,10 @@ def _check_settings(init: dict[str, Any]) -> None:
             raise ValueError(re.sub(r"(^|; )(grpo|sampling)\.", r"\1model.init_args.\2.", str(exc))) from None
 
 
-def _check_policy(init: dict[str, Any]) -> None:
+def _check_policy(arg: tuple[dict[str, Any], list]) -> None:
     from lit_grpo.policy import DTYPES, check_model_path
 
+    init, roots = arg
     policy = init.get("policy") or {}
     if policy.get("dtype", "float32") not in DTYPES:
         raise ValueError(f"model.init_args.policy.dtype: must be one of {', '.join(DTYPES)}, got {policy['dtype']!r}")
@@ -161,7 +168,7 @@ def _check_policy(init: dict[str, Any]) -> None:
                          "trainer.precision bf16-mixed")
     if policy.get("name_or_path") and policy.get("embedded") is None:
         check_model_path(policy["name_or_path"], policy.get("local_files_only", False),
-                         "model.init_args.policy.name_or_path")
+                         "model.init_args.policy.name_or_path", roots)
 
 
 FLOAT16_PRECISIONS = ("16", "16-mixed", "16-true")
@@ -188,11 +195,35 @@ def _check_trainer(trainer: dict[str, Any]) -> None:
                          "(--trainer.strategy ddp)")
 
 
-def _check_data(arg: tuple[dict[str, Any], str | None]) -> None:
+LOGGER_PACKAGES = {"WandbLogger": ("wandb", "pip install -e '.[wandb]'"),
+                   "CometLogger": ("comet_ml", "pip install comet-ml"), "MLFlowLogger": ("mlflow", "pip install mlflow"),
+                   "NeptuneLogger": ("neptune", "pip install neptune")}
+"""Lightning's loggers that need a package of their own: its module and how to install it."""
+
+
+def _check_loggers(trainer: dict[str, Any]) -> None:
+    """A logger whose package is not installed (W&B, Comet, MLflow, Neptune) is named with the command that installs
+    it (for W&B, the project's ``wandb`` extra), before any model work."""
+    import importlib.util
+
+    from lit_grpo.cli_args import _import
+
+    specs = trainer.get("logger")
+    for spec in specs if isinstance(specs, list) else [specs]:
+        path = spec.get("class_path") if isinstance(spec, dict) else spec if isinstance(spec, str) else None
+        cls = _import(path) if path else None
+        for base in getattr(cls, "__mro__", ()):
+            needs = LOGGER_PACKAGES.get(base.__name__) if base.__module__.startswith("lightning.") else None
+            if needs and importlib.util.find_spec(needs[0]) is None:
+                raise ValueError(f"trainer.logger: {path} needs the {needs[0]} package, which is not installed: "
+                                 f"{needs[1]}")
+
+
+def _check_data(arg: tuple[dict[str, Any], str | None, list]) -> None:
     from lit_grpo.data.datamodule import DatasetSpec, check_datasets
     from lit_grpo.data.sample import TEMPLATES
 
-    data, subcommand = arg
+    data, subcommand, roots = arg
     if data.get("template") is not None and data["template"] not in TEMPLATES:
         raise ValueError(f"data.template: unknown prompt template {data['template']!r}; "
                          f"registered: {', '.join(TEMPLATES.names())}")
@@ -204,4 +235,4 @@ def _check_data(arg: tuple[dict[str, Any], str | None]) -> None:
     missing = [k for k in wanted if specs[k] is None and k != "val"]
     if missing:
         raise ValueError(f"data.{missing[0]} is not set: {subcommand} reads it")
-    check_datasets({k: specs[k] for k in wanted})
+    check_datasets({k: specs[k] for k in wanted}, roots)

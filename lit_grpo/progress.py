@@ -9,6 +9,8 @@ installed), extended.
   as ``train/reward``, steps per second, elapsed time and the ETA to ``max_steps``), one per validation
   (its curves, mean +- SE), and one at the end of training.
 - Lightning's ``v_num`` (the logger's version) is left out of the bar.
+- :class:`CountProgress`: plain lines for a long count outside training (the data a ``generate`` block writes):
+  what is made, then how far every few seconds with the time left, then the time it took.
 
 :class:`ProgressBar` is the CLI's default (see :func:`with_progress_bar`); give it in ``trainer.callbacks``
 to set its arguments.
@@ -16,6 +18,7 @@ to set its arguments.
 
 from __future__ import annotations
 
+import logging
 import math
 import sys
 import time
@@ -26,6 +29,9 @@ import lightning as L
 from lightning.pytorch.callbacks import ProgressBar as _LightningProgressBar
 from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 from lightning.pytorch.callbacks.progress.rich_progress import _RICH_AVAILABLE
+
+
+log = logging.getLogger(__name__)
 
 
 def _clock(seconds: float) -> str:
@@ -67,6 +73,29 @@ def validation_line(step: int, metrics: dict[str, Any], seconds: float) -> str:
         se = metrics.get(f"{k}_se")
         values.append(f"{k} {float(metrics[k]):.3f}" + (f" +- {float(se):.3f}" if se is not None else ""))
     return f"validation at step {step} (took {_clock(seconds)}): " + ("  ".join(values) or "no reward curves logged")
+
+
+class CountProgress:
+    """Progress of making ``total`` items, as log lines: ``what`` (and ``details``) at the start, then at most
+    every ``every_s`` seconds ``what: 5,200 done (26%), elapsed 0:00:10, about 0:00:29 left``, and the time it
+    took from :meth:`done`. Call it with the number of items made so far."""
+
+    def __init__(self, what: str, total: int, details: str = "", every_s: float = 5.0, write=log.info):
+        self.what, self.total, self.every_s, self.write = what, total, every_s, write
+        self.start = self.last = time.monotonic()
+        self.write(f"{what}" + (f" ({details})" if details else ""))
+
+    def __call__(self, count: int) -> None:
+        now = time.monotonic()
+        if now - self.last < self.every_s or count >= self.total:
+            return
+        self.last, elapsed = now, now - self.start
+        left = elapsed * (self.total - count) / count if count else math.inf
+        self.write(f"{self.what}: {count:,} done ({100 * count / self.total:.0f}%), elapsed {_clock(elapsed)}, "
+                   f"about {_clock(left)} left")
+
+    def done(self) -> None:
+        self.write(f"{self.what}: done in {_clock(time.monotonic() - self.start)}")
 
 
 class _PlainLines:

@@ -72,6 +72,8 @@ class RunLock:
     def __init__(self, command: list[str] | None = None):
         self.command = " ".join(command if command is not None else sys.argv)
         self.held: dict[Path, int] = {}
+        self.created: list[tuple[Path, str]] = []
+        """The folders this run made (``(folder, what)``), for :func:`lit_grpo.runs.remove_unused_folders`."""
 
     def acquire(self, folder: str | os.PathLike, what: str = "folder") -> None:
         """Lock ``folder`` for this run (created if missing); ``what`` names it in messages (``checkpoint folder``).

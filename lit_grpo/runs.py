@@ -86,17 +86,33 @@ def check_checkpoint_folders(trainer: L.Trainer, lock: RunLock | None = None) ->
         FolderInUseError: another live run holds a folder.
     """
     folders = [f for f in checkpoint_folders(trainer) if "://" not in f]
+    new = [Path(f) for f in folders if not os.path.exists(f)]
     for folder in folders:
         check_writable(folder)
     if lock is not None:
+        lock.created += [(folder, "checkpoint folder") for folder in new]
         for folder in folders:
             lock.acquire(folder, "checkpoint folder")
         logdir = trainer.logger.log_dir if trainer.logger is not None else None
         if isinstance(logdir, str) and "://" not in logdir:
+            if not os.path.exists(logdir):
+                lock.created.append((Path(logdir), "log folder"))
             check_writable(logdir, "log folder", "point trainer.logger's save_dir elsewhere")
             lock.acquire(logdir, "log folder")
     for folder in folders:
         remove_leftovers(folder)
+
+
+def remove_unused_folders(created: list[tuple[Path, str]]) -> None:
+    """After a run that failed, remove the folders it made and left unused: a log folder holding only what any start
+    writes (:func:`lit_grpo.loggers.remove_if_unused`), an empty checkpoint folder; a refused run leaves no folder."""
+    from lit_grpo.loggers import remove_if_unused
+
+    for folder, what in created:
+        if what == "log folder":
+            remove_if_unused(folder)
+        elif folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
 
 
 def check_checkpoint_file(path: str | os.PathLike | None) -> None:

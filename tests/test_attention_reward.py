@@ -115,16 +115,20 @@ def test_validation_computes_the_attention_reward(tiny_model_dir, puzzle_samples
 
 def test_overlays_are_logged_as_the_panels_read_back_from_tensorboard(tiny_model_dir, puzzle_samples, tmp_path):
     """The event file holds the HWC panel exactly (no double scaling, no CHW mix-up) and the ASM histogram."""
+    from types import SimpleNamespace
+
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    from torch.utils.tensorboard import SummaryWriter
+
+    from lit_grpo.loggers import TensorBoardLogger
 
     module = _module(tiny_model_dir)
     batch = _batch(puzzle_samples[:2])
     torch.manual_seed(0)
     scores = module.logprob_pass(batch, module.rollout(batch, 4), 4).attention
-    writer = SummaryWriter(str(tmp_path))
-    AttentionOverlays(num_completions=2, side=200).log_attention(writer, scores, batch.samples, 4, step=3)
-    writer.close()
+    logger = TensorBoardLogger(save_dir=str(tmp_path), name="", version="")  # writes into tmp_path
+    AttentionOverlays(num_completions=2, side=200).log_attention(SimpleNamespace(loggers=[logger]), scores,
+                                                                 batch.samples, 4, step=3)
+    logger.finalize("success")
     events = EventAccumulator(str(tmp_path), size_guidance={"images": 0, "histograms": 0})
     events.Reload()
     assert sorted(events.Tags()["images"]) == ["train/rollout/attention/overlay/0", "train/rollout/attention/overlay/1"]
@@ -137,8 +141,8 @@ def test_overlays_are_logged_as_the_panels_read_back_from_tensorboard(tiny_model
     pic = np.asarray(Image.open(io.BytesIO(logged.encoded_image_string)).convert("RGB"))
     image = batch.samples[0].images[0]
     title = f"step 3, completion 1: ASM {float(scores.asm[1]):.3f} (uniform attention: {foreground_share(image):.3f})"
-    expected = image_panel(image, scores.maps[1], scores.grids[1], 0, 200, title=title)
-    assert pic.shape == expected.shape and pic.shape[1] > pic.shape[0]  # 200 px wide tiles side by side
+    expected = image_panel(image, scores.maps[1], scores.grids[1], 0, 200, title=title, columns=2, font_px=12)
+    assert pic.shape == expected.shape and pic.shape[1] > pic.shape[0]  # two rows of two 200 px wide tiles
     assert np.abs(pic.astype(float) - expected * 255).max() <= 1.0
     # the first tile is the puzzle image itself (white background stays white)
     assert (pic[:, :5] == 255).mean() > 0.5

@@ -2,6 +2,8 @@
 
 import math
 
+import pytest
+
 from lit_grpo.data.sample import Sample
 from lit_grpo.evaluation import (accuracy_table, build_records, build_scorer, correctness, extracted_answer, scalar_name,
                                  table_csv, table_markdown)
@@ -22,21 +24,33 @@ def _by_name(rows):
 
 
 def test_accuracy_table_hand_computed():
+    """Records without an id: each its own problem. Overall: problems 1, 0, (NaN), 1 -> mean 2/3, SE = std([1, 0,
+    1], ddof 1) / sqrt(3) = sqrt(1/3) / sqrt(3) = 1/3."""
     rows = _by_name(accuracy_table(RECORDS))
     overall = rows[("overall", "all")]
-    # 4 completions, one NaN (cannot score): 2 correct of 3 scorable
-    assert (overall["n"], overall["unscorable"], overall["correct"]) == (4, 1, 2.0)
-    assert overall["accuracy"] == 2 / 3
-    assert rows[("domain", "Mechanics")]["accuracy"] == 0.5  # 1 of 2
-    assert rows[("domain", "Wave/Acoustics")]["accuracy"] == 1.0
+    assert (overall["problems"], overall["completions"], overall["unscorable"], overall["correct"]) == (4, 4, 1, 2.0)
+    assert overall["accuracy"] == pytest.approx(2 / 3) and overall["se"] == pytest.approx(1 / 3)
+    mechanics = rows[("domain", "Mechanics")]
+    assert (mechanics["accuracy"], mechanics["se"]) == (0.5, pytest.approx(0.5))  # std([1, 0]) / sqrt(2)
+    assert (rows[("domain", "Wave/Acoustics")]["accuracy"], rows[("domain", "Wave/Acoustics")]["se"]) == (1.0, 0.0)
     assert math.isnan(rows[("domain", "Optics")]["accuracy"]) and rows[("domain", "Optics")]["unscorable"] == 1
-    assert rows[("domain", "Thermodynamics")]["n"] == 0 and math.isnan(rows[("domain", "Thermodynamics")]["accuracy"])
+    assert ("domain", "Thermodynamics") not in rows  # no problem: no row
     assert rows[("reasoning_type", "Numerical Reasoning")]["accuracy"] == 0.5  # records 1 and 2
-    # records 2 (0.0) and 3 (NaN): 0 of 1 scorable
+    # records 2 (0.0) and 3 (NaN): 0 of 1 scorable problem, 2 problems
     spatial = rows[("reasoning_type", "Spatial Relation Reasoning")]
-    assert (spatial["n"], spatial["unscorable"], spatial["accuracy"]) == (2, 1, 0.0)
+    assert (spatial["problems"], spatial["scored_problems"], spatial["unscorable"], spatial["accuracy"]) == (2, 1, 1, 0.0)
     assert [r["name"] for r in accuracy_table(RECORDS) if r["group"] == "domain"] == [
-        "Mechanics", "Electromagnetism", "Thermodynamics", "Wave/Acoustics", "Optics", "Modern Physics"]
+        "Mechanics", "Wave/Acoustics", "Optics"]  # the paper's order
+
+
+def test_accuracy_is_a_mean_over_problems_with_its_standard_error():
+    """Three problems of 4 completions: a = 1, 1, 0, 1 (0.75); b = 0, 0, NaN, 0 (0); c = 1, NaN, NaN, NaN (1).
+    Mean (0.75 + 0 + 1) / 3 = 0.58333; SE = std([0.75, 0, 1], ddof 1) / sqrt(3) = 0.520416 / 1.732051 = 0.300463."""
+    values = {"a": [1, 1, 0, 1], "b": [0, 0, NAN, 0], "c": [1, NAN, NAN, NAN]}
+    records = [{"id": pid, "correct": float(v)} for pid, vs in values.items() for v in vs]
+    (row,) = accuracy_table(records)
+    assert row["accuracy"] == pytest.approx(0.583333, abs=1e-6) and row["se"] == pytest.approx(0.300463, abs=1e-6)
+    assert (row["problems"], row["completions"], row["correct"], row["unscorable"]) == (3, 12, 4.0, 4)
 
 
 def test_records_without_domains_give_only_the_overall_row():
@@ -44,31 +58,33 @@ def test_records_without_domains_give_only_the_overall_row():
     assert len(rows) == 1 and rows[0]["accuracy"] == 0.5
 
 
-def test_markdown_has_the_paper_layout():
+def test_markdown_has_the_paper_layout_with_standard_errors_and_problem_counts():
     md = table_markdown(accuracy_table(RECORDS), "test accuracy (greedy)")
     lines = md.splitlines()
-    assert lines[2] == ("| Overall | Mechanics | Electromagnetism | Thermodynamics | Wave/Acoustics | Optics | "
-                        "Modern Physics |")
-    assert lines[4] == "| 0.667 | 0.500 | – | – | 1.000 | – | – |"
-    assert lines[5] == "| n=4 | n=2 | n=0 | n=0 | n=1 | n=1 | n=0 |"
-    assert "| Spatial Relation Reasoning | 0.000 | 2 |" in lines
-    assert lines[-1] == "1 of 4 completions could not be scored (NaN)."
+    assert lines[2] == ("Accuracy: mean ± standard error over problems of each problem's share of correct completions "
+                        "(4 problems, 1 completion each).")
+    assert lines[4] == "| Overall | Mechanics | Wave/Acoustics | Optics |"
+    assert lines[6] == "| 0.667 ± 0.333 | 0.500 ± 0.500 | 1.000 ± 0.000 | – |"
+    assert lines[7] == "| 4 problems | 2 problems | 1 problem | 1 problem |"
+    assert "| Spatial Relation Reasoning | 0.000 ± 0.000 | 2 |" in lines
+    assert lines[-1] == "1 of 4 completions could not be scored (NaN); 1 problem had none that could."
+    assert "n=0" not in md and "| 0 |" not in md
 
 
 def test_csv_rows():
     text = table_csv(accuracy_table(RECORDS), "greedy").splitlines()
-    assert text[0] == "mode,group,name,accuracy,correct,n,unscorable"
-    assert text[1] == "greedy,overall,all,0.666667,2,4,1"
-    assert "greedy,domain,Wave/Acoustics,1.000000,1,1,0" in text
-    assert "greedy,domain,Optics,,0,1,1" in text
-    assert len(text) == 1 + 1 + 6 + 6
+    assert text[0] == "mode,group,name,accuracy,se,problems,completions,correct,unscorable"
+    assert text[1] == "greedy,overall,all,0.666667,0.333333,4,4,2,1"
+    assert "greedy,domain,Wave/Acoustics,1.000000,0.000000,1,1,1,0" in text
+    assert "greedy,domain,Optics,,,1,1,0,1" in text
+    assert len(text) == 1 + 1 + 3 + 2
 
 
 def test_scalar_names_are_tensorboard_safe():
     rows = _by_name(accuracy_table(RECORDS))
     assert scalar_name(rows[("overall", "all")]) == "overall"
     assert scalar_name(rows[("domain", "Wave/Acoustics")]) == "domain/Wave_Acoustics"
-    assert scalar_name(rows[("domain", "Modern Physics")]) == "domain/Modern_Physics"
+    assert scalar_name({"group": "domain", "name": "Modern Physics"}) == "domain/Modern_Physics"
 
 
 def test_extracted_answer_follows_the_scorer():

@@ -45,5 +45,5 @@ def test_notebook_runs_end_to_end_and_draws_the_overlays(tmp_path):
     domains = {"Mechanics", "Electromagnetism", "Thermodynamics", "Wave/Acoustics", "Optics", "Modern Physics"}
     assert set(groups) & domains, "the per-domain table is missing"
     assert any(g.endswith("Reasoning") for g in groups), "the per-reasoning-type table is missing"
-    assert re.search(r"all: A [0-9.]+  B [0-9.]+  B - A [+-][0-9.]+", text)
+    assert re.search(r"all: A [0-9.]+ ± [0-9.]+  B [0-9.]+ ± [0-9.]+  B - A [+-][0-9.]+ ± [0-9.]+ \(paired, n=6\)", text)
     assert (tmp_path / "checkpoints" / "embedded" / "granite_vision_tiny_seed1" / "config.json").is_file()

@@ -59,21 +59,21 @@ def tensorboard_groups(tags: list[str]) -> list[tuple[str, list[str]]]:
 def test_tensorboard_order_hand_cases():
     order = ["epoch", "train/reward", "train/reward/binary", "train/reward/binary_std", "train/reward_std",
              "train/rollout/kl", "train/update/loss", "train_x/a", "val/greedy/reward", "val/greedy/reward2",
-             "val/greedy/reward10", "val_band/greedy/reward/lower"]
+             "val/greedy/reward10", "valband/greedy/reward/lower"]
     assert sorted(reversed(order), key=functools.cmp_to_key(tensorboard_compare)) == order
-    assert [g for g, _ in tensorboard_groups(order)] == ["epoch", "train", "train_x", "val", "val_band"]
+    assert [g for g, _ in tensorboard_groups(order)] == ["epoch", "train", "train_x", "val", "valband"]
 
 
 # ----------------------------------------------------------------------------------------- pure functions
 @pytest.mark.parametrize("metrics,expected", [
     ({"val/greedy/reward": 0.5, "val/greedy/reward_se": 0.1, "epoch": 0},
-     {"val/greedy/reward": 0.5, "val_band/greedy/reward/lower": 0.4, "val_band/greedy/reward/upper": 0.6}),
+     {"val/greedy/reward": 0.5, "valband/greedy/reward/lower": 0.4, "valband/greedy/reward/upper": 0.6}),
     ({"test/sampled/accuracy": 0.75, "test/sampled/accuracy_se": 0.25, "epoch": 2},
-     {"test/sampled/accuracy": 0.75, "test_band/sampled/accuracy/lower": 0.5, "test_band/sampled/accuracy/upper": 1.0,
+     {"test/sampled/accuracy": 0.75, "testband/sampled/accuracy/lower": 0.5, "testband/sampled/accuracy/upper": 1.0,
       "train/rollout/epoch": 2}),
     ({"val/greedy/reward/rubric/format": 1.0, "val/greedy/reward/rubric/format_se": 0.0},
-     {"val/greedy/reward/rubric/format": 1.0, "val_band/greedy/reward/rubric/format/lower": 1.0,
-      "val_band/greedy/reward/rubric/format/upper": 1.0}),
+     {"val/greedy/reward/rubric/format": 1.0, "valband/greedy/reward/rubric/format/lower": 1.0,
+      "valband/greedy/reward/rubric/format/upper": 1.0}),
     # an _se without its mean, and a training key that ends in _se, are written as they are
     ({"val/greedy/reward_se": 0.1, "train/reward/x_se": 3.0}, {"val/greedy/reward_se": 0.1, "train/reward/x_se": 3.0}),
 ])
@@ -91,8 +91,8 @@ def test_layout_puts_accuracy_and_rewards_first_and_leaves_out_judge_statistics(
     assert [c["margin"]["series"][0]["value"] for c in charts] == [
         "val/greedy/accuracy", "val/greedy/reward", "val/sampled/reward", "val/greedy/reward/format",
         "val/sampled/reward/format", "val/greedy/completion_length"]
-    assert charts[1]["margin"]["series"][0] == {"value": "val/greedy/reward", "lower": "val_band/greedy/reward/lower",
-                                                "upper": "val_band/greedy/reward/upper"}
+    assert charts[1]["margin"]["series"][0] == {"value": "val/greedy/reward", "lower": "valband/greedy/reward/lower",
+                                                "upper": "valband/greedy/reward/upper"}
     assert validation["title"].startswith("validation") and "closed" not in validation
     assert train["title"].startswith("training reward") and diagnostics.get("closed") is True
     # the multiline regexes pick the intended tags (TensorBoard matches them with Python's re.match)
@@ -179,13 +179,15 @@ def test_tensorboard_holds_the_layout_the_bands_and_no_epoch(batch_run):
 
     tmp, _ = batch_run
     run = tmp / "logs" / "t" / "version_0"
-    events = EventAccumulator(str(run), size_guidance={"scalars": 0, "tensors": 0})
+    events = EventAccumulator(str(run), size_guidance={"scalars": 0, "tensors": 0, "images": 0})
     events.Reload()
     tags = events.Tags()["scalars"]
     assert "epoch" not in tags and not [t for t in tags if t.endswith("_se")]
-    groups = tensorboard_groups(tags)
-    assert [g for g, _ in groups][:3] == ["train", "val", "val_band"]  # TensorBoard opens the first two
-    train = groups[0][1]
+    # TensorBoard opens the first two groups: the validation figure (an image, in its own group), then train
+    groups = tensorboard_groups(tags + events.Tags()["images"])
+    assert [g for g, _ in groups][:4] == ["eval_curves", "train", "val", "valband"]
+    assert [e.step for e in events.Images("eval_curves/1_reward")] == [0, 3, 6]  # drawn after every validation
+    train = groups[1][1]
     curves = [t for t in train if t == "train/reward" or t.startswith(("train/reward/", "train/reward_std"))]
     assert train[:len(curves)] == curves and train[0] == "train/reward"  # the reward curves lead the train group
     assert {"train/reward/binary", "train/reward/boxed_format", "train/update/loss", "train/update/kl",

@@ -69,7 +69,8 @@ def test_every_axis_and_trigger_counts_rollouts(tmp_path, num_iterations, log_ev
 
     run = tmp_path / "logs" / "t" / "version_0"
     events = _events(run)
-    logged = [s for s in (1, 2, 3) if s % log_every == 0]  # log_every_n_steps counts steps too
+    # log_every_n_steps counts steps too; the last step is logged as well (the run stops there to validate)
+    logged = [s for s in (1, 2, 3) if s % log_every == 0 or s == 3]
     lrs = events.Scalars("train/update/lr")
     assert [e.step for e in lrs] == logged
     # the lr each step's updates used: 3e-4, 2e-4, 1e-4 for steps 1, 2, 3

@@ -26,6 +26,7 @@ from lit_grpo.data.puzzles import PuzzleConfig, write_puzzles
 from lit_grpo.data.sample import TEMPLATES, Sample, render_messages
 from lit_grpo.data.visualsphinx import read_visualsphinx
 from lit_grpo.errors import InputError
+from lit_grpo.progress import CountProgress
 from lit_grpo.ranges import Checked, Keys, Range, argument_types, check_arguments, raise_problems
 from lit_grpo.registry import Registry
 from lit_grpo.rng import run_seed
@@ -41,8 +42,9 @@ GENERATORS: Registry[Callable[..., Path]] = Registry("data generator")
 
 
 @GENERATORS.register("puzzles")
-def _generate_puzzles(path: str, num: Annotated[int, Range(ge=1)] = 1000, seed: int = 0, **cfg: Any) -> Path:
-    return write_puzzles(path, num=num, seed=seed, cfg=PuzzleConfig(**cfg))
+def _generate_puzzles(path: str, num: Annotated[int, Range(ge=1)] = 1000, seed: int = 0,
+                      progress: Callable[[int], None] | None = None, **cfg: Any) -> Path:
+    return write_puzzles(path, num=num, seed=seed, cfg=PuzzleConfig(**cfg), progress=progress)
 
 
 @GENERATORS.register("physics")
@@ -50,6 +52,10 @@ def _generate_physics(path: str, num: Annotated[int, Range(ge=1)] = 256, seed: i
     """Embedded PhyX-like physics problems; the layout follows the file name (``.parquet`` default
     layout, ``.jsonl`` raw layout with ``images/`` next to it)."""
     return write_physics(path, num=num, seed=seed, **cfg)
+
+
+NOT_SETTINGS = ("progress",)
+"""Generator keywords a ``generate`` block does not set (:func:`ensure_generated` passes them)."""
 
 
 _generate_puzzles.forwards_to = (PuzzleConfig,)
@@ -63,7 +69,7 @@ def generator_options(kind: str) -> list[str]:
     names = {"path", "kind"}
     for target in (fn, *getattr(fn, "forwards_to", ())):
         names |= {p.name for p in inspect.signature(target).parameters.values()
-                  if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+                  if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in NOT_SETTINGS}
     return sorted(names)
 
 
@@ -116,13 +122,18 @@ class DatasetSpec(Checked):
         target = (self.generate or {}).get("path")
         return target is not None and (self.path is None or Path(self.path) == Path(target))
 
-    def check(self, name: str = "data") -> None:
+    def check(self, name: str = "data", roots: list[Path] | None = None) -> None:
         """Refuse what would fail or mislead at load time, before any model work (``name``: e.g. ``data.train``).
 
         Raises:
             ValueError: no path, a ``generate`` block without ``path`` or of an unknown kind, an unknown reader.
-            FileNotFoundError: a local ``path`` (see :func:`~lit_grpo.data.io.is_local`) that does not exist.
+            FileNotFoundError: a local ``path`` (see :func:`~lit_grpo.data.io.is_local`) that does not exist (from
+                another folder than the one it is in: where it looked, :func:`lit_grpo.paths.wrong_folder` in
+                ``roots``, default :func:`lit_grpo.paths.search_roots`); a hub id that is not in the local cache
+                offline, or that the hub does not have or cannot be asked about online (one request, no retries).
         """
+        from lit_grpo.paths import check_hub, search_roots, wrong_folder
+
         if self.generate is not None:
             _check_generate(self.generate, f"{name}.generate")
         if self.rows is not None:
@@ -139,13 +150,21 @@ class DatasetSpec(Checked):
             raise ValueError(f"{name}.path is not set (a file, a folder or a hub id)")
         if self.reader not in READERS:
             raise ValueError(f"{name}.reader: unknown reader {self.reader!r}; registered: {', '.join(READERS.names())}")
-        if not self.generated() and is_local(self.path) and not Path(self.path).expanduser().exists():
+        if self.generated() or Path(self.path).expanduser().exists():
+            return
+        elsewhere = wrong_folder(f"{name}.path", self.path, search_roots() if roots is None else roots)
+        if elsewhere:
+            raise FileNotFoundError(elsewhere)
+        if is_local(self.path):
             made = f" (this config generates only {self.generate['path']}, its generate.path)" if self.generate else ""
             raise FileNotFoundError(f"{name}.path {self.path} does not exist{made}")
-        if not self.generated() and not is_local(self.path) and offline() and not hub_dataset_cached(self.path):
+        if hub_dataset_cached(self.path):
+            return
+        if offline():
             raise FileNotFoundError(f"{name}.path {self.path!r} is no file or folder here, and as a hub dataset id it "
                                     "is not in the local cache (HF_HUB_OFFLINE is set): download it first or give a "
                                     "local path")
+        check_hub(self.path, "dataset", f"{name}.path")
 
     def load(self, on_bad_row: str = "raise") -> Dataset:
         """The reader's dataset; ``on_bad_row`` (``raise`` | ``skip``) unless ``reader_args`` sets it. The
@@ -174,7 +193,7 @@ def _check_generate(generate: dict[str, Any], where: str) -> None:
                          f"its settings: {', '.join(valid)}")
 
 
-def check_datasets(specs: dict[str, DatasetSpec | None]) -> None:
+def check_datasets(specs: dict[str, DatasetSpec | None], roots: list[Path] | None = None) -> None:
     """Check every split (``name -> spec``) before any model work (:meth:`DatasetSpec.check`), and that splits
     generating the same file ask for the same settings (else each would rewrite it for the other).
 
@@ -185,7 +204,7 @@ def check_datasets(specs: dict[str, DatasetSpec | None]) -> None:
     for name, spec in specs.items():
         if spec is None:
             continue
-        spec.check(f"data.{name}")
+        spec.check(f"data.{name}", roots)
         if spec.generated():
             target, record = str(Path(spec.generate["path"])), generation_record(spec.generate)
             first = made.setdefault(target, (name, record))
@@ -216,13 +235,18 @@ def ensure_generated(generate: dict[str, Any]) -> Path:
                     path, ", ".join(changed) if have is not None else "no record of them")
     args = dict(want)
     partial = path.with_name(f".{path.stem}.{os.getpid()}.partial{path.suffix}")  # the suffix picks the layout
+    kind = args.pop("kind")
+    num = int(args.get("num", inspect.signature(GENERATORS.get(kind)).parameters["num"].default))
+    settings = ", ".join(f"{k}: {v}" for k, v in sorted(args.items()) if k != "num")
+    progress = CountProgress(f"generating {num:,} rows ({kind} generator) into {path}", num, settings, write=log.info)
     try:
-        GENERATORS.get(args.pop("kind"))(str(partial), **args)
+        GENERATORS.get(kind)(str(partial), progress=progress, **args)
         record.unlink(missing_ok=True)  # only now: a failed generation leaves the old file and its record
         os.replace(partial, path)  # readers (other ranks) never see a half-written file
     finally:
         partial.unlink(missing_ok=True)
     record.write_text(json.dumps(want, sort_keys=True, indent=1))
+    progress.done()
     return path
 
 

@@ -16,6 +16,7 @@ import json
 import math
 import random
 from pathlib import Path
+from typing import Callable
 
 from PIL import Image, ImageDraw
 
@@ -196,12 +197,18 @@ def make_puzzle(index: int, seed: int, cfg: PuzzleConfig) -> dict:
     }
 
 
-def write_puzzles(path: str | Path, num: int, seed: int = 0, cfg: PuzzleConfig | None = None) -> Path:
-    """Write ``num`` puzzles as one parquet file in the VisualSphinx schema (HF ``datasets`` features)."""
+def write_puzzles(path: str | Path, num: int, seed: int = 0, cfg: PuzzleConfig | None = None,
+                  progress: Callable[[int], None] | None = None) -> Path:
+    """Write ``num`` puzzles as one parquet file in the VisualSphinx schema (HF ``datasets`` features);
+    ``progress(count)`` is told how many are made."""
     import datasets
 
     cfg = cfg or PuzzleConfig()
-    rows = [make_puzzle(i, seed, cfg) for i in range(num)]
+    rows = []
+    for i in range(num):
+        rows.append(make_puzzle(i, seed, cfg))
+        if progress is not None:
+            progress(i + 1)
     features = datasets.Features({
         "id": datasets.Value("string"),
         "images": datasets.List(datasets.Image()),

@@ -38,6 +38,9 @@ def binary_reward(completions: list[str], answer: list[str], mode: str = "offici
     crosses newlines; ``"last"`` / ``"first"`` use the brace-matching :func:`~lit_grpo.rewards.extract_boxed`.
     A missing gold gives ``None`` (the term does not apply).
 
+    Args:
+        mode: how the box is found: ``official``, ``multiline``, ``first`` or ``last`` (see above).
+
     >>> binary_reward([r"\\boxed{C}", r"\\boxed{c}", "C"], answer=["C", "C", "C"])
     [1.0, 0.0, 0.0]
     """
@@ -75,6 +78,9 @@ def format_reward(completions: list[str], tags: list[str] = list(DEFAULT_TAGS), 
 
     Content correctness is ignored. Default tags: ``think``, ``answer``, ``unit``, ``principle``.
 
+    Args:
+        tags: the tag pairs that count, each ``1 / len(tags)``.
+
     >>> format_reward(["<think>x</think><answer>B</answer>"])
     [0.5]
     """
@@ -95,6 +101,9 @@ def accuracy_reward(
     it is B``; never a capital inside a word or a sentence), among the row's option labels when ``options``
     is given. No ``<answer>`` tag scores 0. Rows whose ``answer_format`` is not ``mcq`` (open-ended, graded
     by a judge) or that lack a gold give ``None``: the term does not apply there.
+
+    Args:
+        tag: the tag whose final block outside ``<think>`` holds the answer.
 
     >>> accuracy_reward(["<answer>(b)</answer>", "<answer>Based on</answer>"], answer=["B", "B"])
     [1.0, 0.0]

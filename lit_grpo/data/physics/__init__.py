@@ -18,7 +18,7 @@ from __future__ import annotations
 import io
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from lit_grpo.data.physics import classical, modern  # noqa: F401  (register the problem types)
 from lit_grpo.data.physics.base import PROBLEMS, Problem, phyx_row
@@ -67,19 +67,25 @@ def _readable(index: int, seed: int, types: list[str] | None) -> dict[str, Any]:
     return {**item, "image": buf.getvalue()}
 
 
-def generate_items(num: int, seed: int = 0, types: list[str] | None = None,
-                   style: str = "phyx") -> list[dict[str, Any]]:
+def generate_items(num: int, seed: int = 0, types: list[str] | None = None, style: str = "phyx",
+                   progress: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
     """``num`` items for ``seed`` (the same arguments always give the same items, images included) in
-    ``style`` (:data:`STYLES`); ``types`` restricts the problem types (names of that style's registry)."""
+    ``style`` (:data:`STYLES`); ``types`` restricts the problem types (names of that style's registry);
+    ``progress(count)`` is told how many are made."""
     if style not in STYLES:
         raise ValueError(f"style must be one of {STYLES}, got {style!r}")
     make = make_item if style == "phyx" else _readable
-    return [make(i, seed, types) for i in range(num)]
+    items = []
+    for i in range(num):
+        items.append(make(i, seed, types))
+        if progress is not None:
+            progress(i + 1)
+    return items
 
 
 def write_physics(path: str | Path, num: int = 256, seed: int = 0, types: list[str] | None = None,
-                  layout: str | None = None, style: str = "phyx") -> Path:
+                  layout: str | None = None, style: str = "phyx", progress: Callable[[int], None] | None = None) -> Path:
     """Write ``num`` generated items of ``style`` to ``path``: ``layout`` ``default`` (parquet) or ``raw``
     (JSONL with ``images/`` beside it); ``None`` picks it from the suffix (``.jsonl`` -> raw, else default)."""
     layout = layout or ("raw" if Path(path).suffix == ".jsonl" else "default")
-    return write_phyx(generate_items(num, seed, types, style), path, layout=layout)
+    return write_phyx(generate_items(num, seed, types, style, progress), path, layout=layout)

@@ -1,0 +1,26 @@
+"""README's install and test lines are what CI runs, and README says what they install and how long the tests take."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_ci_runs_the_readme_lines_as_written():
+    """``.ci/run`` takes its commands from README's "Two commands" block (so the two cannot drift apart)."""
+    functions = re.search(r"^readme_lines\(\) \{.*?^\}", (ROOT / ".ci" / "run").read_text(), re.S | re.M).group(0)
+    script = f"{functions}\nreadme_lines 'pip install'; readme_lines 'pytest'"
+    lines = subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert lines.splitlines() == ["pip install torch==2.13.0", 'pip install -e ".[dev]"', "pytest"]
+
+
+def test_readme_says_what_the_install_lines_install_and_how_long_the_tests_take():
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Two commands"):readme.index("The demo needs no GPU")]
+    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in section
+    assert "CUDA build" in section and "runs on a CPU" in section
+    assert 'pytest -m "not slow"' in section
+    assert re.search(r"\d+ tests, about \d+ minutes on an idle 2-core machine", section), "the suite's time"
