@@ -187,6 +187,13 @@ def _exchange(a: Path, b: Path) -> bool:
     return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
 
 
+def _remove_entry(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
 @contextlib.contextmanager
 def atomic_folder(path: str | os.PathLike) -> Iterator[Path]:
     """A checkpoint that is a folder, written atomically: yields an empty temporary sibling folder to fill; when the
@@ -205,13 +212,13 @@ def atomic_folder(path: str | os.PathLike) -> Iterator[Path]:
         part.mkdir(parents=True)
         yield part
         if path.exists() and _exchange(part, path):
-            shutil.rmtree(part, ignore_errors=True)  # now the old folder
+            _remove_entry(part)  # now the old folder (or a single file that held the name)
         else:
             old = path.with_name(f".{path.name}.old.{_HOST}.{os.getpid()}.tmp")
             if path.exists():
                 os.replace(path, old)
             os.replace(part, path)
-            shutil.rmtree(old, ignore_errors=True)
+            _remove_entry(old)
     except BaseException as exc:
         shutil.rmtree(part, ignore_errors=True)
         if isinstance(exc, OSError) and not isinstance(exc, CheckpointWriteError):

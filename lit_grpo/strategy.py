@@ -12,9 +12,10 @@ A sharded checkpoint is a folder (the checkpoint's own name, e.g. ``last.ckpt/``
 - ``meta.pt``: the rest (loops and loader positions, every rank's random states, callbacks, hyper-parameters) and
   the number of ranks that wrote it.
 
-It is written into a hidden sibling folder (``.last.ckpt.partial/``) and renamed into place by rank 0 once every
-rank has written its shards, so the folder at the checkpoint's name is always a whole checkpoint: a run killed while
-saving leaves the previous one. Resuming (``--ckpt_path`` on the folder) needs the same number of ranks (each rank
+It is written into a hidden sibling folder (``.last.ckpt.<host>.<pid>.tmp/``,
+:func:`lit_grpo.checkpoint_io.atomic_folder`) and exchanged with the folder at the name in one step by rank 0 once
+every rank has written its shards, so the folder at the checkpoint's name is always a whole checkpoint: a run killed
+while saving leaves the previous one (the next run removes the killed save's folder). Resuming (``--ckpt_path`` on the folder) needs the same number of ranks (each rank
 continues its own data shard and random stream) and the same model and trainable set; either difference, or a
 single-file checkpoint, is refused in one line before anything loads. Evaluation (``validate`` / ``test`` / ``predict``) reads the weights with any
 number of ranks, and :mod:`lit_grpo.export` writes a ``save_pretrained`` folder from it in one process.
@@ -22,8 +23,7 @@ number of ranks, and :mod:`lit_grpo.export` writes a ``save_pretrained`` folder 
 
 from __future__ import annotations
 
-import os
-import shutil
+import contextlib
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
@@ -35,6 +35,7 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 from lightning.pytorch.trainer.states import TrainerFn
 from torch import nn
 
+from lit_grpo.checkpoint_io import atomic_folder, atomic_write
 from lit_grpo.errors import InputError
 from lit_grpo.runs import SHARDED_META, check_sharded_checkpoint, check_trainable_weights
 
@@ -69,7 +70,7 @@ class FSDP2Strategy(ModelParallelStrategy):
         if storage_options is not None:
             raise TypeError(f"{type(self).__name__} does not take storage_options")
         save_sharded(checkpoint, Path(self.broadcast(str(filepath))), self.world_size, self.global_rank,
-                     self.barrier)
+                     self.barrier, self.broadcast)
 
     def load_checkpoint(self, checkpoint_path, weights_only: bool | None = None) -> dict[str, Any]:
         path = Path(self.broadcast(str(checkpoint_path)))
@@ -84,32 +85,21 @@ class FSDP2Strategy(ModelParallelStrategy):
 
 
 def save_sharded(checkpoint: dict[str, Any], path: Path, world_size: int, rank: int,
-                 barrier: Callable[[], None]) -> None:
+                 barrier: Callable[[], None], broadcast: Callable[[Any], Any] = lambda x: x) -> None:
     """Write ``checkpoint`` as the sharded folder ``path`` (see the module docstring); every rank calls it with its
-    own shards in ``checkpoint["state_dict"]`` and ``checkpoint["optimizer_states"]``."""
-    partial, old = path.with_name(f".{path.name}.partial"), path.with_name(f".{path.name}.old")
-    if rank == 0:
-        shutil.rmtree(partial, ignore_errors=True)  # left by a run killed while saving
-        partial.mkdir(parents=True)
-    barrier()
+    own shards in ``checkpoint["state_dict"]`` and ``checkpoint["optimizer_states"]``. Rank 0 makes the temporary
+    folder (:func:`lit_grpo.checkpoint_io.atomic_folder`) and ``broadcast`` (rank 0's value to every rank) names it
+    to the others; once every rank has written its shards it takes the name in one exchange, so the name always
+    holds a whole checkpoint."""
     state = {"state_dict": checkpoint.pop("state_dict")}
     state.update({f"optimizer_{i}": s for i, s in enumerate(checkpoint.pop("optimizer_states", []))})
-    dcp.save(state, checkpoint_id=partial)
-    if rank == 0:
-        torch.save({**checkpoint, "sharded": {"world_size": world_size}}, partial / META)
-        _remove(old)
-        if path.is_dir() or path.is_file():
-            os.replace(path, old)
-        os.replace(partial, path)
-        _remove(old)
+    with atomic_folder(path) if rank == 0 else contextlib.nullcontext() as made:
+        partial = Path(broadcast(str(made) if rank == 0 else None))
+        dcp.save(state, checkpoint_id=partial)
+        if rank == 0:
+            meta = {**checkpoint, "sharded": {"world_size": world_size}}
+            atomic_write(partial / META, lambda f: torch.save(meta, f))
     barrier()
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir():
-        shutil.rmtree(path)
-    elif path.exists():
-        path.unlink()
 
 
 def check_compatible(path: Path, meta: dict[str, Any], module: nn.Module, world_size: int | None) -> None:

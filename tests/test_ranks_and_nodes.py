@@ -224,8 +224,7 @@ def _load(path: Path) -> tuple[float, int]:
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 def test_a_sharded_save_replaces_the_folder_whole_or_not_at_all(tmp_path, monkeypatch):
     """A save over an older one replaces it; a save killed while writing shards, or after them but before its
-    metadata, leaves the older checkpoint whole at its name (the half-written one in a hidden sibling that the next
-    save clears); a single-file checkpoint at the name is replaced by the folder."""
+    metadata, leaves the older checkpoint whole at its name (a half-written one only in a hidden sibling); a single-file checkpoint at the name is replaced by the folder."""
     import torch.distributed.checkpoint as dcp
 
     from lit_grpo.strategy import save_sharded
@@ -249,7 +248,7 @@ def test_a_sharded_save_replaces_the_folder_whole_or_not_at_all(tmp_path, monkey
         with pytest.raises((KeyboardInterrupt, SystemExit)):
             _save(path, 3.0, 6)
         assert _load(path) == (2.0, 4)
-        assert (tmp_path / ".last.ckpt.partial").is_dir()
+        assert all(p.name == "last.ckpt" or p.name.startswith(".last.ckpt.") for p in tmp_path.iterdir())
     monkeypatch.setattr(dcp, "save", real_save)
     _save(path, 3.0, 6)
     assert _load(path) == (3.0, 6) and sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
@@ -257,6 +256,30 @@ def test_a_sharded_save_replaces_the_folder_whole_or_not_at_all(tmp_path, monkey
     single.write_bytes(b"a single-file checkpoint")
     save_sharded({"state_dict": {"policy.w": torch.ones(4)}, "global_step": 1}, single, 1, 0, lambda: None)
     assert _load(single) == (1.0, 1) and sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt", "single.ckpt"]
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_a_sharded_save_killed_while_renaming_leaves_a_whole_folder_at_the_name(tmp_path, monkeypatch):
+    """A kill after the shards are written, right after a rename that moves the folder at the name: the name still
+    holds a whole checkpoint (the older or the newer one), never nothing."""
+    import os
+
+    path = tmp_path / "last.ckpt"
+    _save(path, 1.0, 2)
+    real_replace = os.replace
+
+    def killed(src, dst):  # the process dies right after a rename that moves the folder at the name
+        real_replace(src, dst)
+        if path in (Path(src), Path(dst)):
+            raise SystemExit(137)
+
+    monkeypatch.setattr(os, "replace", killed)
+    try:  # where the system swaps the two folders in one step, no such rename happens
+        _save(path, 2.0, 4)
+    except SystemExit:
+        pass
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert _load(path) in ((1.0, 2), (2.0, 4))
 
 
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
