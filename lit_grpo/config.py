@@ -203,7 +203,10 @@ def objective_problems(grpo: GRPOConfig) -> list[str]:
              "group with multi_objective_aggregation normalize_then_sum (each reward is scaled by its group's std "
              "and the sum by the batch's; no other scaling applies)")
     need(grpo.importance_sampling_level in ("token", "sequence"), "importance_sampling_level", "token or sequence")
-    need(grpo.delta is None or grpo.delta > 1 + grpo.epsilon_high, "delta",
+    clipped = grpo.loss_type not in LOSS_TYPES or LOSS_TYPES.get(grpo.loss_type).policy == "clip"
+    need(grpo.delta is None or clipped, "delta", f"null with loss_type {grpo.loss_type} (it caps the ratio of the "
+         f"clipped surrogate, which {grpo.loss_type} does not use)")
+    need(grpo.delta is None or not clipped or grpo.delta > 1 + grpo.epsilon_high, "delta",
          "null or above 1 + epsilon_high (the cap of the ratio; INTELLECT-2 uses 4)")
     need(grpo.loss_type != "cispo" or grpo.epsilon_high >= 1, "epsilon_high",
          ">= 1 with loss_type cispo, where it caps the importance ratio itself (ScaleRL's eps_max, e.g. 5.0)")

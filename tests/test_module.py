@@ -96,6 +96,10 @@ def test_mask_truncated_completions_removes_them_from_the_loss(tiny_model_dir, p
     ({"importance_sampling_level": "seq"}, {}, "grpo.importance_sampling_level must be token or sequence, got 'seq'"),
     ({"delta": 1.1}, {}, "grpo.delta must be null or above 1 + epsilon_high (the cap of the ratio; INTELLECT-2 uses "
      "4), got 1.1"),
+    ({"loss_type": "sapo", "delta": 4.0}, {}, "grpo.delta must be null with loss_type sapo (it caps the ratio of "
+     "the clipped surrogate, which sapo does not use), got 4.0"),
+    ({"loss_type": "cispo", "epsilon_high": 5.0, "delta": 10.0}, {}, "grpo.delta must be null with loss_type cispo"),
+    ({"loss_type": "vespo", "delta": 4.0}, {}, "grpo.delta must be null with loss_type vespo"),
     ({"loss_type": "cispo"}, {}, "grpo.epsilon_high must be >= 1 with loss_type cispo, where it caps the importance "
      "ratio itself (ScaleRL's eps_max, e.g. 5.0), got 0.2"),
     ({"entropy_coef_min": 0.5, "entropy_coef_max": 0.1}, {}, "grpo.entropy_coef_max must be >= entropy_coef_min"),
