@@ -44,8 +44,8 @@ class GRPOConfig(Checked):
     num_iterations: Annotated[int, Range(ge=1)] = 1
     """Passes over each rollout (mu); > 1 stores the sampling policy's log-probs."""
     steps_per_generation: Annotated[int, Range(ge=1)] = 1
-    """Optimizer updates per pass over one rollout: its N completions split into this many equal parts, one update
-    each (TRL's ``steps_per_generation`` = this times the micro-batches of an update); > 1 stores the sampling
+    """Optimizer updates per pass over one rollout: its N completions split into this many equal parts (sizes differing by
+    one where it does not divide N), one update each (TRL's ``steps_per_generation`` = this times the micro-batches of an update); > 1 stores the sampling
     policy's log-probs. A training step is still one rollout: it makes ``num_iterations * steps_per_generation``
     updates and ``global_step`` counts rollouts."""
     micro_batch_size: Annotated[int, Range(ge=1, note="null = all completions at once")] | None = None

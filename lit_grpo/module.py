@@ -9,7 +9,7 @@ decoder layer turn that same forward into the ASM column of the rewards (no seco
 
 Manual optimisation: every training step samples G completions for each of its B prompts and then makes
 ``num_iterations * steps_per_generation`` optimizer updates on them (``num_iterations`` passes, like PPO epochs, each
-over the rollout's ``steps_per_generation`` equal parts in order, one update per part). One counter, the training
+over the rollout's ``steps_per_generation`` (near) equal parts in order, one update per part). One counter, the training
 step = one rollout, drives everything: ``trainer.global_step``, ``max_steps``, the TensorBoard x-axis,
 ``log_every_n_steps``, ``val_check_interval``, ``ModelCheckpoint(every_n_train_steps)``, checkpoint names
 and the lr scheduler (stepped once per rollout). Lightning counts every ``LightningOptimizer.step()``, so

@@ -57,15 +57,17 @@ class PolicyPasses:
         return [slice(i, min(i + size, part.stop)) for i in range(part.start, part.stop, size)]
 
     def update_rows(self, n: int) -> list[slice]:
-        """The ``steps_per_generation`` equal parts of a rollout's ``n`` rows, one optimizer update each.
+        """The ``steps_per_generation`` parts of a rollout's ``n`` rows, one optimizer update each: equal when
+        ``steps_per_generation`` divides ``n``, else as near equal as rows allow (sizes differ by at most one), so an
+        epoch's partial last batch still trains.
 
         Raises:
-            ValueError: ``n`` does not split into equal parts.
+            ValueError: ``n`` is smaller than ``steps_per_generation`` (an update would have no rows).
         """
         steps = self.cfg.steps_per_generation
-        if n % steps:
-            raise ValueError(f"grpo.steps_per_generation {steps} does not divide the {n} completions of a rollout on "
-                             "this rank (B prompts x G): choose a divisor")
+        if n < steps:
+            raise ValueError(f"grpo.steps_per_generation {steps} exceeds the {n} completions of a rollout on this rank "
+                             "(B prompts x G): every update needs a row; choose at most that many")
         return [slice(i * n // steps, (i + 1) * n // steps) for i in range(steps)]
 
     @torch.no_grad()

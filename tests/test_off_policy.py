@@ -185,9 +185,15 @@ def test_steps_per_generation_updates_each_part_in_order(tiny_model_dir, puzzle_
     # the ratio stays 1 (lr 0): each part's loss is -sum A T over the rollout's tokens / 4; the stats average them
     want = sum((-(adv[i:i + 2] * tokens[i:i + 2]).sum() / (tokens.sum() / 4)).item() for i in (0, 2, 4, 6)) / 4
     assert stats["loss"] == pytest.approx(want, rel=1e-5)
-    with pytest.raises(ValueError, match="grpo.steps_per_generation 3 does not divide the 8 completions"):
-        module.cfg.steps_per_generation = 3
-        module.passes.update_rows(8)
+    # a rollout S does not divide (an epoch's partial last batch) splits into parts one row apart, in order
+    module.cfg.steps_per_generation = 3
+    assert [(s.start, s.stop) for s in module.passes.update_rows(8)] == [(0, 2), (2, 5), (5, 8)]
+    assert [(s.start, s.stop) for s in module.passes.update_rows(3)] == [(0, 1), (1, 2), (2, 3)]
+    module.cfg.steps_per_generation = 2
+    assert [(s.start, s.stop) for s in module.passes.update_rows(3)] == [(0, 1), (1, 3)]
+    with pytest.raises(ValueError, match="grpo.steps_per_generation 4 exceeds the 3 completions"):
+        module.cfg.steps_per_generation = 4
+        module.passes.update_rows(3)
 
 
 def test_gdpo_advantages_and_their_shares(tiny_model_dir):
