@@ -263,3 +263,15 @@ def test_a_file_whose_every_record_is_bad_is_an_error_with_skip(tmp_path, encodi
     message = str(refused.value)
     assert "\n" not in message and message.startswith(f"{path}")
     assert re.search(r": all \d+ rows are bad, so on_bad_row: skip leaves none; first: .* line 1: .* not UTF-8", message)
+
+
+@pytest.mark.parametrize("rows", ["100:200", "4:", "-1:0"])
+def test_a_row_slice_that_selects_no_row_is_one_error_naming_it(tmp_path, rows):
+    """``rows`` past the end of a 4-row file (or an empty range) selects nothing: one line naming the file, the slice
+    and the row count, not an IndexError from the table library."""
+    path = _raw(tmp_path, n=4)
+    with pytest.raises(InputError) as refused:
+        read_phyx(str(path), rows=rows)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.startswith(f"{path}: rows {rows!r} selects none of its 4 rows")
