@@ -51,7 +51,7 @@ from lit_grpo.policy import (PolicyConfig, ReferencePolicy, disable_dropout, ima
 from lit_grpo.rewards import RewardSpec, build_rewards, required_columns, score_completions
 from lit_grpo.rng import gather_rank_rng_states, restore_rank_rng_states, seed_rank_stream
 from lit_grpo.rollout import Rollout, SamplingConfig, build_engine, encode_prompts
-from lit_grpo.runs import check_trainable_weights
+from lit_grpo.runs import check_same_optimizer, check_trainable_weights
 
 __all__ = ["EvalConfig", "GRPOConfig", "GRPOModule", "PolicyModule", "PolicyPasses", "LogprobPass"]
 
@@ -183,9 +183,11 @@ class PolicyModule(ShardingHooks, EvaluationHooks, L.LightningModule):
         checkpoint["rng_states"] = gather_rank_rng_states()  # every rank's own stream
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Refuse policy weights that are not exactly this run's trainable ones (loading is not strict); restore
-        the RNG states."""
+        """Refuse policy weights that are not exactly this run's trainable ones (loading is not strict) and, when
+        resuming a fit, another optimizer; restore the RNG states."""
         check_trainable_weights(checkpoint["state_dict"], self._trainable_names(), prefix="policy.")
+        if getattr(getattr(self._trainer, "state", None), "fn", "fit") == "fit":  # a resumed fit updates with it
+            check_same_optimizer(checkpoint, self.hparams.get("optimizer"), getattr(self._trainer, "ckpt_path", None))
         if "rng_states" in checkpoint:
             restore_rank_rng_states(checkpoint["rng_states"])
 

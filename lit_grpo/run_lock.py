@@ -32,8 +32,8 @@ class FolderInUseError(UserError, RuntimeError):
 
 def lock_path(folder: str | os.PathLike) -> Path:
     """Where the lock of ``folder`` lives: ``<parent>/.<name>.lock``, or ``<folder>/.lit_grpo.lock`` when the parent
-    cannot be written."""
-    folder = Path(folder).absolute()
+    cannot be written. Symlinks are resolved first, so every path to one folder finds the same lock."""
+    folder = Path(folder).resolve()
     return folder.parent / f".{folder.name}.lock" if os.access(folder.parent, os.W_OK) else folder / ".lit_grpo.lock"
 
 

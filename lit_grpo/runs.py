@@ -200,6 +200,23 @@ def check_trainable_weights(state_dict: dict[str, Any], trainable: set[str] | di
                      "one that wrote it")
 
 
+def check_same_optimizer(checkpoint: dict[str, Any], optimizer: Any, path: Any = None) -> None:
+    """The checkpoint's optimizer (``hyper_parameters.optimizer.class_path``) must be the run's: torch loads another
+    optimizer's state without a word (AdamW's groups into SGD, which then fails at its first update; into Adam, which
+    then silently decouples its weight decay), so a resumed run would not be the run that wrote it.
+
+    Raises:
+        InputError: both optimizers named, in one line.
+    """
+    saved = ((checkpoint.get("hyper_parameters") or {}).get("optimizer") or {})
+    saved = saved.get("class_path") if isinstance(saved, dict) else None
+    run = optimizer.get("class_path") if isinstance(optimizer, dict) else None
+    if saved and run and saved != run and saved.rsplit(".", 1)[-1] != run.rsplit(".", 1)[-1]:
+        where = f"checkpoint {path}" if path else "the checkpoint"
+        raise InputError(f"{where} was written with optimizer {saved}, and this run uses {run}: its optimizer state "
+                         f"does not fit this one; resume with model.init_args.optimizer {saved}, or start a new run")
+
+
 def written_checkpoints(trainer: L.Trainer) -> list[str]:
     """The last and best checkpoint files of the trainer's ``ModelCheckpoint`` callbacks that exist on disk."""
     paths = []

@@ -6,6 +6,7 @@ import csv
 import json
 import logging
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -249,3 +250,28 @@ def test_a_prompt_longer_than_the_model_context_is_a_bad_row(tmp_path, caplog):
                     "3"])
     assert cli.trainer.global_step == 1 and len(cli.datamodule.datasets["train"]) == 3
     assert "train: dropped 1 of 4 samples longer than the model's context (4090 tokens" in caplog.text
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-32"])
+def test_a_file_whose_every_record_is_bad_is_an_error_with_skip(tmp_path, encoding):
+    """A JSONL file written in another encoding has no readable record: skipping them all would leave an empty
+    dataset (and a sampler's traceback), so it is one error naming the file and the first reason."""
+    path = _raw(tmp_path, n=3)
+    path.write_bytes(path.read_text().encode(encoding))
+    with pytest.raises(BadRowError) as refused:
+        read_phyx(str(path), on_bad_row="skip")
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith(f"{path}")
+    assert re.search(r": all \d+ rows are bad, so on_bad_row: skip leaves none; first: .* line 1: .* not UTF-8", message)
+
+
+@pytest.mark.parametrize("rows", ["100:200", "4:", "-1:0"])
+def test_a_row_slice_that_selects_no_row_is_one_error_naming_it(tmp_path, rows):
+    """``rows`` past the end of a 4-row file (or an empty range) selects nothing: one line naming the file, the slice
+    and the row count, not an IndexError from the table library."""
+    path = _raw(tmp_path, n=4)
+    with pytest.raises(InputError) as refused:
+        read_phyx(str(path), rows=rows)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.startswith(f"{path}: rows {rows!r} selects none of its 4 rows")

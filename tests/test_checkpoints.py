@@ -263,3 +263,17 @@ def test_a_torch_file_that_no_run_wrote_is_refused_naming_what_it_holds(trained,
     with pytest.raises(ValueError, match=re.escape(f"checkpoint {path} is not a checkpoint a run wrote: this "
                                                    f"torch.save file holds {holds}, without Lightning's state_dict")):
         _run("fit", folder, "--ckpt_path", str(path))
+
+
+def test_a_checkpoint_of_another_optimizer_is_refused_naming_both(trained, tmp_path):
+    """Written with AdamW, resumed with SGD: torch would load AdamW's hyper-parameters into SGD's groups and fail at
+    the first update (KeyError: 'momentum'); refused in one line before any step, naming both optimizers."""
+    _, ckpt = trained
+    with pytest.raises(ValueError) as err:
+        _run("fit", tmp_path, "--ckpt_path", str(ckpt), "--trainer.max_steps", "2",
+             "--model.init_args.optimizer", "torch.optim.SGD", "--model.init_args.optimizer.init_args.lr", "0.5",
+             "--model.init_args.optimizer.init_args.momentum", "0.9")
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith(f"checkpoint {ckpt} was written with optimizer torch.optim.AdamW, and this run uses "
+                              "torch.optim.SGD")

@@ -182,3 +182,12 @@ def test_group_statistics_come_from_one_nan_aware_function():
     log = train_metrics({}, total, torch.zeros(9), 3, torch.ones(9), torch.zeros(9))
     assert math.isclose(log["train/reward_std"], 1 / (3 * math.sqrt(2)), rel_tol=1e-6)
     assert math.isclose(log["train/rollout/frac_reward_zero_std"], 2 / 3, rel_tol=1e-6)
+
+
+@pytest.mark.parametrize("big", [10**400, -(10**400)], ids=["plus", "minus"])
+def test_an_integer_beyond_float_range_is_a_failed_score(big):
+    """A Python int too large for a float (``float(10**400)`` raises OverflowError) is beyond float32 like 1e39:
+    a failed score, never an error or a number."""
+    per, total, _ = _score({"a": [big, 1.0], "b": [0.5, 0.5]}, {"a": 1.0, "b": 1.0})
+    torch.testing.assert_close(total, torch.tensor([NAN, 1.5]), equal_nan=True)
+    torch.testing.assert_close(per["a"], torch.tensor([NAN, 1.0]), equal_nan=True)

@@ -138,3 +138,11 @@ def test_two_real_runs_with_one_name_the_second_is_refused_and_the_first_keeps_i
                                                                      f"step={step}.ckpt"]
     assert [p.name for p in (tmp_path / "logs" / "t").iterdir()] == ["version_0"]  # B made no log folder
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".lock")) == []  # A removed its locks
+
+
+def test_a_folder_reached_through_a_symlink_is_the_same_folder(tmp_path, holder):
+    holder(tmp_path / "ckpt")
+    (tmp_path / "alias").symlink_to(tmp_path / "ckpt", target_is_directory=True)
+    assert lock_path(tmp_path / "alias") == lock_path(tmp_path / "ckpt")
+    with pytest.raises(FolderInUseError):
+        RunLock(["python", "-m", "lit_grpo", "fit"]).acquire(tmp_path / "alias", "checkpoint folder")

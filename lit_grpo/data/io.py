@@ -34,7 +34,8 @@ def open_table(path: str, split: str = "train", rows: str | None = None, image_c
     errors that name the row. ``rows`` is a Python slice string applied after loading (``"1000:3000"``).
     Raises:
         FileNotFoundError: a local-looking path that does not exist.
-        InputError: a local file or folder that cannot be read, naming it and what is wrong.
+        InputError: a local file or folder that cannot be read, naming it and what is wrong; a ``rows`` slice that
+            selects no row.
         ValueError: a malformed ``rows`` slice, or a split the source does not have.
     """
     p = Path(path)
@@ -68,7 +69,11 @@ def open_table(path: str, split: str = "train", rows: str | None = None, image_c
             elif isinstance(feat, (datasets.List, datasets.Sequence)) and isinstance(feat.feature, datasets.Image):
                 ds = ds.cast_column(col, datasets.List(datasets.Image(decode=False)))
     if rows:
-        ds = ds.select(range(len(ds))[parse_slice(rows)])
+        picked = range(len(ds))[parse_slice(rows)]
+        if not picked:
+            raise InputError(f"{path}: rows {rows!r} selects none of its {len(ds)} rows (split {split!r}); give a "
+                             "slice within them, e.g. '0:100'")
+        ds = ds.select(picked)
     return ds
 
 

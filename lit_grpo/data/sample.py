@@ -130,7 +130,7 @@ def load_rows(rows: Sequence[Any], to_sample: Callable[[Any, int], Sample], *, n
     table opener could not read (``BAD_BYTES_COLUMN``) and a row repeating an earlier row's ``id`` are bad rows.
     Raises:
         ValueError: unknown ``on_bad_row``.
-        BadRowError: the first bad text field (``raise``).
+        BadRowError: the first bad text field (``raise``); every row bad (``skip``).
     """
     if on_bad_row not in BAD_ROW_POLICIES:
         raise ValueError(f"on_bad_row must be one of {BAD_ROW_POLICIES}, got {on_bad_row!r}")
@@ -168,6 +168,8 @@ def load_rows(rows: Sequence[Any], to_sample: Callable[[Any, int], Sample], *, n
             known[i] = {"id": sample.id, "question": sample.question}
         except BadRowError as exc:
             reasons.append(str(exc))
+    if rows and not keep:  # nothing left to train or evaluate on: the file as a whole is unreadable
+        raise BadRowError(f"{name}: all {len(rows)} rows are bad, so on_bad_row: skip leaves none; first: {reasons[0]}")
     if reasons:
         log.warning("%s: skipped %d of %d bad rows (on_bad_row: skip); first: %s", name, len(reasons),
                     len(rows), " | ".join(reasons[:3]))

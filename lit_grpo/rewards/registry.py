@@ -249,7 +249,10 @@ def _number(value: Any) -> float | None:
         return None
     if isinstance(value, (str, bytes, dict, list, tuple)):
         raise TypeError(type(value).__name__)
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond float range: a value beyond float32, so a failed score
+        return math.inf if value > 0 else -math.inf
 
 
 def _column(label: str, values, n: int, warn: bool = True,
