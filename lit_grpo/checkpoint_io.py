@@ -75,9 +75,26 @@ def temporary_files(folder: str | os.PathLike) -> list[Path]:
     return found
 
 
+def _restore_moved_aside(found: list[Path]) -> list[Path]:
+    """Put back a previous checkpoint that :func:`atomic_folder` moved aside (``.<name>.old.<host>.<pid>.tmp``, where
+    the filesystem cannot exchange two names) when the save was killed before the new one took ``<name>``: the name
+    is free, so the old checkpoint is the last whole one. Returns the entries left to remove."""
+    pattern = re.compile(rf"^\.(.+)\.old\.{re.escape(_HOST)}\.\d+\.tmp$")
+    left = []
+    for entry in found:
+        m = pattern.match(entry.name)
+        if m and not entry.with_name(m.group(1)).exists():
+            os.replace(entry, entry.with_name(m.group(1)))
+            log.info("restored %s from %s, moved aside by a save that was interrupted", m.group(1), entry)
+        else:
+            left.append(entry)
+    return left
+
+
 def remove_leftovers(folder: str | os.PathLike) -> list[Path]:
-    """Remove :func:`temporary_files` of ``folder`` (logged with the room they took); returns them."""
-    found = temporary_files(folder)
+    """Remove :func:`temporary_files` of ``folder`` (logged with the room they took), after putting back a previous
+    checkpoint an interrupted save had moved aside (:func:`_restore_moved_aside`); returns the removed entries."""
+    found = _restore_moved_aside(temporary_files(folder))
     for entry in found:
         size = _tree_size(entry)
         if entry.is_dir() and not entry.is_symlink():

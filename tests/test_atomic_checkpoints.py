@@ -15,7 +15,7 @@ import lightning as L
 import pytest
 import torch
 
-from lit_grpo.checkpoint_io import AtomicCheckpointIO, atomic_folder, temporary_files
+from lit_grpo.checkpoint_io import AtomicCheckpointIO, atomic_folder, remove_leftovers, temporary_files
 from lit_grpo.cli import main
 from lit_grpo.runs import check_checkpoint_file
 from tiny_runs import fit_args
@@ -179,6 +179,30 @@ def test_leftovers_of_a_killed_save_are_found_by_their_owner(tmp_path):
     for p in (mine, theirs, other_host, tmp_path / "last.ckpt"):
         p.write_bytes(b"x")
     assert temporary_files(tmp_path) == [theirs]
+
+
+def test_a_folder_moved_aside_by_a_killed_save_is_put_back_where_names_cannot_be_exchanged(tmp_path, monkeypatch):
+    """Where the filesystem cannot exchange two names (NFS), a folder save moves the old checkpoint aside and then
+    renames the new one in; a kill between the two leaves no checkpoint at the name. The next run's cleanup puts the
+    old one back (the last whole checkpoint) and removes the unfinished one; with the name taken, the moved-aside
+    copy is an ordinary leftover."""
+    from lit_grpo import checkpoint_io
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True).stdout)
+    host = checkpoint_io._HOST
+    aside, unfinished = tmp_path / f".last.ckpt.old.{host}.{dead}.tmp", tmp_path / f".last.ckpt.{host}.{dead}.tmp"
+    for folder, text in ((aside, "step 4"), (unfinished, "step 6, half")):
+        folder.mkdir()
+        (folder / "shard_0").write_text(text)
+    assert sorted(p.name for p in remove_leftovers(tmp_path)) == [unfinished.name]
+    assert os.listdir(tmp_path) == ["last.ckpt"] and (tmp_path / "last.ckpt" / "shard_0").read_text() == "step 4"
+    aside.mkdir()
+    assert remove_leftovers(tmp_path) == [aside] and os.listdir(tmp_path) == ["last.ckpt"]
+    # the save itself on such a filesystem: the old folder is replaced, nothing left beside it
+    monkeypatch.setattr(checkpoint_io, "_exchange", lambda a, b: False)
+    with atomic_folder(tmp_path / "last.ckpt") as part:
+        (part / "shard_0").write_text("step 8")
+    assert os.listdir(tmp_path) == ["last.ckpt"] and (tmp_path / "last.ckpt" / "shard_0").read_text() == "step 8"
 
 
 # ------------------------------------------------------------------------------ real runs
