@@ -49,9 +49,11 @@ CREDENTIAL_NAME = re.compile(
     re.IGNORECASE,
 )
 """Names of request fields that carry a credential (refused in a judge block, e.g. under ``extra_body``)."""
-URL_CREDENTIAL_PARAMETER = re.compile(rf"{CREDENTIAL_NAME.pattern}|^(sig|signature|code|subscription[_-]?key)$",
-                                      re.IGNORECASE)
-"""Query parameters of a URL that carry a credential (``?api_key=``, ``?key=``, ``?sig=``, Azure's ``?code=``)."""
+URL_CREDENTIAL_PARAMETER = re.compile(
+    rf"{CREDENTIAL_NAME.pattern}|^(sig|signature|code|subscription[_-]?key|access[_-]?key|private[_-]?token"
+    r"|x[_-](amz|goog)[_-](signature|credential|security[_-]token))$", re.IGNORECASE)
+"""Parameters of a URL (query, ``#fragment`` or ``;path`` parameters) that carry a credential (``?api_key=``,
+``?key=``, ``?sig=``, Azure's ``?code=``, S3/GCS presigned ``X-Amz-Signature`` / ``X-Goog-Credential``)."""
 
 
 def key_variables(config: Any = None) -> list[str]:
@@ -85,8 +87,7 @@ def _char_forms(ch: str) -> str:
              f"&#0*{ord(ch)};", "&#[xX]0*" + _hex_byte(ord(ch)).lstrip("0") + ";" if ord(ch) < 256 else None]
     if ch in "/\"\\":
         forms.append(r"\\+" + re.escape(ch))
-    if len(utf8) == 1:
-        forms.append(r"\\+x" + _hex_byte(utf8[0]))
+    forms.append("".join(r"\\+x" + _hex_byte(b) for b in utf8))  # a repr of str (one byte) or of bytes (UTF-8)
     if ch == " ":
         forms.append(r"\+")
     forms += [f"&{name};" for name, c in (("amp", "&"), ("lt", "<"), ("gt", ">"), ("quot", '"'), ("apos", "'"))
@@ -158,7 +159,7 @@ def find_credentials(config: Any) -> list[str]:
 
 
 def _url_credential(value: Any) -> str | None:
-    """What in URL ``value`` carries a credential: a user name or password, or a credential-named query parameter."""
+    """What in URL ``value`` carries a credential: a user name or password, or a credential-named query, fragment or path parameter."""
     if not isinstance(value, str):
         return None
     try:
@@ -167,9 +168,13 @@ def _url_credential(value: Any) -> str | None:
         return None
     if parts.username or parts.password or "@" in parts.netloc:
         return "a user name or password in the URL"
-    named = [k for k, _ in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-             if URL_CREDENTIAL_PARAMETER.match(k.strip())]
-    return f"the URL's query parameter {named[0]!r} carries a credential" if named else None
+    for where, text in (("query", parts.query), ("fragment", parts.fragment),
+                        ("path", "&".join(p.partition(";")[2].replace(";", "&") for p in parts.path.split("/")))):
+        named = [k for k, _ in urllib.parse.parse_qsl(text, keep_blank_values=True)
+                 if URL_CREDENTIAL_PARAMETER.match(k.strip())]
+        if named:
+            return f"the URL's {where} parameter {named[0]!r} carries a credential"
+    return None
 
 
 def _walk(node: Any, path: tuple = ()) -> Iterable[tuple[tuple, Any]]:

@@ -13,9 +13,9 @@ import yaml
 from lit_grpo.cli import main
 from lit_grpo.secrets import find_credentials, redact
 
-KEYS = ["sk-live/Q3+9x=7Zt2Wm4f", "a/b+c", "k3y!", "tok en/9", "Zx"]
+KEYS = ["sk-live/Q3+9x=7Zt2Wm4f", "a/b+c", "k3y!", "tok en/9", "Zx", "ab/c+d=e\"f\\g h&é"]
 """A long key with the characters escapers change (``/``, ``+``, ``=``), short keys (5, 4, 2 characters), one with a
-space."""
+space, one with a quote, a backslash and a non-ASCII letter."""
 
 
 def echoes(key: str) -> dict[str, str]:
@@ -33,6 +33,7 @@ def echoes(key: str) -> dict[str, str]:
         "html entities": "".join(f"&#{ord(c)};" for c in key),
         "html escape": html.escape(key),
         "hex": key.encode().hex(),
+        "repr of bytes": repr(key.encode())[2:-1],  # b'\\xc3\\xa9': non-ASCII as \\x escapes of its UTF-8
     }
     for prefix in ("", "u:", "Bearer ", "user:"):  # every byte alignment of the key inside the encoded text
         forms[f"base64({prefix!r}+key)"] = base64.b64encode((prefix + key).encode()).decode()
@@ -64,6 +65,11 @@ def test_text_without_the_key_is_left_as_it_is(monkeypatch):
     ("https://judge/v1?api_key={key}", "the URL's query parameter 'api_key' carries a credential"),
     ("https://judge/v1?api-version=2024-06-01&key=abc", "the URL's query parameter 'key' carries a credential"),
     ("https://judge.azurewebsites.net/api/v1?code=xyz", "the URL's query parameter 'code' carries a credential"),
+    ("https://bucket.s3.amazonaws.com/v1?X-Amz-Algorithm=AWS4&X-Amz-Signature=ab12",
+     "the URL's query parameter 'X-Amz-Signature' carries a credential"),
+    ("https://judge/v1#token=abc", "the URL's fragment parameter 'token' carries a credential"),
+    ("https://judge/v1;api_key=abc/chat", "the URL's path parameter 'api_key' carries a credential"),
+    ("https://judge/v1?X-Goog-Credential=abc", "the URL's query parameter 'X-Goog-Credential' carries a credential"),
     ("https://judge/{pct}/v1", "holds the value of a key variable"),  # the key, percent-encoded, in the path
 ])
 def test_a_credential_in_base_url_is_found_naming_the_field(url, what, monkeypatch):
