@@ -38,6 +38,8 @@ NOT_RUN = {
     r"python benchmarks/": "a benchmark prints measured figures (its flags are checked against its parser)",
     r"export ": "environment for the next lines",
 }
+# Flags a page quotes as refused.
+REFUSED_FLAGS = {"--model.init_args.sampling.repetition_penalty"}
 # A page another change writes; linked from here before it lands.
 WRITTEN_ELSEWHERE = {"docs/attention_sweep.md"}
 
@@ -124,11 +126,19 @@ def _run(fn, args: list[str]) -> tuple[int, str]:
 
 
 def _placeholders(args: list[str], tmp_path: Path) -> list[str]:
-    judge = (ROOT / "docs" / "judge.md").read_text().split("```yaml\n", 1)[1].split("```", 1)[0]
-    files = {**PLACEHOLDERS, "my_judge.yaml": judge}
-    for name, text in files.items():
-        (tmp_path / name).write_text(text)
-    return [str(tmp_path / a) if a in files else a for a in args]
+    """``args`` with each file the reader writes themselves replaced by one written into ``tmp_path``."""
+    out = []
+    for arg in args:
+        if arg == "my_judge.yaml":  # the judge block of docs/judge.md
+            text = (ROOT / "docs" / "judge.md").read_text().split("```yaml\n", 1)[1].split("```", 1)[0]
+        elif arg in PLACEHOLDERS:
+            text = PLACEHOLDERS[arg]
+        else:
+            out.append(arg)
+            continue
+        (tmp_path / arg).write_text(text)
+        out.append(str(tmp_path / arg))
+    return out
 
 
 def _package_commands() -> list:
@@ -231,25 +241,43 @@ def _code_text() -> str:
     return "\n".join(re.findall(r"^```.*?^```", text, re.S | re.M) + re.findall(r"`([^`\n]+)`", text))
 
 
-def _help_option_names(args: list[str]) -> set[str]:
+def _help(args: list[str]) -> str:
     from lit_grpo.cli import main
 
     code, out = _run(main, args)
     assert code == 0, out[-2000:]
-    names = set(re.findall(r"^\s+--(?:model\.(?:init_args\.)?|data\.)(?:[\w]+\.)*?(\w+)[ \[\n]", out, re.M))
-    names |= set(re.findall(r"^\s+(?:--)?kwargs\.(?:judge\.(?:offline\.)?)?(\w+)", out, re.M))
+    return out
+
+
+def _option_names(help_text: str) -> set[str]:
+    """The last part of each model, data, reward and judge option the help lists."""
+    names = set(re.findall(r"^\s+--(?:model\.(?:init_args\.)?|data\.)(?:\w+\.)*?(\w+)[ \[\n]", help_text, re.M))
+    names |= set(re.findall(r"^\s+(?:--)?kwargs\.(?:judge\.(?:offline\.)?)?(\w+)", help_text, re.M))
     return names - {"help", "init_args", "class_path"}
 
 
-def test_every_option_in_the_help_is_documented():
+def test_every_option_in_the_help_is_documented_and_every_documented_flag_exists():
     """Each option ``fit --help`` lists for the model, the data, a dataset, the rewards and the judge (and the LoRA
-    and embedded-model groups) appears as code on some page: no option only its docstring knows."""
-    names = set()
-    for args in (["fit", "--config", "configs/demo.yaml", "--help"],
-                 ["fit", "--config", "configs/demo.yaml", "--model.init_args.policy.lora.help"],
-                 ["fit", "--config", "configs/demo.yaml", "--model.init_args.policy.embedded.help"]):
-        names |= _help_option_names(args)
-    assert {"extra_stop_tokens", "advantage_eps", "beta", "min_votes", "num_workers", "r"} <= names
+    and embedded-model groups) appears as code on some page: no option only its docstring knows. And each
+    ``--model...`` / ``--data...`` flag a page quotes is one the help lists (or below an option it lists: a nested
+    group, a class's ``init_args`` or a dict), so a renamed option cannot stay documented under its old name."""
+    demo = ["fit", "--config", "configs/demo.yaml"]
+    main_help = _help([*demo, "--help"])
+    names = _option_names(main_help)
+    for group in ("lora", "embedded"):
+        names |= _option_names(_help([*demo, f"--model.init_args.policy.{group}.help"]))
+    assert {"extra_stop_tokens", "advantage_eps", "beta", "min_votes", "num_workers", "r", "hidden_size"} <= names
     code = _code_text()
     undocumented = sorted(n for n in names if not re.search(rf"(?<![\w-]){n}(?![\w-])", code))
     assert undocumented == []
+
+    listed = set(re.findall(r"^\s+(--[\w.]+)", main_help, re.M))
+    unknown = []
+    for flag in set(re.findall(r"(--(?:model|data)\.[\w.]*\w)", code)):
+        flag = re.sub(r"^--data\.(val|test|predict)\.", "--data.train.", flag.removesuffix(".help"))
+        parts, prose = flag.split("."), {"--model", "--model.init_args", "--data", "--data.train"}
+        above = {".".join(parts[:i]) for i in range(1, len(parts))} - prose
+        if flag not in prose and flag not in listed and not above & listed and flag not in REFUSED_FLAGS:
+            unknown.append(flag)
+    assert sorted(unknown) == []
+    assert "--model.init_args.grpo.no_such_option" not in listed
