@@ -10,7 +10,7 @@ Each draw builds per-token log-probs of 6 completions of up to 7 tokens (two tru
 records the largest relative difference of the losses and of their gradients w.r.t. the log-probs and entropies
 (``|a - b| / max(1, |b|)``). The sampler correction rows go through TRL's ``_generate_and_score_completions`` (its
 vLLM importance-sampling path) first; the advantage rows compare TRL's advantages with lit_grpo's. The table is
-README's "Objectives" figures.
+the figures of docs/objectives.md.
 """
 
 from __future__ import annotations

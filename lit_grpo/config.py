@@ -29,7 +29,7 @@ class GRPOConfig(Checked):
     epsilon_high: Annotated[float, Range(ge=0)] = 0.2
     """Upper clip range (``1 + epsilon_high``; DAPO's clip-higher uses 0.28)."""
     loss_type: str = "dapo"
-    """The objective (README "Objectives"): TRL's ``grpo`` | ``bnpo`` | ``dr_grpo`` | ``dapo`` | ``luspo`` (the
+    """The objective (docs/objectives.md): TRL's ``grpo`` | ``bnpo`` | ``dr_grpo`` | ``dapo`` | ``luspo`` (the
     clipped surrogate, aggregated as ``seq-mean-token-mean`` | ``micro-batch-token-mean`` |
     ``seq-mean-token-sum-norm`` | ``token-mean`` | ``seq-mean-token-sum``, names also accepted) or ``cispo`` |
     ``sapo`` | ``vespo`` (their own per-token terms); see ``lit_grpo.objectives``."""

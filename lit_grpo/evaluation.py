@@ -142,7 +142,7 @@ def accuracy_table(records: list[dict[str, Any]], domains: tuple[str, ...] = DOM
     A problem is a record ``id`` (each record its own problem when it has none); its accuracy is the share of its
     scorable completions that are correct (NaN excluded and counted in ``unscorable``). A row's accuracy is the
     mean of its problems' accuracies and ``se`` their standard error (over problems: completions of one problem are
-    not independent), as the README's paper table; a row whose problems have no scorable completion has NaN
+    not independent), as the paper table of docs/paper_table.md; a row whose problems have no scorable completion has NaN
     accuracy. Domain and reasoning-type rows appear when some record has a domain (PhyX), in the paper's order,
     without the ones that have no problem.
     """

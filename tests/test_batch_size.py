@@ -1,5 +1,5 @@
 """One meaning of the paper's "global batch size of 128" everywhere: completions per optimizer step (TRL's
-meaning), 16 prompts x G = 8, in the paper configs, the benchmarks and README."""
+meaning), 16 prompts x G = 8, in the paper configs, the benchmarks, README and docs/."""
 
 import re
 import sys
@@ -30,8 +30,8 @@ def test_the_benchmarks_take_the_same_step():
     assert args.prompts_per_step * args.group == 128 and args.prompts_per_step * args.group // args.gpus == 32
 
 
-def test_readme_says_which_meaning_and_uses_it():
-    readme = (ROOT / "README.md").read_text()
+def test_docs_say_which_meaning_and_use_it():
+    readme = "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
     assert "completions per optimizer step, not prompts" in readme
     assert "4 prompts x 8 = 32 completions per GPU" in readme and "16 prompts x G =\n8 = 128 completions" in readme
     assert not re.search(r"128 prompts per\s+step|256 completions per (GPU|step)", readme)

@@ -58,18 +58,19 @@ def test_every_config_parses_as_documented(config, capsys):
             ("accuracy", None) if fmt == "mcq" else ("open_accuracy", 1.0))
 
 
-def test_readme_and_config_headers_name_only_existing_configs():
+def test_docs_and_config_headers_name_only_existing_configs():
     root = Path(__file__).parents[1]
-    texts = [root.joinpath("README.md").read_text()] + [c.read_text() for c in CONFIGS]
+    pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    texts = [p.read_text() for p in pages] + [c.read_text() for c in CONFIGS]
     named = {m for t in texts for m in re.findall(r"configs/[\w./-]+?\.yaml", t)}
     assert named and sorted(n for n in named if not root.joinpath(n).is_file()) == []
     assert {f"configs/{c.name}" for c in CONFIGS} <= named  # every config is documented
 
 
-def test_readme_judge_block_points_the_oe_demo_at_a_server(tmp_path, capsys, monkeypatch):
-    """The README's judge YAML, given after configs/demo_phyx_oe.yaml, sets one judge for reward and scorer."""
-    readme = Path(__file__).parents[1].joinpath("README.md").read_text()
-    block = readme.split("### The judge", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+def test_documented_judge_block_points_the_oe_demo_at_a_server(tmp_path, capsys, monkeypatch):
+    """docs/judge.md's judge YAML, given after configs/demo_phyx_oe.yaml, sets one judge for reward and scorer."""
+    page = Path(__file__).parents[1].joinpath("docs", "judge.md").read_text()
+    block = page.split("```yaml\n", 1)[1].split("```", 1)[0]
     (tmp_path / "judge.yaml").write_text(block)
     monkeypatch.setenv("JUDGE_BASE_URL", "http://judge-host:8000/v1")
     with pytest.raises(SystemExit):

@@ -202,7 +202,7 @@ def test_plain_path_when_off(tiny_model_dir):
 
 
 def test_perf_options_are_config_parameters(capsys):
-    """The README's override turns the shared prefix off; the defaults are on."""
+    """docs/performance.md's override turns the shared prefix off; the defaults are on."""
     import yaml
 
     from lit_grpo.cli import main
