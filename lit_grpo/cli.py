@@ -41,7 +41,7 @@ from lit_grpo.run_lock import RunLock
 from lit_grpo.runs import (StopAndResume, check_checkpoint_file, check_checkpoint_folders, remove_unused_folders,
                            written_checkpoints)
 from lit_grpo.save_on_failure import SaveOnFailure
-from lit_grpo.secrets import find_credentials, redact
+from lit_grpo.api_keys import find_credentials, redact
 
 PROG = "python -m lit_grpo"
 UNKNOWN_SAMPLING_OPTION = re.compile(r"--sampling\.(\w+)|Group 'sampling' does not accept option '(\w+)'")
