@@ -248,12 +248,15 @@ def main(args: list[str] | None = None) -> GRPOCLI:
     """Run the CLI; a configuration mistake exits with status 2 and one ``error:`` line (see the module); on the
     command line (``args`` None) a :class:`~lit_grpo.errors.UserError` met later (a bad row, checkpoint or folder)
     exits with status 1 and one ``error:`` line."""
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
     from omegaconf.errors import OmegaConfBaseException
 
     try:
         return _main(args)
     except ConfigError as exc:
         fail(str(exc))
+    except MisconfigurationException as exc:  # a Trainer setting Lightning refuses (max_steps -5, max_time 00:14)
+        fail(f"trainer: {exc}")
     except OmegaConfBaseException as exc:  # an interpolation that does not resolve (e.g. a key of another logger)
         key = getattr(exc, "full_key", None)
         fail(f"{key + ': ' if key else ''}{str(exc).splitlines()[0]}")
