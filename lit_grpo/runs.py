@@ -102,7 +102,9 @@ def check_checkpoint_folders(trainer: L.Trainer, lock: RunLock | None = None) ->
     if lock is not None:
         for folder in folders:
             lock.acquire(folder, "checkpoint folder")
-        logdir = trainer.logger.log_dir if trainer.logger is not None else None
+        # a logger that names its folder only once its run starts (W&B: the run id) has none to check yet
+        has_folder = trainer.logger is not None and getattr(trainer.logger, "version", 0) is not None
+        logdir = trainer.logger.log_dir if has_folder else None
         if isinstance(logdir, str) and "://" not in logdir:
             if not os.path.exists(logdir):
                 lock.created.append((Path(logdir), "log folder"))

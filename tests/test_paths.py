@@ -243,3 +243,21 @@ def test_a_refused_run_removes_the_checkpoint_folder_and_the_parents_it_made(tmp
     lock.release()
     remove_unused_folders(lock.created)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"] and list((tmp_path / "kept").iterdir()) == []
+
+
+def test_a_logger_without_its_run_id_yet_gets_no_folder_named_none(tmp_path):
+    """W&B's run folder is ``<save_dir>/<name>/<run id>``, and the id exists only once its run starts: the folder
+    check before it makes no ``<name>/None`` folder."""
+    from types import SimpleNamespace
+
+    from lit_grpo.loggers import WandbLogger
+    from lit_grpo.run_lock import RunLock
+    from lit_grpo.runs import check_checkpoint_folders
+
+    logger = WandbLogger(save_dir=str(tmp_path / "logs"), name="run", offline=True)
+    assert logger.version is None
+    trainer = SimpleNamespace(checkpoint_callbacks=[], logger=logger, loggers=[logger])
+    lock = RunLock(["test"])
+    check_checkpoint_folders(trainer, lock)
+    lock.release()
+    assert not (tmp_path / "logs" / "run" / "None").exists() and not (tmp_path / "logs").exists()
