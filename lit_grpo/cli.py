@@ -41,7 +41,7 @@ from lit_grpo.run_lock import RunLock
 from lit_grpo.runs import (StopAndResume, check_checkpoint_file, check_checkpoint_folders, remove_unused_folders,
                            written_checkpoints)
 from lit_grpo.save_on_failure import SaveOnFailure
-from lit_grpo.secrets import find_credentials, redact
+from lit_grpo.api_keys import find_credentials, redact
 
 PROG = "python -m lit_grpo"
 UNKNOWN_SAMPLING_OPTION = re.compile(r"--sampling\.(\w+)|Group 'sampling' does not accept option '(\w+)'")
@@ -248,12 +248,15 @@ def main(args: list[str] | None = None) -> GRPOCLI:
     """Run the CLI; a configuration mistake exits with status 2 and one ``error:`` line (see the module); on the
     command line (``args`` None) a :class:`~lit_grpo.errors.UserError` met later (a bad row, checkpoint or folder)
     exits with status 1 and one ``error:`` line."""
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
     from omegaconf.errors import OmegaConfBaseException
 
     try:
         return _main(args)
     except ConfigError as exc:
         fail(str(exc))
+    except MisconfigurationException as exc:  # a Trainer setting Lightning refuses (max_steps -5, max_time 00:14)
+        fail(f"trainer: {exc}")
     except OmegaConfBaseException as exc:  # an interpolation that does not resolve (e.g. a key of another logger)
         key = getattr(exc, "full_key", None)
         fail(f"{key + ': ' if key else ''}{str(exc).splitlines()[0]}")

@@ -64,17 +64,24 @@ def curve_plot(rows: list[dict[str, float]], name: str, modes: dict[str, str]):
     """The matplotlib ``Figure`` of one curve: each mode (``{mode: key}``) a line of its points with their standard
     errors as bars, the y axis spanning them (:func:`y_limits`)."""
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     fig = Figure(figsize=PANEL_INCHES, dpi=72)
     ax = fig.subplots()
-    values, errors = [], []
+    values, errors, all_steps = [], [], []
     for mode, key in modes.items():
         points = [(r["step"], r[key], r.get(key + "_se", 0.0)) for r in rows if key in r]
         steps, means, ses = zip(*points) if points else ((), (), ())
         ax.errorbar(steps, means, yerr=ses, marker="o", markersize=4, capsize=3, linewidth=1.5, label=mode)
         values += means
         errors += ses
+        all_steps += steps
     ax.set_ylim(*y_limits(values, errors))
+    if all_steps:  # whole steps only, also for a run with one validation (matplotlib would tick -0.04 ... 0.04)
+        lo, hi = min(all_steps), max(all_steps)
+        pad = max(0.5, 0.05 * (hi - lo))
+        ax.set_xlim(lo - pad, hi + pad)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
     ax.set_title(f"val {name} (mean ± SE)", fontsize=FONT_SIZE)
     ax.set_xlabel("step", fontsize=FONT_SIZE - 2)
     ax.tick_params(labelsize=FONT_SIZE - 2)

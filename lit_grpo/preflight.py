@@ -2,7 +2,7 @@
 
 :func:`check_config` takes the parsed configuration of one subcommand (a plain nested dict: ``model``,
 ``data``, ``trainer``) and refuses, in one line naming the key and the valid choices: an API key anywhere
-in it (:mod:`lit_grpo.secrets`; the value is never shown); first, every number that is not finite or out of
+in it (:mod:`lit_grpo.api_keys`; the value is never shown); first, every number that is not finite or out of
 its declared range (:mod:`lit_grpo.ranges`: the model's option groups, the rewards' weights and options, the
 judge, the data module, the generators, the optimizer and lr scheduler, which torch is also asked to build on a
 dummy parameter); then unknown reward / metric / scorer names, reward options the reward does not take, an
@@ -21,7 +21,7 @@ from typing import Any
 
 from lit_grpo.cli_args import ConfigError
 from lit_grpo.ranges import check_arguments
-from lit_grpo.secrets import find_credentials
+from lit_grpo.api_keys import find_credentials
 
 SPLITS = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("predict",)}
 """The splits each subcommand reads (``test`` falls back to ``val``, ``predict`` to ``test`` then ``val``)."""

@@ -75,6 +75,15 @@ def checkpoint_folders(trainer: L.Trainer) -> list[str]:
     return folders
 
 
+def missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and each of its parents that do not exist yet, ``folder`` first: what making it creates."""
+    out = []
+    while not folder.exists() and folder != folder.parent:
+        out.append(folder)
+        folder = folder.parent
+    return out
+
+
 def check_checkpoint_folders(trainer: L.Trainer, lock: RunLock | None = None) -> None:
     """:func:`check_writable` on every local folder of :func:`checkpoint_folders`; with a ``lock``, each of them and
     the logger's folder locked for this run (:class:`~lit_grpo.run_lock.RunLock`: another live run holding one
@@ -86,14 +95,16 @@ def check_checkpoint_folders(trainer: L.Trainer, lock: RunLock | None = None) ->
         FolderInUseError: another live run holds a folder.
     """
     folders = [f for f in checkpoint_folders(trainer) if "://" not in f]
-    new = [Path(f) for f in folders if not os.path.exists(f)]
+    if lock is not None:  # each folder and the parents made for it, before any is made
+        lock.created += [(made, "checkpoint folder") for folder in folders for made in missing_folders(Path(folder))]
     for folder in folders:
         check_writable(folder)
     if lock is not None:
-        lock.created += [(folder, "checkpoint folder") for folder in new]
         for folder in folders:
             lock.acquire(folder, "checkpoint folder")
-        logdir = trainer.logger.log_dir if trainer.logger is not None else None
+        # a logger that names its folder only once its run starts (W&B: the run id) has none to check yet
+        has_folder = trainer.logger is not None and getattr(trainer.logger, "version", 0) is not None
+        logdir = trainer.logger.log_dir if has_folder else None
         if isinstance(logdir, str) and "://" not in logdir:
             if not os.path.exists(logdir):
                 lock.created.append((Path(logdir), "log folder"))
@@ -105,7 +116,8 @@ def check_checkpoint_folders(trainer: L.Trainer, lock: RunLock | None = None) ->
 
 def remove_unused_folders(created: list[tuple[Path, str]]) -> None:
     """After a run that failed, remove the folders it made and left unused: a log folder holding only what any start
-    writes (:func:`lit_grpo.loggers.remove_if_unused`), an empty checkpoint folder; a refused run leaves no folder."""
+    writes (:func:`lit_grpo.loggers.remove_if_unused`), an empty checkpoint folder and each parent made for it
+    (``checkpoints/`` of ``checkpoints/<run>``) left empty; a refused run leaves no folder."""
     from lit_grpo.loggers import remove_if_unused
 
     for folder, what in created:

@@ -95,3 +95,17 @@ def test_two_checkpoints_compare_with_standard_errors_and_a_paired_difference():
     assert (a["A"], a["A_sem"], a["B"]) == pytest.approx((0.2, 0.057735, 0.243333), abs=1e-6)
     assert (a["diff"], a["diff_sem"], a["n"]) == pytest.approx((0.043333, 0.014530, 3), abs=1e-6)
     assert (table["b"]["diff"], table["b"]["diff_sem"]) == pytest.approx((0.01, 0.0))  # one sample: no spread
+
+
+@pytest.mark.parametrize("steps,ticks", [((0,), [0]), ((20,), [20]), ((0, 1, 2), [0, 1, 2]),
+                                         ((0, 50, 100, 150, 200), [0, 25, 50, 75, 100, 125, 150, 175, 200])])
+def test_the_step_axis_shows_whole_steps_even_for_one_validation(steps, ticks):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    rows = [{"step": s, "val/greedy/reward": 0.7, "val/greedy/reward_se": 0.03} for s in steps]
+    fig = curve_plot(rows, "reward", {"greedy": "val/greedy/reward"})
+    FigureCanvasAgg(fig).draw()
+    ax = fig.axes[0]
+    lo, hi = ax.get_xlim()
+    assert lo < min(steps) and max(steps) < hi
+    assert [t for t in ax.get_xticks() if lo <= t <= hi] == ticks

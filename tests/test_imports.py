@@ -100,3 +100,28 @@ def test_a_cycle_is_found():
 
 def test_lit_grpo_has_no_import_cycle():
     assert cycles(import_graph()) == []
+
+
+def shadowing_names(root: Path, loaded_at_startup: set[str]) -> list[str]:
+    """Files and packages of ``root`` (at any depth) named like a standard-library module that Python imports on
+    demand: a command run from their folder (``python -m lit_grpo`` puts the current folder first on
+    ``sys.path``) would import them instead of the library's module."""
+    import sys
+
+    names = [p for p in root.rglob("*") if p.suffix == ".py" or (p / "__init__.py").is_file()]
+    return sorted(str(p.relative_to(root.parent)) for p in names
+                  if p.stem in sys.stdlib_module_names and p.stem not in loaded_at_startup)
+
+
+def test_no_module_shadows_the_standard_library(tmp_path):
+    import subprocess
+    import sys
+
+    startup = set(subprocess.run([sys.executable, "-c", "import sys; print(' '.join(sys.modules))"],
+                                 capture_output=True, text=True, check=True).stdout.split())
+    assert "io" in startup and "secrets" not in startup
+    (tmp_path / "pkg").mkdir()
+    for name in ("secrets.py", "io.py", "grpo.py"):
+        (tmp_path / "pkg" / name).write_text("")
+    assert shadowing_names(tmp_path / "pkg", startup) == ["pkg/secrets.py"]
+    assert shadowing_names(ROOT, startup) == []

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from lit_grpo.cli import main
-from lit_grpo.secrets import find_credentials, redact
+from lit_grpo.api_keys import find_credentials, redact
 
 KEYS = ["sk-live/Q3+9x=7Zt2Wm4f", "a/b+c", "k3y!", "tok en/9", "Zx", "ab/c+d=e\"f\\g h&é"]
 """A long key with the characters escapers change (``/``, ``+``, ``=``), short keys (5, 4, 2 characters), one with a

@@ -221,3 +221,43 @@ def test_a_failed_run_that_logged_nothing_leaves_no_folder(logged, status, kept,
     logger.finalize(status)
     assert Path(logger.log_dir).exists() == kept
     assert (tmp_path / "logs" / "run").exists() == kept and (tmp_path / "logs" / "other").is_dir()
+
+
+def test_a_refused_run_removes_the_checkpoint_folder_and_the_parents_it_made(tmp_path):
+    """``dirpath: checkpoints/<run>`` in a folder without ``checkpoints/``: both are made by the folder check; a run
+    refused after it removes both, and keeps an empty folder that was there before."""
+    from types import SimpleNamespace
+
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from lit_grpo.run_lock import RunLock
+    from lit_grpo.runs import check_checkpoint_folders, remove_unused_folders
+
+    (tmp_path / "kept").mkdir()
+    dirs = [tmp_path / "checkpoints" / "run" / "a", tmp_path / "checkpoints" / "run" / "b", tmp_path / "kept" / "x"]
+    trainer = SimpleNamespace(checkpoint_callbacks=[ModelCheckpoint(dirpath=str(d)) for d in dirs], logger=None,
+                              loggers=[])
+    lock = RunLock(["test"])
+    check_checkpoint_folders(trainer, lock)
+    assert all(d.is_dir() for d in dirs)
+    lock.release()
+    remove_unused_folders(lock.created)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"] and list((tmp_path / "kept").iterdir()) == []
+
+
+def test_a_logger_without_its_run_id_yet_gets_no_folder_named_none(tmp_path):
+    """W&B's run folder is ``<save_dir>/<name>/<run id>``, and the id exists only once its run starts: the folder
+    check before it makes no ``<name>/None`` folder."""
+    from types import SimpleNamespace
+
+    from lit_grpo.loggers import WandbLogger
+    from lit_grpo.run_lock import RunLock
+    from lit_grpo.runs import check_checkpoint_folders
+
+    logger = WandbLogger(save_dir=str(tmp_path / "logs"), name="run", offline=True)
+    assert logger.version is None
+    trainer = SimpleNamespace(checkpoint_callbacks=[], logger=logger, loggers=[logger])
+    lock = RunLock(["test"])
+    check_checkpoint_folders(trainer, lock)
+    lock.release()
+    assert not (tmp_path / "logs" / "run" / "None").exists() and not (tmp_path / "logs").exists()

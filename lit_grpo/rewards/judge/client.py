@@ -23,7 +23,7 @@ What it guarantees (the known failure modes of judge servers):
 - the API key is read from the environment variable named by ``api_key_env`` for each request and
   lives only in that request's headers: never in the config, the HTTP client, ``repr``, pickles or logs;
   every error text (a server's error body echoing the request, an exception) is masked with
-  :func:`lit_grpo.secrets.redact` before it is kept, logged or raised.
+  :func:`lit_grpo.api_keys.redact` before it is kept, logged or raised.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from lit_grpo.rewards.judge.config import JudgeConfig
 from lit_grpo.rewards.judge.jury import Vote, VerdictError, parse_vote_strict, parse_vote_tolerant
 from lit_grpo.rewards.judge.prompts import JudgeItem, JudgeTask, messages
 from lit_grpo.rewards.judge.replies import ACCEPT_ENCODING, BoundedBody, ReplyError
-from lit_grpo.secrets import KEY_VARIABLE, redact
+from lit_grpo.api_keys import KEY_VARIABLE, redact
 
 log = logging.getLogger(__name__)
 LOOP_GRACE_S = 30.0

@@ -7,7 +7,7 @@ the offline judge's own settings in ``JudgeConfig.offline`` (:class:`~lit_grpo.r
 The API key is never a configuration value: ``api_key_env`` holds the *name* of an environment
 variable, read by the client for each request. A judge setting that holds a key (a field named like a
 credential under ``extra_body``, a value equal to the key or shaped like one) is refused, naming the
-field and never the value (:mod:`lit_grpo.secrets`).
+field and never the value (:mod:`lit_grpo.api_keys`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 from lit_grpo.ranges import Checked, Range
 from lit_grpo.rewards.judge.offline import OfflineJudgeConfig
-from lit_grpo.secrets import find_credentials
+from lit_grpo.api_keys import find_credentials
 
 
 @dataclasses.dataclass
