@@ -66,8 +66,8 @@ def build_model(root: Path, image: str) -> str:
 
 
 def build_samples(root: Path, image: str, num: int = 64):
-    from lit_grpo.data.puzzles import write_puzzles
-    from lit_grpo.data.visualsphinx import read_visualsphinx
+    from lit_grpo.tasks.visualsphinx.puzzles import write_puzzles
+    from lit_grpo.tasks.visualsphinx.reader import read_visualsphinx
 
     path = root / "puzzles.parquet"
     if not path.is_file():

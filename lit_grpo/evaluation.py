@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from lit_grpo.data.phyx import DOMAINS, REASONING_TYPES
+from lit_grpo.tasks.phyx.reader import DOMAINS, REASONING_TYPES
 from lit_grpo.data.sample import Sample
-from lit_grpo.rewards.judge.config import JudgeConfig
+from lit_grpo.tasks.phyx.judge.config import JudgeConfig
 from lit_grpo.rewards.parsing import extract_answer, extract_option_letter
 from lit_grpo.rewards.registry import REWARDS, RewardFn, RewardSpec, build_reward, build_rewards, reward_info
 

@@ -34,7 +34,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
 from lit_grpo import distributed as D
-from lit_grpo.attention import AttentionConfig, AttentionMeter
+from lit_grpo.tasks.attention.meter import AttentionConfig, AttentionMeter
 from lit_grpo.config import EvalConfig, GRPOConfig, PerfConfig, check_settings
 from lit_grpo.data.datamodule import PromptBatch
 from lit_grpo.data.sample import check_prompt_lengths, prompt_limit

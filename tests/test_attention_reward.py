@@ -9,8 +9,8 @@ import torch
 from PIL import Image
 
 from lit_grpo import GRPOConfig, GRPOModule
-from lit_grpo.analysis import foreground_share, image_panel
-from lit_grpo.attention import AttentionConfig
+from lit_grpo.tasks.attention.analysis import foreground_share, image_panel
+from lit_grpo.tasks.attention.meter import AttentionConfig
 from lit_grpo.callbacks import AttentionOverlays
 from lit_grpo.data.datamodule import PromptBatch
 from lit_grpo.data.sample import render_messages

@@ -1,6 +1,6 @@
 """The official PhyX rule-mode scorer on hand-worked (prediction, gold) pairs, every branch of both rules.
 
-Each expectation was worked out by hand from the scorer's rule text (module docstring of ``lit_grpo.rewards.phyx``); the
+Each expectation was worked out by hand from the scorer's rule text (module docstring of ``lit_grpo.tasks.phyx.official``); the
 comment on each row gives the reasoning.
 """
 

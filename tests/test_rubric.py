@@ -7,7 +7,7 @@ import torch
 
 from lit_grpo.rewards import (STOPWORDS, OpenAccuracyReward, RewardOutput, RewardSpec, RubricReward, build_rewards,
                               combine_rubric, principle_match, score_completions, unit_match)
-from lit_grpo.rewards.rubric import principle_tokens
+from lit_grpo.tasks.phyx.rubric import principle_tokens
 
 PRINCIPLE = [  # (predicted, gold, paper rule, strict rule) -- worked out from the token sets by hand
     ("Laws of Thermodynamics", "Laws of Thermodynamics", 1.0, 1.0),

@@ -20,11 +20,11 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from lit_grpo.data import overlap
 from lit_grpo.data.io import hub_dataset_cached, is_local, offline, parse_slice
-from lit_grpo.data.physics import write_physics
-from lit_grpo.data.phyx import read_phyx
-from lit_grpo.data.puzzles import PuzzleConfig, write_puzzles
+from lit_grpo.tasks.phyx.physics import write_physics
+from lit_grpo.tasks.phyx.reader import read_phyx
+from lit_grpo.tasks.visualsphinx.puzzles import PuzzleConfig, write_puzzles
 from lit_grpo.data.sample import TEMPLATES, Sample, render_messages
-from lit_grpo.data.visualsphinx import read_visualsphinx
+from lit_grpo.tasks.visualsphinx.reader import read_visualsphinx
 from lit_grpo.errors import InputError
 from lit_grpo.progress import CountProgress
 from lit_grpo.ranges import Checked, Keys, Range, argument_types, check_arguments, raise_problems

@@ -6,7 +6,7 @@ A step needs three things from the policy model, and asks an engine for each:
 2. :meth:`RolloutEngine.logps`: per-token log-probs of a range of the rollout's rows, with or without grad,
    with the per-token entropy on request (the log-prob pass: old and reference log-probs; the update pass);
 3. :meth:`RolloutEngine.attention_logps`: the same log-probs from one full-sequence forward that the
-   attention capture (:class:`lit_grpo.attention.AttentionMeter`) watches, and the ASM it reads from it.
+   attention capture (:class:`lit_grpo.tasks.attention.meter.AttentionMeter`) watches, and the ASM it reads from it.
 
 Two engines implement it: :class:`~lit_grpo.rollout.plain.PlainEngine` (``transformers``' ``generate``, a
 full forward per pass) and :class:`~lit_grpo.rollout.shared.SharedPrefixEngine` (each prompt prefilled once
@@ -317,7 +317,7 @@ class RolloutEngine:
       float rounding, whatever the row range, and, for the sampling policy, the log-probs of the distribution the
       tokens were sampled from (the first importance ratio is 1).
     - ``attention_logps(model, rollout, rows, meter, images)``: ``logps(..., grad=False)`` computed by one
-      full-sequence forward with the meter's hooks on it, and the rows' :class:`~lit_grpo.attention.AttentionScores`
+      full-sequence forward with the meter's hooks on it, and the rows' :class:`~lit_grpo.tasks.attention.meter.AttentionScores`
       (``images[k]``: row ``k``'s PIL images); no second forward.
     """
 

@@ -1,8 +1,8 @@
 """Judge settings: the jury (K calls, quorum) and the OpenAI-compatible HTTP judge in :class:`JudgeConfig`;
-the offline judge's own settings in ``JudgeConfig.offline`` (:class:`~lit_grpo.rewards.judge.offline.OfflineJudgeConfig`).
+the offline judge's own settings in ``JudgeConfig.offline`` (:class:`~lit_grpo.tasks.phyx.judge.offline.OfflineJudgeConfig`).
 
-``base_url`` picks the judge (:func:`lit_grpo.rewards.judge.base.build_judge`): set, the HTTP client
-(:class:`~lit_grpo.rewards.judge.client.OpenAIJudge`); unset, the rule-based offline judge.
+``base_url`` picks the judge (:func:`lit_grpo.tasks.phyx.judge.base.build_judge`): set, the HTTP client
+(:class:`~lit_grpo.tasks.phyx.judge.client.OpenAIJudge`); unset, the rule-based offline judge.
 
 The API key is never a configuration value: ``api_key_env`` holds the *name* of an environment
 variable, read by the client for each request. A judge setting that holds a key (a field named like a
@@ -17,7 +17,7 @@ import difflib
 from typing import Annotated, Any
 
 from lit_grpo.ranges import Checked, Range
-from lit_grpo.rewards.judge.offline import OfflineJudgeConfig
+from lit_grpo.tasks.phyx.judge.offline import OfflineJudgeConfig
 from lit_grpo.secrets import find_credentials
 
 

@@ -12,7 +12,7 @@ Correctness scale (:func:`grade_open_answer`):
   only within the looser ``partial_rel_tol`` (default 5 %).
 - **0**: anything else, or no answer.
 
-Values are read by :func:`lit_grpo.units.split_quantity` (decimals, ``3.2 \\times 10^{-19}``), else by
+Values are read by :func:`lit_grpo.tasks.phyx.units.split_quantity` (decimals, ``3.2 \\times 10^{-19}``), else by
 ``math-verify`` for closed forms (``2\\sqrt{3}``, ``\\frac{3}{4}``) evaluated to a float and compared with
 OUR relative tolerance (math-verify alone rounds to 6 decimals, so 1.6e-19 would equal 3.2e-19, and
 drops units). A gold with free symbols (``mg\\sin\\theta``) is compared symbolically by math-verify
@@ -31,11 +31,11 @@ import threading
 from typing import Annotated
 
 from lit_grpo.ranges import Checked, Range
-from lit_grpo.rewards.judge.jury import Vote
-from lit_grpo.rewards.judge.prompts import JudgeItem, JudgeTask
+from lit_grpo.tasks.phyx.judge.jury import Vote
+from lit_grpo.tasks.phyx.judge.prompts import JudgeItem, JudgeTask
 from lit_grpo.rewards.parsing import extract_answer, extract_boxed, extract_tag
-from lit_grpo.rewards.rubric import principle_match, unit_match
-from lit_grpo.units import convert, looks_symbolic, normalise_unit_text, split_quantity, unit_readings
+from lit_grpo.tasks.phyx.rubric import principle_match, unit_match
+from lit_grpo.tasks.phyx.units import convert, looks_symbolic, normalise_unit_text, split_quantity, unit_readings
 
 
 def _math_verify_number(text: str) -> float | None:
