@@ -15,7 +15,7 @@ from lit_grpo.grpo import ADVANTAGE_SCALES, LOSS_OPTIONS
 from lit_grpo.objectives import LOSS_TYPES, SAMPLER_CORRECTION_MODES
 from lit_grpo.ranges import Checked, Range
 from lit_grpo.rewards import RewardSpec
-from lit_grpo.tasks.phyx.judge.config import JudgeConfig
+from lit_grpo.judge_config import JudgeConfig
 
 
 @dataclasses.dataclass

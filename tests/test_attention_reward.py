@@ -16,7 +16,8 @@ from lit_grpo.data.datamodule import PromptBatch
 from lit_grpo.data.sample import render_messages
 from lit_grpo.config import PerfConfig
 from lit_grpo.policy import PolicyConfig
-from lit_grpo.rewards import RewardSpec, attention_reward, required_columns
+from lit_grpo.rewards import RewardSpec, required_columns
+from lit_grpo.tasks.attention.reward import attention_reward
 from lit_grpo.rollout import SamplingConfig, encode_prompts
 
 REWARDS = [RewardSpec("format", kwargs={"tags": ["think"]}), RewardSpec("binary"), RewardSpec("attention", 0.5)]

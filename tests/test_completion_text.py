@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lit_grpo.policy import image_token_ids, stop_token_ids
-from lit_grpo.tasks.phyx.rewards import accuracy_reward, format_reward
+from lit_grpo.rewards.basic import accuracy_reward, format_reward
 from lit_grpo.rollout.engine import build_rollout
 from lit_grpo.testing.zoo import BUILDERS, build_vlm
 

@@ -8,7 +8,9 @@ import math
 
 import pytest
 
-from lit_grpo.rewards import REWARDS, phyx_extract, phyx_official_score
+from lit_grpo.rewards import REWARDS
+
+from lit_grpo.tasks.phyx.official import phyx_extract, phyx_official_score
 
 MCQ = [  # (prediction, gold, expected score)  # reason
     ("The answer is B", "B", 1.0),  # "answer", then the first capital A-D after it is the B -> equals gold

@@ -16,7 +16,7 @@ import math
 from typing import Annotated, Any
 
 from lit_grpo.ranges import Range
-from lit_grpo.tasks.phyx.rewards import DEFAULT_TAGS, accuracy_reward, format_score
+from lit_grpo.rewards.basic import DEFAULT_TAGS, accuracy_reward, format_score
 from lit_grpo.tasks.phyx.judge import ACCURACY, RUBRIC, Judge, JudgeConfig, JudgeItem, aggregate_votes, build_judge
 from lit_grpo.rewards.parsing import extract_tag, tagged_answer
 from lit_grpo.rewards.registry import RewardOutput, register_reward

@@ -24,13 +24,13 @@ needs some reasoning (correctness is capped at 1 when reasoning is 0).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 import threading
 from typing import Annotated
 
-from lit_grpo.ranges import Checked, Range
+from lit_grpo.judge_config import OfflineJudgeConfig
+from lit_grpo.ranges import Range
 from lit_grpo.tasks.phyx.judge.jury import Vote
 from lit_grpo.tasks.phyx.judge.prompts import JudgeItem, JudgeTask
 from lit_grpo.rewards.parsing import extract_answer, extract_boxed, extract_tag
@@ -151,18 +151,6 @@ def reasoning_score(think: str | None, min_words: int = 20) -> int:
     if not words:
         return 0
     return 2 if len(words) >= min_words and re.search(r"[0-9=]", think) else 1
-
-
-@dataclasses.dataclass
-class OfflineJudgeConfig(Checked):
-    """The offline judge's settings (``judge.offline``); the defaults are our documented choices."""
-
-    rel_tol: Annotated[float, Range(ge=0)] = 0.01
-    """Relative tolerance of a fully correct value."""
-    partial_rel_tol: Annotated[float, Range(ge=0)] = 0.05
-    """Relative tolerance of a partially correct value."""
-    min_reasoning_words: Annotated[int, Range(ge=0)] = 20
-    """Words in ``<think>`` for a reasoning score of 2."""
 
 
 class OfflineJudge:
