@@ -89,8 +89,7 @@ class PolicyModule(ShardingHooks, EvaluationHooks, L.LightningModule):
         self.stop_ids = stop_token_ids(self.policy, self.processor, policy.extra_stop_tokens)
         suppress = image_token_ids(self.policy, self.processor)
         self.register_buffer("suppress_ids", torch.tensor(suppress), persistent=False)
-        engine = build_engine(self.processor, self.layout, sampling, self.stop_ids, suppress, perf.share_prefix,
-                              perf.cache_image_features)
+        engine = build_engine(self.processor, self.layout, sampling, self.stop_ids, suppress, perf)
         self.passes = PolicyPasses(engine, grpo, sampling.max_completion_length,
                                    attention_meter=meter)
         self.strict_loading = False  # checkpoints hold only trainable weights; on_load_checkpoint checks them
@@ -283,6 +282,7 @@ class GRPOModule(PolicyModule):
         opt, sched = self.optimizers(), self.lr_schedulers()
         updates = self.passes.update_rows(rollout.num_completions) * self.cfg.num_iterations
         totals: dict[str, float] = {}
+        self.engine.release()  # no sampling until the next step's rollout
         for i, rows in enumerate(updates):
             opt.zero_grad()
             coef = self._entropy_coef()
@@ -292,9 +292,11 @@ class GRPOModule(PolicyModule):
             root = getattr(self._trainer.strategy, "model", None) if self._trainer is not None else None
             stats["grad_norm"] = float(D.clip_grad_norm(root, self.trainable_parameters(), clip))
             self._optimizer_step(opt, last=i == len(updates) - 1)
+            self.engine.update_weights(self.policy)  # the next rollout samples from these weights
             self._control_entropy(stats, coef)
             for k, v in stats.items():
                 totals[k] = totals.get(k, 0.0) + v / len(updates)
+        self.engine.resume()
         if sched is not None:
             sched.step()
         return totals

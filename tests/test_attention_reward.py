@@ -34,7 +34,7 @@ def test_attention_reward_reads_the_asm_column():
 def _module(tiny_model_dir, rewards=REWARDS, share_prefix=True, **grpo):
     return GRPOModule(policy=PolicyConfig(name_or_path=tiny_model_dir), rewards=rewards, grpo=GRPOConfig(**grpo),
                       sampling=SamplingConfig(num_generations=4, max_completion_length=10),
-                      perf=PerfConfig(share_prefix=share_prefix))
+                      perf=PerfConfig(engine="shared" if share_prefix else "plain"))
 
 
 def _batch(samples):
