@@ -64,10 +64,6 @@ def _plain(processor, layout: RowLayout, sampling: SamplingConfig, stop_ids: lis
 
 
 def build_engine(processor, layout: RowLayout, sampling: SamplingConfig, stop_ids: list[int], suppress_ids: list[int],
-                 perf: Any = None) -> RolloutEngine:
-    """The engine ``perf.engine`` names (default :class:`~lit_grpo.config.PerfConfig`: ``shared``)."""
-    if perf is None:
-        from lit_grpo.config import PerfConfig
-
-        perf = PerfConfig()
+                 perf: Any) -> RolloutEngine:
+    """The engine ``perf.engine`` names (``perf``: a :class:`~lit_grpo.config.PerfConfig`)."""
     return ENGINES.get(perf.engine)(processor, layout, sampling, stop_ids, suppress_ids, perf)
