@@ -86,7 +86,7 @@ class PeakHeap:
 def _setup(length: int, rows: int, fraction: float):
     from PIL import Image, ImageDraw
 
-    from lit_grpo.attention import AttentionConfig, AttentionMeter
+    from lit_grpo.tasks.attention.meter import AttentionConfig, AttentionMeter
     from lit_grpo.embedded import EmbeddedModelConfig, build_embedded_vlm
     from lit_grpo.rollout import Rollout, encode_prompts, repeat_rows
 

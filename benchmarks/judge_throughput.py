@@ -15,8 +15,8 @@ import argparse
 import multiprocessing as mp
 import time
 
-from lit_grpo.rewards.judge import ACCURACY, JudgeConfig, JudgeItem
-from lit_grpo.rewards.judge.client import OpenAIJudge
+from lit_grpo.tasks.phyx.judge import ACCURACY, JudgeConfig, JudgeItem
+from lit_grpo.tasks.phyx.judge.client import OpenAIJudge
 from lit_grpo.testing.loopback import LoopbackJudgeServer, votes_by_seed
 
 

@@ -66,8 +66,8 @@ def build_model(root: Path, image: str) -> str:
 
 
 def build_samples(root: Path, image: str, num: int = 64):
-    from lit_grpo.data.puzzles import write_puzzles
-    from lit_grpo.data.visualsphinx import read_visualsphinx
+    from lit_grpo.tasks.visualsphinx.puzzles import write_puzzles
+    from lit_grpo.tasks.visualsphinx.reader import read_visualsphinx
 
     path = root / "puzzles.parquet"
     if not path.is_file():
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
     import trl
 
     root = Path(args.root or tempfile.mkdtemp(prefix="vs_trl_"))
-    perf = {"share_prefix": False, "cache_image_features": False} if args.plain else {}
+    perf = {"engine": "plain", "cache_image_features": False} if args.plain else {}
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}, "
           f"{torch.get_num_threads()} threads; G={G}, {COMPLETIONS_PER_STEP} completions/step, "
           f"{MAX_TOKENS} completion tokens; median of {args.rounds} x {args.steps} steps after "

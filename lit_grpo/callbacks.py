@@ -105,7 +105,7 @@ class AttentionOverlays(L.Callback):
 
     def __init__(self, every_n_steps: int = 10, num_completions: int = 4, side: int = 384, scale: str = "fixed",
                  vmin: float = 0.125, vmax: float = 8.0):
-        from lit_grpo.heatmap import HeatScale
+        from lit_grpo.tasks.attention.heatmap import HeatScale
 
         self.every_n_steps, self.num_completions, self.side = every_n_steps, num_completions, side
         self.scale = HeatScale(scale, vmin, vmax)
@@ -119,9 +119,9 @@ class AttentionOverlays(L.Callback):
         self.log_attention(trainer, outputs["attention"], batch.samples, outputs["group_size"], trainer.global_step)
 
     def log_attention(self, trainer: L.Trainer, scores, samples, group_size: int, step: int) -> None:
-        """Write the overlays and the histogram of ``scores`` (:class:`~lit_grpo.attention.AttentionScores`) to the
+        """Write the overlays and the histogram of ``scores`` (:class:`~lit_grpo.tasks.attention.meter.AttentionScores`) to the
         trainer's loggers."""
-        from lit_grpo.analysis import foreground_share, image_panel
+        from lit_grpo.tasks.attention.analysis import foreground_share, image_panel
 
         asm = scores.asm[~torch.isnan(scores.asm)]
         if asm.numel():

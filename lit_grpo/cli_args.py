@@ -83,6 +83,8 @@ def _unknown(where: str, key: str, valid: list[str], tp: Any = None) -> ConfigEr
 
     if _without_none(tp) is SamplingConfig:  # a generation option the loss cannot model: refused with the reason
         return ConfigError(refuse_sampling_option(key))
+    if key in getattr(_without_none(tp), "renamed", {}):  # an option that was renamed: the error names the new one
+        return ConfigError(f"{where}: {key} is now {_without_none(tp).renamed[key]}")
     close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]}?)" if close else ""
     listed = ", ".join(sorted(valid)) if len(valid) <= 16 else "see --help"

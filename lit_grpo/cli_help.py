@@ -84,7 +84,7 @@ def _options(parser_class: type, cls: type, prefix: str) -> str:
 def reward_help(parser_class: type) -> str:
     """Every registered reward: its summary (the docstring's first paragraph), the columns it reads, and each
     option with its type, default and doc (from the reward's ``Args:`` section); then the fields of each settings
-    class an option takes as a mapping (a judge's :class:`~lit_grpo.rewards.judge.JudgeConfig`)."""
+    class an option takes as a mapping (a judge's :class:`~lit_grpo.tasks.phyx.judge.JudgeConfig`)."""
     from docstring_parser import DocstringStyle, parse
 
     from lit_grpo.rewards.registry import REWARDS, reward_info, reward_options, settings_class

@@ -9,13 +9,13 @@ that tie several options together."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from lit_grpo.grpo import ADVANTAGE_SCALES, LOSS_OPTIONS
 from lit_grpo.objectives import LOSS_TYPES, SAMPLER_CORRECTION_MODES
 from lit_grpo.ranges import Checked, Range
 from lit_grpo.rewards import RewardSpec
-from lit_grpo.rewards.judge.config import JudgeConfig
+from lit_grpo.judge_config import JudgeConfig
 
 
 @dataclasses.dataclass
@@ -157,14 +157,25 @@ class EvalConfig(Checked):
 
 @dataclasses.dataclass
 class PerfConfig(Checked):
-    """How much of each prompt is shared among its G completions."""
+    """The rollout engine, and how much of each prompt it shares among its G completions."""
 
-    share_prefix: bool = True
-    """Run each prompt once per pass (sampling, old log-probs, reference, update) and let its completions attend to
-    its cached keys and values; False = the plain path (every completion row carries its own prompt copy)."""
+    renamed: ClassVar[dict[str, str]] = {"share_prefix": "engine: shared (share_prefix true) or plain (false)"}
+    """Options that were renamed -> what replaces them (a config that sets one is refused, naming it)."""
+    engine: str = "shared"
+    """The registered rollout engine (:data:`lit_grpo.rollout.ENGINES`): ``shared`` runs each prompt once per pass
+    (sampling, old log-probs, reference, update) and lets its completions attend to its cached keys and values;
+    ``plain`` gives every completion row its own prompt copy (``transformers``' ``generate``, full forwards)."""
     cache_image_features: bool = True
-    """With ``share_prefix``: encode each prompt's images once per rollout and reuse them in every pass, when
+    """With the ``shared`` engine: encode each prompt's images once per rollout and reuse them in every pass, when
     the vision tower and projector are frozen; they are re-encoded in every pass when any of them trains."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        from lit_grpo.rollout import ENGINES
+
+        if self.engine not in ENGINES:
+            raise ValueError(f"perf.engine: unknown rollout engine {self.engine!r}; registered: "
+                             f"{', '.join(ENGINES.names())}")
 
 
 def check_settings(grpo: GRPOConfig, sampling) -> None:

@@ -8,8 +8,8 @@ NaN when it cannot score). The scorer is any registered reward (``accuracy`` for
 protocol, ``open_accuracy`` with a pass threshold for its open-ended protocol, ``phyx_official`` for
 PhyX's rule-mode scorer, ``binary`` for VisualSphinx); :func:`correctness` turns its values into 0/1.
 
-:func:`accuracy_table` gives accuracy overall, per PhyX domain and per reasoning type, as in the
-reward-design paper's tables; :func:`table_markdown` and :func:`table_csv` render it.
+:func:`accuracy_table` gives accuracy overall and per value of each field a task groups its table by
+(:data:`TABLE_GROUPS`: PhyX's domain and reasoning type, as in the reward-design paper's tables); :func:`table_markdown` and :func:`table_csv` render it.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from lit_grpo.data.phyx import DOMAINS, REASONING_TYPES
 from lit_grpo.data.sample import Sample
-from lit_grpo.rewards.judge.config import JudgeConfig
+from lit_grpo.judge_config import JudgeConfig
 from lit_grpo.rewards.parsing import extract_answer, extract_option_letter
+from lit_grpo.registry import Registry
 from lit_grpo.rewards.registry import REWARDS, RewardFn, RewardSpec, build_reward, build_rewards, reward_info
 
 if TYPE_CHECKING:
@@ -133,29 +133,39 @@ def _row(group: str, name: str, keyed: list[tuple[Any, float]]) -> dict[str, Any
             "correct": sum(v for v in values if not math.isnan(v))}
 
 
-def accuracy_table(records: list[dict[str, Any]], domains: tuple[str, ...] = DOMAINS,
-                   reasoning_types: tuple[str, ...] = REASONING_TYPES) -> list[dict[str, Any]]:
-    """Accuracy rows: ``overall``, then each domain, then each reasoning type that has a problem (a record counts
-    under every type it has), each ``{group, name, accuracy, se, problems, scored_problems, completions,
-    unscorable, correct}``.
+TABLE_GROUPS: Registry[tuple[str, ...]] = Registry("accuracy-table field", tasks=True)
+"""Record field -> its values in the order the accuracy table lists them; a task registers the fields its table
+groups by (PhyX: ``domain``, ``reasoning_type``). A record's field holds one value or a list of them."""
+
+
+def accuracy_table(records: list[dict[str, Any]],
+                   groups: dict[str, tuple[str, ...]] | None = None) -> list[dict[str, Any]]:
+    """Accuracy rows: ``overall``, then for each field of ``groups`` (default :data:`TABLE_GROUPS`) each of its
+    values that has a problem (a record counts under every value its field holds), each ``{group, name, accuracy,
+    se, problems, scored_problems, completions, unscorable, correct}``.
 
     A problem is a record ``id`` (each record its own problem when it has none); its accuracy is the share of its
     scorable completions that are correct (NaN excluded and counted in ``unscorable``). A row's accuracy is the
     mean of its problems' accuracies and ``se`` their standard error (over problems: completions of one problem are
     not independent), as the paper table of docs/paper_table.md; a row whose problems have no scorable completion has NaN
-    accuracy. Domain and reasoning-type rows appear when some record has a domain (PhyX), in the paper's order,
-    without the ones that have no problem.
+    accuracy. Group rows appear when some record has the first group's field (PhyX's domain), in the task's order,
+    without the values that have no problem.
     """
     keyed = [(r.get("id", f"#{i}"), r) for i, r in enumerate(records)]
     rows = [_row("overall", "all", [(pid, r["correct"]) for pid, r in keyed])]
-    if any(r.get("domain") for r in records):
-        groups = [("domain", d, lambda r, d=d: r.get("domain") == d) for d in domains]
-        groups += [("reasoning_type", t, lambda r, t=t: t in r.get("reasoning_type", [])) for t in reasoning_types]
-        for group, name, member in groups:
-            chosen = [(pid, r["correct"]) for pid, r in keyed if member(r)]
-            if chosen:
-                rows.append(_row(group, name, chosen))
+    groups = TABLE_GROUPS.entries() if groups is None else groups
+    if groups and any(r.get(next(iter(groups))) for r in records):
+        for field, values in groups.items():
+            for name in values:
+                chosen = [(pid, r["correct"]) for pid, r in keyed if _holds(r.get(field), name)]
+                if chosen:
+                    rows.append(_row(field, name, chosen))
     return rows
+
+
+def _holds(value: Any, name: str) -> bool:
+    """Whether a record field's ``value`` (one value or a list of them) holds ``name``."""
+    return name in value if isinstance(value, (list, tuple)) else value == name
 
 
 def _problems(n: int) -> str:

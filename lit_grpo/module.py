@@ -34,7 +34,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
 from lit_grpo import distributed as D
-from lit_grpo.attention import AttentionConfig, AttentionMeter
+from lit_grpo.tasks.attention.meter import AttentionConfig, AttentionMeter
 from lit_grpo.config import EvalConfig, GRPOConfig, PerfConfig, check_settings
 from lit_grpo.data.datamodule import PromptBatch
 from lit_grpo.data.sample import check_prompt_lengths, prompt_limit
@@ -89,8 +89,7 @@ class PolicyModule(ShardingHooks, EvaluationHooks, L.LightningModule):
         self.stop_ids = stop_token_ids(self.policy, self.processor, policy.extra_stop_tokens)
         suppress = image_token_ids(self.policy, self.processor)
         self.register_buffer("suppress_ids", torch.tensor(suppress), persistent=False)
-        engine = build_engine(self.processor, self.layout, sampling, self.stop_ids, suppress, perf.share_prefix,
-                              perf.cache_image_features)
+        engine = build_engine(self.processor, self.layout, sampling, self.stop_ids, suppress, perf)
         self.passes = PolicyPasses(engine, grpo, sampling.max_completion_length,
                                    attention_meter=meter)
         self.strict_loading = False  # checkpoints hold only trainable weights; on_load_checkpoint checks them
@@ -236,17 +235,29 @@ class GRPOModule(PolicyModule):
 
     # ----------------------------------------------------------------- training
     def training_step(self, batch: PromptBatch, batch_idx: int) -> dict[str, Any]:
+        """One GRPO step over ``B`` prompts, ``G`` completions each (``N = B * G`` rows on this rank, ``W`` ranks)."""
         start, g = time.perf_counter(), self.sampling.num_generations
-        rollout = self.rollout(batch, g)
-        logprobs = self.logprob_pass(batch, rollout, g)
+        # 1. Rollout: G completions per prompt from the engine, a prompt's G rows contiguous.
+        rollout = self.rollout(batch, g)  # completion_ids (N, T), completion_mask (N, T), truncated (N,)
+        # 2. Log-prob pass, no grad: old log-probs only when the update is not the rollout's first and only one
+        #    (num_iterations, steps_per_generation > 1, or a sampler that is not the policy), the reference's when
+        #    beta > 0; extra columns (the ASM) from the same forward.
+        logprobs = self.logprob_pass(batch, rollout, g)  # old_logps, ref_logps: (N, T) or None
+        # 3. Rewards: every configured reward over the completions and their columns, and the weighted total
+        #    (NaN: cannot score; such a completion gets advantage 0, never a 0 reward).
         reward_metrics: dict[str, float] = {}
-        per_reward, total = self.rewards(batch, rollout, g, metrics=reward_metrics, extra=logprobs.columns())
+        per_reward, total = self.rewards(batch, rollout, g, metrics=reward_metrics, extra=logprobs.columns())  # (N,)
+        # 4. Advantages over every rank's groups (a group's statistics need all G of its completions, and the
+        #    "batch" scaling every group); each rank keeps its own rows.
         rank, world = D.world()
         all_total = D.all_gather_cat(total.to(self.device)).cpu()  # (W * N,)
         advantages, extra = self.advantages(per_reward, all_total)  # (W * N,) over every rank's groups
         local_adv = advantages.reshape(world, -1)[rank].to(self.device)  # (N,)
+        # 5. Update: num_iterations * steps_per_generation optimizer updates over parts of the rollout, then the
+        #    scheduler once; the engine hears of each update (a sampler holding its own weights copies them).
         lr = self._lr()  # the lr this step's updates use (the scheduler steps after them)
         stats = self.update(rollout, local_adv, logprobs.old_logps, logprobs.ref_logps, logprobs)
+        # 6. Log: train/ figures at x = this step; what the callbacks see is returned.
         if logprobs.old_logps is not None and rollout.sampling_logps is not None:  # how far the sampler is off
             extra.update(sampler_metrics(logprobs.old_logps, rollout.sampling_logps, logprobs.sampler_ratio,
                                          rollout.completion_mask, lambda x: D.all_gather_cat(x.to(self.device))))
@@ -285,6 +296,7 @@ class GRPOModule(PolicyModule):
         opt, sched = self.optimizers(), self.lr_schedulers()
         updates = self.passes.update_rows(rollout.num_completions) * self.cfg.num_iterations
         totals: dict[str, float] = {}
+        self.engine.release()  # no sampling until the next step's rollout
         for i, rows in enumerate(updates):
             opt.zero_grad()
             coef = self._entropy_coef()
@@ -294,9 +306,11 @@ class GRPOModule(PolicyModule):
             root = getattr(self._trainer.strategy, "model", None) if self._trainer is not None else None
             stats["grad_norm"] = float(D.clip_grad_norm(root, self.trainable_parameters(), clip))
             self._optimizer_step(opt, last=i == len(updates) - 1)
+            self.engine.update_weights(self.policy)  # the next rollout samples from these weights
             self._control_entropy(stats, coef)
             for k, v in stats.items():
                 totals[k] = totals.get(k, 0.0) + v / len(updates)
+        self.engine.resume()
         if sched is not None:
             sched.step()
         return totals

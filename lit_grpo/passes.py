@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from lit_grpo import distributed as D
-from lit_grpo.attention import AttentionMeter, AttentionScores
+from lit_grpo.tasks.attention.meter import AttentionMeter, AttentionScores
 from lit_grpo.config import GRPOConfig
 from lit_grpo.grpo import grpo_loss
 from lit_grpo.objectives import entropy_threshold, high_entropy_mask, sampler_correction

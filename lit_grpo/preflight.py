@@ -128,7 +128,7 @@ def _check_rewards(init: dict[str, Any]) -> None:
 
 
 def _check_evaluation(init: dict[str, Any]) -> None:
-    from lit_grpo.rewards.judge.config import JudgeConfig
+    from lit_grpo.judge_config import JudgeConfig
 
     evaluation = init.get("evaluation") or {}
     where = "model.init_args.evaluation"

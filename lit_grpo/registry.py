@@ -1,17 +1,67 @@
-"""A name -> object registry that rejects duplicate names and lists the valid ones in its errors."""
+"""A name -> object registry that rejects duplicate names and lists the valid ones in its errors, and the
+discovery of tasks: the packages that register readers, rewards, templates... into the core's registries.
+
+The core never imports a task. A registry made with ``tasks=True`` imports them when a name is missing: one task
+at a time, until the name appears (so a run that names ``binary`` imports VisualSphinx's task only); listing the
+names (``names()``, an unknown name's error) imports them all. Tasks are found in two places:
+
+- each subpackage of :mod:`lit_grpo.tasks` (a folder dropped there needs no other line);
+- each entry point of the group ``lit_grpo.tasks`` of an installed distribution (a task outside this package:
+  ``[options.entry_points] lit_grpo.tasks = my_task = my_pkg.my_task`` in its ``setup.cfg``).
+
+An entry point would do for the tasks inside the package too; listing the folder keeps a source checkout or an
+editable install made before a task was added working without re-running ``pip install``.
+"""
 
 from __future__ import annotations
 
+import importlib
+import importlib.metadata
+import pkgutil
 from typing import Callable, Generic, TypeVar
 
 T = TypeVar("T")
+TASK_PACKAGE = "lit_grpo.tasks"
+"""The package whose subpackages are tasks, and the entry-point group of tasks outside it."""
+_pending: list[str] | None = None
+"""Task modules not imported yet, in discovery order (``None``: not listed yet)."""
+unloadable: dict[str, str] = {}
+"""Task module -> why it could not be imported (a package of its extra missing: ``pip install lit_grpo[phyx]``)."""
+
+
+def task_modules() -> list[str]:
+    """Every task module's dotted name: the subpackages of :data:`TASK_PACKAGE` (sorted), then the entry points of
+    the group :data:`TASK_PACKAGE`, each once."""
+    package = importlib.import_module(TASK_PACKAGE)
+    found = [f"{TASK_PACKAGE}.{m.name}" for m in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name)
+             if m.ispkg]
+    found += [ep.value.split(":")[0] for ep in importlib.metadata.entry_points(group=TASK_PACKAGE)]
+    return list(dict.fromkeys(found))
+
+
+def load_next_task() -> bool:
+    """Import the next task not imported yet; ``False`` when every task is imported."""
+    global _pending
+    if _pending is None:
+        _pending = task_modules()
+    if not _pending:
+        return False
+    name = _pending.pop(0)
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError as exc:  # a third-party package of the task's extra is not installed
+        if exc.name is None or exc.name.split(".")[0] == name.split(".")[0]:
+            raise
+        unloadable[name] = f"{exc}; pip install the extra that holds it"
+    return True
 
 
 class Registry(Generic[T]):
     """Registered objects by name; ``kind`` names what is registered in error messages."""
 
-    def __init__(self, kind: str):
-        self.kind = kind
+    def __init__(self, kind: str, tasks: bool = False):
+        self.kind, self.tasks = kind, tasks
+        """``tasks``: tasks register into it; a missing name imports them (:func:`load_next_task`)."""
         self._entries: dict[str, T] = {}
         self.aliases: dict[str, str] = {}
         """Alias -> the name it stands for."""
@@ -32,12 +82,24 @@ class Registry(Generic[T]):
 
     def get(self, name: str) -> T:
         """The entry called ``name``; an unknown name raises ``KeyError`` listing the valid ones."""
-        if name not in self._entries:
-            raise KeyError(f"unknown {self.kind} {name!r}; registered: {', '.join(sorted(self._entries))}")
+        if name not in self:
+            known = ", ".join(self.names())
+            missing = "".join(f"; task {t} not loaded: {why}" for t, why in unloadable.items()) if self.tasks else ""
+            raise KeyError(f"unknown {self.kind} {name!r}; registered: {known}{missing}")
         return self._entries[name]
 
     def names(self) -> list[str]:
-        return sorted(self._entries)
+        """Every registered name, sorted (with ``tasks``: after importing every task)."""
+        return sorted(self.entries())
+
+    def entries(self) -> dict[str, T]:
+        """Name -> entry in registration order (with ``tasks``: after importing every task)."""
+        while self.tasks and load_next_task():
+            pass
+        return dict(self._entries)
 
     def __contains__(self, name: str) -> bool:
+        """Whether ``name`` is registered (with ``tasks``: importing tasks one at a time until it is)."""
+        while isinstance(name, str) and name not in self._entries and self.tasks and load_next_task():
+            pass
         return name in self._entries

@@ -24,7 +24,7 @@ from lit_grpo.registry import Registry
 from lit_grpo.rewards import RewardSpec
 from lit_grpo.rollout import Rollout, SamplingConfig, completion_logps, encode_prompts
 
-REFERENCES: Registry[Callable[[Sample], str]] = Registry("reference response")
+REFERENCES: Registry[Callable[[Sample], str]] = Registry("reference response", tasks=True)
 
 
 @REFERENCES.register("boxed_explanation")

@@ -27,14 +27,14 @@ def tiny_model_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def puzzles_path(tmp_path_factory):
     """24 embedded puzzles in the VisualSphinx parquet layout."""
-    from lit_grpo.data.puzzles import write_puzzles
+    from lit_grpo.tasks.visualsphinx.puzzles import write_puzzles
 
     return str(write_puzzles(tmp_path_factory.mktemp("data") / "puzzles.parquet", num=24, seed=0))
 
 
 @pytest.fixture(scope="session")
 def puzzle_samples(puzzles_path):
-    from lit_grpo.data.visualsphinx import read_visualsphinx
+    from lit_grpo.tasks.visualsphinx.reader import read_visualsphinx
 
     ds = read_visualsphinx(puzzles_path)
     return [ds[i] for i in range(len(ds))]

@@ -35,7 +35,7 @@ FAMILIES = ["llava_next", "qwen2_vl", "qwen2_5_vl", "idefics3", "smolvlm", "llav
 CONFIGS = [f"{family}-{tuning}-{'gc' if gc else 'nogc'}"
            for family, tuning, gc in itertools.product(FAMILIES, ("lora", "full"), (False, True))]
 CONFIGS += ["llava_next-full-gc-bf16", "qwen2_vl-lora-nogc-bf16",  # trainer.precision bf16-mixed
-            "qwen2_5_vl-full-gc-plain", "idefics3-lora-nogc-plain"]  # the plain engine (perf.share_prefix false)
+            "qwen2_5_vl-full-gc-plain", "idefics3-lora-nogc-plain"]  # the plain engine (perf.engine plain)
 T = 10  # completion tokens
 
 if "fsdp_test_length" not in REWARDS:
@@ -133,7 +133,7 @@ def run(config: str, out: Path, zoo: Path, data: str, world_size: int) -> None:
         grpo=GRPOConfig(scale_rewards="batch", loss_type="dapo", max_grad_norm=0.05, micro_batch_size=4, beta=0.1,
                         num_iterations=2),
         sampling=SamplingConfig(num_generations=4, max_completion_length=6),
-        perf=PerfConfig(share_prefix="plain" not in extra),
+        perf=PerfConfig(engine="plain" if "plain" in extra else "shared"),
         optimizer=lambda params: torch.optim.AdamW(params, lr=1e-2, weight_decay=0.01))
     module.record = {"steps": []}
     trainer = L.Trainer(accelerator="cpu", devices=world_size, max_steps=3, logger=False, enable_checkpointing=False,

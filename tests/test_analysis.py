@@ -7,11 +7,11 @@ import pytest
 import torch
 from PIL import Image, ImageDraw
 
-from lit_grpo import analysis
+from lit_grpo.tasks.attention import analysis
 from lit_grpo.data.sample import Sample
 from lit_grpo.testing.zoo import build_vlm
 from lit_grpo.families import ImageGrid
-from lit_grpo.heatmap import RAMP, ROW
+from lit_grpo.tasks.attention.heatmap import RAMP, ROW
 
 
 def _sample(**kw):

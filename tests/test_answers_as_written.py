@@ -3,10 +3,10 @@ second squared, temperature differences (``Δ°C``, ``C°``), ``deg C``; never a
 
 import pytest
 
-from lit_grpo.rewards.judge.offline import grade_open_answer
+from lit_grpo.tasks.phyx.judge.offline import grade_open_answer
 from lit_grpo.rewards.parsing import extract_answer_letter, extract_option_letter
-from lit_grpo.rewards.rubric import unit_match
-from lit_grpo.units import convert, derive_unit, parse_unit, registry, same_unit, unit_readings
+from lit_grpo.tasks.phyx.rubric import unit_match
+from lit_grpo.tasks.phyx.units import convert, derive_unit, parse_unit, registry, same_unit, unit_readings
 
 LETTERS = [  # (answer field, the letter it gives; None = no letter, never a wrong one)
     ("The answer is C because I computed the integral.", "C"),

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from conftest import FAMILIES
 from PIL import Image, ImageDraw
 
-from lit_grpo.attention import (AttentionCapture, AttentionConfig, AttentionMeter, GridWeights, attention_rows,
+from lit_grpo.tasks.attention.meter import (AttentionCapture, AttentionConfig, AttentionMeter, GridWeights, attention_rows,
                                 foreground_mask, grid_maps, image_heatmap, row_token_mean, resize_matrix, token_scores)
 from lit_grpo.testing.zoo import build_vlm
 from lit_grpo.families import ImageGrid, family_for, row_layout

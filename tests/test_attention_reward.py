@@ -9,14 +9,15 @@ import torch
 from PIL import Image
 
 from lit_grpo import GRPOConfig, GRPOModule
-from lit_grpo.analysis import foreground_share, image_panel
-from lit_grpo.attention import AttentionConfig
+from lit_grpo.tasks.attention.analysis import foreground_share, image_panel
+from lit_grpo.tasks.attention.meter import AttentionConfig
 from lit_grpo.callbacks import AttentionOverlays
 from lit_grpo.data.datamodule import PromptBatch
 from lit_grpo.data.sample import render_messages
 from lit_grpo.config import PerfConfig
 from lit_grpo.policy import PolicyConfig
-from lit_grpo.rewards import RewardSpec, attention_reward, required_columns
+from lit_grpo.rewards import RewardSpec, required_columns
+from lit_grpo.tasks.attention.reward import attention_reward
 from lit_grpo.rollout import SamplingConfig, encode_prompts
 
 REWARDS = [RewardSpec("format", kwargs={"tags": ["think"]}), RewardSpec("binary"), RewardSpec("attention", 0.5)]
@@ -33,7 +34,7 @@ def test_attention_reward_reads_the_asm_column():
 def _module(tiny_model_dir, rewards=REWARDS, share_prefix=True, **grpo):
     return GRPOModule(policy=PolicyConfig(name_or_path=tiny_model_dir), rewards=rewards, grpo=GRPOConfig(**grpo),
                       sampling=SamplingConfig(num_generations=4, max_completion_length=10),
-                      perf=PerfConfig(share_prefix=share_prefix))
+                      perf=PerfConfig(engine="shared" if share_prefix else "plain"))
 
 
 def _batch(samples):

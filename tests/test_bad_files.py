@@ -16,11 +16,11 @@ import pytest
 
 from lit_grpo.cli import main
 from lit_grpo.data.io import open_table
-from lit_grpo.data.phyx import read_phyx
-from lit_grpo.data.phyx_write import prerendered_row, raw_row
-from lit_grpo.data.puzzles import write_puzzles
+from lit_grpo.tasks.phyx.reader import read_phyx
+from lit_grpo.tasks.phyx.writer import prerendered_row, raw_row
+from lit_grpo.tasks.visualsphinx.puzzles import write_puzzles
 from lit_grpo.data.sample import BadRowError
-from lit_grpo.data.visualsphinx import read_visualsphinx
+from lit_grpo.tasks.visualsphinx.reader import read_visualsphinx
 from lit_grpo.errors import InputError
 from tiny_runs import fit_args
 

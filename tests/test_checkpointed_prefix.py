@@ -115,7 +115,7 @@ def test_module_shares_the_prefix_under_gradient_checkpointing(tiny_model_dir):
     from lit_grpo.rewards import RewardSpec
     from lit_grpo.rollout import PlainEngine, SharedPrefixEngine
 
-    for perf, shared in ((PerfConfig(), True), (PerfConfig(share_prefix=False), False)):
+    for perf, shared in ((PerfConfig(), True), (PerfConfig(engine="plain"), False)):
         module = GRPOModule(policy=PolicyConfig(name_or_path=tiny_model_dir, gradient_checkpointing=True),
                             rewards=[RewardSpec("binary")], perf=perf)
         assert isinstance(module.engine, SharedPrefixEngine if shared else PlainEngine)

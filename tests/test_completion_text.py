@@ -60,6 +60,7 @@ def test_both_engines_decode_what_they_sampled_the_same_way(share_prefix):
     """Sampled completions of the embedded model: each text is its ids inside the mask, without padding, stop and
     image tokens, every other special token kept."""
     from lit_grpo.families import row_layout
+    from lit_grpo.config import PerfConfig
     from lit_grpo.rollout import SamplingConfig, build_engine, encode_prompts
 
     from PIL import Image
@@ -70,7 +71,7 @@ def test_both_engines_decode_what_they_sampled_the_same_way(share_prefix):
     messages = [[{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "How many red shapes?"}]}]]
     enc = encode_prompts(processor, messages, [[Image.new("RGB", (56, 56), "white")]])
     engine = build_engine(processor, row_layout(model, processor), SamplingConfig(num_generations=8,
-                          max_completion_length=24), stop, image, share_prefix, True)
+                          max_completion_length=24), stop, image, PerfConfig(engine="shared" if share_prefix else "plain"))
     user = tok.convert_tokens_to_ids("<|user|>")  # a special token of the chat template, made likely to be sampled
     hook = model.lm_head.register_forward_hook(lambda mod, args, out: out.index_add(
         -1, torch.tensor([user]), torch.full((*out.shape[:-1], 1), 4.0)))

@@ -43,13 +43,13 @@ REFUSED_FLAGS = {"--model.init_args.sampling.repetition_penalty"}
 # A page another change writes; linked from here before it lands.
 WRITTEN_ELSEWHERE = {"docs/attention_sweep.md"}
 # The package's command lines (``python -m <module>``) whose commands are parsed here.
-PACKAGE_CLIS = ("lit_grpo", "lit_grpo.experiments")
+PACKAGE_CLIS = ("lit_grpo", "lit_grpo.tasks.phyx.experiments")
 
 
 def _parser(module: str):
     """What reads a command line of ``module`` (``main`` exits after ``--print_config`` or ``--help``)."""
-    if module == "lit_grpo.experiments":
-        from lit_grpo.experiments import parse
+    if module == "lit_grpo.tasks.phyx.experiments":
+        from lit_grpo.tasks.phyx.experiments import parse
 
         return parse
     from lit_grpo.cli import main
@@ -78,7 +78,7 @@ def documented_commands() -> list[tuple[str, str]]:
 
 
 def _entry(command: str) -> tuple[str, list[str]] | None:
-    """``("lit_grpo" | "lit_grpo.experiments", args)`` for a command that runs one of the package's CLIs."""
+    """``("lit_grpo" | "lit_grpo.tasks.phyx.experiments", args)`` for a command that runs one of the package's CLIs."""
     words = shlex.split(command)
     while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):  # OMP_NUM_THREADS=1 ...
         words.pop(0)

@@ -7,7 +7,8 @@ import pytest
 from lit_grpo.data.sample import Sample
 from lit_grpo.evaluation import (accuracy_table, build_records, build_scorer, correctness, extracted_answer, scalar_name,
                                  table_csv, table_markdown)
-from lit_grpo.rewards import OpenAccuracyReward, RewardSpec, accuracy_reward
+from lit_grpo.rewards import RewardSpec, accuracy_reward
+from lit_grpo.tasks.phyx.judged import OpenAccuracyReward
 
 NAN = math.nan
 RECORDS = [

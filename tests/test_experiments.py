@@ -1,4 +1,4 @@
-"""The experiment runner (``python -m lit_grpo.experiments phyx``): its tables from hand-worked predictions, the
+"""The experiment runner (``python -m lit_grpo.tasks.phyx.experiments phyx``): its tables from hand-worked predictions, the
 within-group spread, and the whole plumbing end to end on 1-step runs of a tiny model with a scripted policy."""
 
 import csv
@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lit_grpo.experiments import parse
-from lit_grpo.experiments import execute
-from lit_grpo.experiments.report import (paired_change, per_problem, pooled, reward_of, row_cells, seed_table,
+from lit_grpo.tasks.phyx.experiments import parse
+from lit_grpo.tasks.phyx.experiments import execute
+from lit_grpo.tasks.phyx.experiments.report import (paired_change, per_problem, pooled, reward_of, row_cells, seed_table,
                                          table_markdown)
-from lit_grpo.experiments.spread import GroupSpread, group_spread
+from lit_grpo.tasks.phyx.experiments.spread import GroupSpread, group_spread
 from lit_grpo.module import GRPOModule
 
 
@@ -230,7 +230,7 @@ def test_runner_end_to_end_on_a_tiny_model(tmp_path, tiny_model_dir, scripted_po
 def test_seeds_section_ranks_per_seed_and_pools_over_seeds():
     """The report's seed part from hand-made per-problem accuracies (MCQ: SFT 0.25 per problem; seed 0: Fmt + Acc
     1, 0.5; seed 1: Fmt + Acc 0.5, 0.5, Rubric not run yet)."""
-    from lit_grpo.experiments.summary import _seeds_section
+    from lit_grpo.tasks.phyx.experiments.summary import _seeds_section
 
     exp = parse(["phyx", "--config", "configs/experiments/phyx_demo.yaml", "--seeds", "[0, 1]"])
     exp.formats = exp.formats[:1]
@@ -252,7 +252,7 @@ def test_seeds_section_ranks_per_seed_and_pools_over_seeds():
     (["--jobs", "0"], "error: phyx: jobs must be >= 1 (runs at once), got 0"),
 ])
 def test_runner_settings_out_of_range_are_one_line(capsys, args, message):
-    from lit_grpo.experiments import parse
+    from lit_grpo.tasks.phyx.experiments import parse
 
     with pytest.raises(SystemExit) as exit_:
         parse(["phyx", "--config", "configs/experiments/phyx_demo.yaml", *args])

@@ -233,7 +233,7 @@ def test_every_row_sees_exactly_its_prompts_images(family, sizes, zoo_dir):
     """Prompts with 1 and 3 images (same-size images, so that per-image and per-row counts coincide, and different
     sizes), G=2, micro-batches that split groups: on the plain path, the shared prefix (image features reused and
     re-encoded) and the attention-capture pass, every row's log-probs and ASM equal that row computed alone."""
-    from lit_grpo.attention import AttentionMeter
+    from lit_grpo.tasks.attention.meter import AttentionMeter
     from lit_grpo.rollout import SamplingConfig, SharedPrefixEngine
 
     model, processor = load_policy(PolicyConfig(name_or_path=zoo_dir(family), lora=LoRAConfig(r=4, alpha=8)))

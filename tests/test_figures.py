@@ -8,7 +8,7 @@ import pytest
 from PIL import Image
 
 from lit_grpo.curves import curve_images, curve_panels, curve_plot, y_limits
-from lit_grpo.heatmap import panel
+from lit_grpo.tasks.attention.heatmap import panel
 
 ROWS = [  # five validations of a run that learns: sampled accuracy 0.72 -> 0.90, greedy flat at 1.0
     {"step": s, "val/sampled/reward/binary": v, "val/sampled/reward/binary_se": e, "val/greedy/reward/binary": 1.0,
@@ -84,7 +84,7 @@ def test_two_checkpoints_compare_with_standard_errors_and_a_paired_difference():
     """Samples 1-3 in group "a", 4 in "b"; A = 0.10, 0.20, 0.30, 0.40; B = 0.14, 0.22, 0.37, 0.41.
     Group a: A mean 0.2, SE std([.1, .2, .3]) / sqrt(3) = 0.1 / 1.7321 = 0.057735; B mean 0.243333;
     paired differences 0.04, 0.02, 0.07: mean 0.043333, SE std = 0.025166 / 1.7321 = 0.014530."""
-    from lit_grpo.analysis import checkpoint_table
+    from lit_grpo.tasks.attention.analysis import checkpoint_table
 
     groups = ["a", "a", "a", "b"]
     table = checkpoint_table({

@@ -7,7 +7,8 @@ outside <think> overrides an earlier one; a letter counts only where it stands a
 import pytest
 
 from lit_grpo.evaluation import extracted_answer
-from lit_grpo.rewards import OpenAccuracyReward, RubricReward, accuracy_reward, extract_tag, format_reward
+from lit_grpo.rewards import accuracy_reward, extract_tag, format_reward
+from lit_grpo.tasks.phyx.judged import OpenAccuracyReward, RubricReward
 from lit_grpo.rewards.parsing import extract_answer, extract_option_letter
 
 QUOTED = [  # (completion, graded <answer>) -- one quoted pair inside <think>, in several spellings

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
-from lit_grpo import heatmap
-from lit_grpo.heatmap import RAMP, ROW, HeatScale, panel
+from lit_grpo.tasks.attention import heatmap
+from lit_grpo.tasks.attention.heatmap import RAMP, ROW, HeatScale, panel
 
 VIRIDIS_MID = np.array([33, 145, 140]) / 255  # matplotlib's viridis at 0.5
 

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from lit_grpo.attention import AttentionConfig
+from lit_grpo.tasks.attention.meter import AttentionConfig
 from lit_grpo.cli import GRPOCLI, main
 from lit_grpo.cli_args import prepare_args
 from lit_grpo.cli_help import help_args

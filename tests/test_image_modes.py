@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from lit_grpo.attention import foreground_mask
+from lit_grpo.tasks.attention.meter import foreground_mask
 from lit_grpo.data.images import decode_image
 from lit_grpo.data.sample import BadRowError
 
@@ -136,7 +136,7 @@ def test_a_16_bit_png_in_a_dataset_reads_as_its_grey_levels(tmp_path):
     """A VisualSphinx parquet whose image is a 16-bit grayscale PNG (values 771..65535) reads as 3..255."""
     import pandas as pd
 
-    from lit_grpo.data.visualsphinx import read_visualsphinx
+    from lit_grpo.tasks.visualsphinx.reader import read_visualsphinx
 
     png = _png(Image.fromarray(np.array([[771, 65535], [32896, 12850]], dtype=np.uint16)))
     pd.DataFrame([{"id": "a", "images": [{"bytes": png, "path": None}], "problem": "Which?", "choice":

@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from lit_grpo.rewards.judge import (ACCURACY, RUBRIC, JudgeConfig, JudgeItem, JudgeUnavailableError, aggregate_votes,
+from lit_grpo.tasks.phyx.judge import (ACCURACY, RUBRIC, JudgeConfig, JudgeItem, JudgeUnavailableError, aggregate_votes,
                                     build_judge)
-from lit_grpo.rewards.judge.client import OpenAIJudge, parse_retry_after
+from lit_grpo.tasks.phyx.judge.client import OpenAIJudge, parse_retry_after
 from lit_grpo.testing.loopback import LoopbackJudgeServer, Reply, votes_by_seed
-from lit_grpo.rewards.judge.prompts import CLOSE, OPEN
+from lit_grpo.tasks.phyx.judge.prompts import CLOSE, OPEN
 
 FAST = dict(timeout_s=0.3, call_deadline_s=3.0, step_deadline_s=5.0, backoff_s=0.01, backoff_max_s=0.05,
             max_retries=3, api_key_env=None)

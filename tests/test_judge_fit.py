@@ -9,7 +9,7 @@ import torch
 import yaml
 
 from lit_grpo.cli import main
-from lit_grpo.rewards.judge import JudgeUnavailableError
+from lit_grpo.tasks.phyx.judge import JudgeUnavailableError
 from lit_grpo.testing.loopback import LoopbackJudgeServer, Reply, votes_by_seed
 
 KEY_ENV = "LIT_GRPO_TEST_JUDGE_KEY"

@@ -10,9 +10,9 @@ import zlib
 
 import pytest
 
-from lit_grpo.rewards.judge import ACCURACY, RUBRIC, JudgeConfig, JudgeItem, JudgeUnavailableError
-from lit_grpo.rewards.judge.client import OpenAIJudge
-from lit_grpo.rewards.judge.jury import VerdictError, final_channel, flat_objects, parse_vote_strict, parse_vote_tolerant
+from lit_grpo.tasks.phyx.judge import ACCURACY, RUBRIC, JudgeConfig, JudgeItem, JudgeUnavailableError
+from lit_grpo.tasks.phyx.judge.client import OpenAIJudge
+from lit_grpo.tasks.phyx.judge.jury import VerdictError, final_channel, flat_objects, parse_vote_strict, parse_vote_tolerant
 from lit_grpo.testing.loopback import LoopbackJudgeServer, Reply
 
 FAST = dict(timeout_s=2.0, call_deadline_s=4.0, step_deadline_s=6.0, backoff_s=0.01, backoff_max_s=0.05,
@@ -178,7 +178,7 @@ def test_a_compressed_reply_within_the_limit_is_read():
 def test_a_client_whose_loop_stalls_fails_its_calls_naming_the_endpoint(monkeypatch):
     """Whatever blocks the client's event loop (here: reading a reply takes 3 s of CPU), the step ends within
     ``step_deadline_s`` + the grace with every call failed and counted, never a bare TimeoutError."""
-    import lit_grpo.rewards.judge.client as client
+    import lit_grpo.tasks.phyx.judge.client as client
 
     monkeypatch.setattr(client, "LOOP_GRACE_S", 0.2)
     real = OpenAIJudge._read

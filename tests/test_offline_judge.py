@@ -2,8 +2,8 @@
 
 import pytest
 
-from lit_grpo.rewards.judge import ACCURACY, RUBRIC, JudgeConfig, JudgeItem, OfflineJudgeConfig, build_judge
-from lit_grpo.rewards.judge.offline import OfflineJudge, grade_open_answer, read_quantity, reasoning_score
+from lit_grpo.tasks.phyx.judge import ACCURACY, RUBRIC, JudgeConfig, JudgeItem, OfflineJudgeConfig, build_judge
+from lit_grpo.tasks.phyx.judge.offline import OfflineJudge, grade_open_answer, read_quantity, reasoning_score
 
 GRADE = [  # (answer, gold, expected): 2 = value within 1 % in the gold unit; 1 = right number with a missing or
     # wrong unit, or within 5 %; 0 = otherwise

@@ -14,9 +14,9 @@ from torch.utils.data import Subset
 
 from lit_grpo.data import DatasetSpec, VLMDataModule
 from lit_grpo.data.overlap import find_overlap, normalise_question
-from lit_grpo.data.phyx import read_phyx
-from lit_grpo.data.phyx_write import write_phyx
-from lit_grpo.data.physics import write_physics
+from lit_grpo.tasks.phyx.reader import read_phyx
+from lit_grpo.tasks.phyx.writer import write_phyx
+from lit_grpo.tasks.phyx.physics import write_physics
 
 
 def _oracle(train, evals) -> set[int]:

@@ -8,9 +8,9 @@ import re
 import pytest
 from PIL import Image
 
-from lit_grpo.data.phyx import DOMAINS, canonical_domain, parse_option_list, read_phyx
-from lit_grpo.data.physics import PROBLEMS, generate_items, write_physics
-from lit_grpo.units import derive_unit, split_quantity
+from lit_grpo.tasks.phyx.reader import DOMAINS, canonical_domain, parse_option_list, read_phyx
+from lit_grpo.tasks.phyx.physics import PROBLEMS, generate_items, write_physics
+from lit_grpo.tasks.phyx.units import derive_unit, split_quantity
 
 NUM = r"(-?\d+(?:\.\d+)?)"
 

@@ -8,12 +8,12 @@ import re
 import pytest
 from PIL import Image
 
-from lit_grpo.data.phyx import DOMAINS, parse_option_list, read_phyx
-from lit_grpo.data.physics import READABLE, generate_items, write_physics
-from lit_grpo.rewards import principle_match
+from lit_grpo.tasks.phyx.reader import DOMAINS, parse_option_list, read_phyx
+from lit_grpo.tasks.phyx.physics import READABLE, generate_items, write_physics
+from lit_grpo.tasks.phyx.rubric import principle_match
 from lit_grpo.rewards.registry import REWARDS, RewardSpec, build_reward
 from lit_grpo.sft import physics_tags
-from lit_grpo.units import split_quantity
+from lit_grpo.tasks.phyx.units import split_quantity
 
 NUM = r"(\d+(?:\.\d+)?)"
 

@@ -8,9 +8,9 @@ import datasets
 import pytest
 from PIL import Image
 
-from lit_grpo.data import phyx as P
-from lit_grpo.data.phyx import canonical_domain, parse_options_string, parse_reasoning_types, read_phyx
-from lit_grpo.data.phyx_write import options_string, write_phyx
+from lit_grpo.tasks.phyx import reader as P
+from lit_grpo.tasks.phyx.reader import canonical_domain, parse_options_string, parse_reasoning_types, read_phyx
+from lit_grpo.tasks.phyx.writer import options_string, write_phyx
 from lit_grpo.data.sample import Sample
 from lit_grpo.data.sample import render_messages
 
@@ -234,7 +234,7 @@ def test_physics_rubric_template():
 
 def test_the_image_folders_looked_in_are_each_named_once(tmp_path):
     """Split ``test``: ``{split}/{split}_image`` and ``test/test_image`` are one folder, listed once."""
-    from lit_grpo.data.phyx import _image_dirs
+    from lit_grpo.tasks.phyx.reader import _image_dirs
 
     (tmp_path / "test" / "test_image").mkdir(parents=True)
     (tmp_path / "rows.jsonl").write_text("")

@@ -1,6 +1,6 @@
 """The official PhyX rule-mode scorer on hand-worked (prediction, gold) pairs, every branch of both rules.
 
-Each expectation was worked out by hand from the scorer's rule text (module docstring of ``lit_grpo.rewards.phyx``); the
+Each expectation was worked out by hand from the scorer's rule text (module docstring of ``lit_grpo.tasks.phyx.official``); the
 comment on each row gives the reasoning.
 """
 
@@ -8,7 +8,9 @@ import math
 
 import pytest
 
-from lit_grpo.rewards import REWARDS, phyx_extract, phyx_official_score
+from lit_grpo.rewards import REWARDS
+
+from lit_grpo.tasks.phyx.official import phyx_extract, phyx_official_score
 
 MCQ = [  # (prediction, gold, expected score)  # reason
     ("The answer is B", "B", 1.0),  # "answer", then the first capital A-D after it is the B -> equals gold

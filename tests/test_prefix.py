@@ -198,18 +198,18 @@ def test_module_passes_equal_plain_path(lora, tiny_model_dir, puzzle_samples):
 
 
 def test_plain_path_when_off(tiny_model_dir):
-    assert isinstance(_module(tiny_model_dir, True, share_prefix=False).engine, PlainEngine)
+    assert isinstance(_module(tiny_model_dir, True, engine="plain").engine, PlainEngine)
 
 
 def test_perf_options_are_config_parameters(capsys):
-    """docs/performance.md's override turns the shared prefix off; the defaults are on."""
+    """docs/performance.md's override picks the plain engine; the default is the shared-prefix one."""
     import yaml
 
     from lit_grpo.cli import main
 
-    for extra, expected in (([], {"share_prefix": True, "cache_image_features": True}),
-                            (["--model.init_args.perf.share_prefix", "false"],
-                             {"share_prefix": False, "cache_image_features": True})):
+    for extra, expected in (([], {"engine": "shared", "cache_image_features": True}),
+                            (["--model.init_args.perf.engine", "plain"],
+                             {"engine": "plain", "cache_image_features": True})):
         with pytest.raises(SystemExit):
             main(["fit", "--config", "configs/demo.yaml", *extra, "--print_config"])
         assert yaml.safe_load(capsys.readouterr().out)["model"]["init_args"]["perf"] == expected

@@ -88,13 +88,13 @@ ANY_FINITE = {"seed", "weight", "pass_threshold"}
 
 
 def _option_types():
-    from lit_grpo.attention import AttentionConfig
+    from lit_grpo.tasks.attention.meter import AttentionConfig
     from lit_grpo.config import EvalConfig, GRPOConfig, PerfConfig
     from lit_grpo.data.datamodule import VLMDataModule, generator_option_types
     from lit_grpo.embedded import EmbeddedModelConfig
     from lit_grpo.policy import LoRAConfig, PolicyConfig
-    from lit_grpo.rewards.judge import JudgeConfig
-    from lit_grpo.rewards.judge.offline import OfflineJudgeConfig
+    from lit_grpo.tasks.phyx.judge import JudgeConfig
+    from lit_grpo.tasks.phyx.judge.offline import OfflineJudgeConfig
     from lit_grpo.rewards.registry import REWARDS, RewardSpec, reward_option_types
     from lit_grpo.rollout import SamplingConfig
 
@@ -301,7 +301,7 @@ def _python_cases():
     from lit_grpo.data.datamodule import DatasetSpec, VLMDataModule
     from lit_grpo.policy import LoRAConfig
     from lit_grpo.rewards import RewardSpec
-    from lit_grpo.rewards.judge import JudgeConfig
+    from lit_grpo.tasks.phyx.judge import JudgeConfig
     from lit_grpo.rollout import SamplingConfig
 
     return [

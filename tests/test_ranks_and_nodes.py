@@ -57,7 +57,7 @@ def runs(tmp_path_factory):
     """sharded: 4 uninterrupted steps on 1 node x 2 processes; nodes: resumed at step 2 on 2 nodes x 1 process;
     ddp: 4 uninterrupted steps on 2 processes; ddp_resumed: resumed at step 2; evaluated: ``validate`` of the sharded
     run's last checkpoint on one process (several launches at a time)."""
-    from lit_grpo.data.puzzles import write_puzzles
+    from lit_grpo.tasks.visualsphinx.puzzles import write_puzzles
     from lit_grpo.embedded import save_embedded_vlm
 
     root = tmp_path_factory.mktemp("ranks")

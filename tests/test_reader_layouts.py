@@ -13,9 +13,9 @@ import pytest
 from PIL import Image
 
 from lit_grpo.data import BadRowError
-from lit_grpo.data.phyx import read_phyx
-from lit_grpo.data.phyx_write import prerendered_row, raw_row
-from lit_grpo.data.visualsphinx import read_visualsphinx
+from lit_grpo.tasks.phyx.reader import read_phyx
+from lit_grpo.tasks.phyx.writer import prerendered_row, raw_row
+from lit_grpo.tasks.visualsphinx.reader import read_visualsphinx
 
 
 def _png(colour=(90, 90, 90)) -> bytes:

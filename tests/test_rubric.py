@@ -5,9 +5,12 @@ import math
 import pytest
 import torch
 
-from lit_grpo.rewards import (STOPWORDS, OpenAccuracyReward, RewardOutput, RewardSpec, RubricReward, build_rewards,
-                              combine_rubric, principle_match, score_completions, unit_match)
-from lit_grpo.rewards.rubric import principle_tokens
+from lit_grpo.rewards import RewardOutput, RewardSpec, build_rewards, score_completions
+
+from lit_grpo.tasks.phyx.rubric import STOPWORDS, combine_rubric, principle_match, unit_match
+
+from lit_grpo.tasks.phyx.judged import OpenAccuracyReward, RubricReward
+from lit_grpo.tasks.phyx.rubric import principle_tokens
 
 PRINCIPLE = [  # (predicted, gold, paper rule, strict rule) -- worked out from the token sets by hand
     ("Laws of Thermodynamics", "Laws of Thermodynamics", 1.0, 1.0),

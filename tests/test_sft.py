@@ -102,8 +102,8 @@ def test_demo_sft_config_produces_a_loadable_checkpoint(tmp_path):
 @pytest.mark.slow
 def test_shipped_demo_checkpoint_follows_the_format(tmp_path):
     """checkpoints/demo/ (the SFT warm start) boxes an option label on >= 80% of 64 held-out puzzles, greedily."""
-    from lit_grpo.data.puzzles import PuzzleConfig, write_puzzles
-    from lit_grpo.data.visualsphinx import read_visualsphinx
+    from lit_grpo.tasks.visualsphinx.puzzles import PuzzleConfig, write_puzzles
+    from lit_grpo.tasks.visualsphinx.reader import read_visualsphinx
     from lit_grpo.module import EvalConfig
     from lit_grpo.rollout import SamplingConfig
 

@@ -8,9 +8,9 @@ import math
 
 import pytest
 
-from lit_grpo.rewards import unit_match
-from lit_grpo.rewards.judge.offline import grade_open_answer
-from lit_grpo.units import convert, derive_unit, parse_unit, registry, same_unit, split_quantity
+from lit_grpo.tasks.phyx.rubric import unit_match
+from lit_grpo.tasks.phyx.judge.offline import grade_open_answer
+from lit_grpo.tasks.phyx.units import convert, derive_unit, parse_unit, registry, same_unit, split_quantity
 
 U = registry()
 OHM_SIGN, OMEGA = "\u2126", "\u03a9"

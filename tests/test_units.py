@@ -2,7 +2,7 @@
 
 import pytest
 
-from lit_grpo.units import (convert, derive_unit, normalise_unit_text, parse_unit, registry, same_unit, split_quantity,
+from lit_grpo.tasks.phyx.units import (convert, derive_unit, normalise_unit_text, parse_unit, registry, same_unit, split_quantity,
                             to_quantity)
 
 U = registry()

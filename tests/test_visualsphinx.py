@@ -8,7 +8,7 @@ import datasets
 import pytest
 from PIL import Image
 
-from lit_grpo.data.visualsphinx import read_visualsphinx
+from lit_grpo.tasks.visualsphinx.reader import read_visualsphinx
 
 
 def _png(colour) -> bytes:

@@ -20,11 +20,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from lit_grpo.data import overlap
 from lit_grpo.data.io import hub_dataset_cached, is_local, offline, parse_slice
-from lit_grpo.data.physics import write_physics
-from lit_grpo.data.phyx import read_phyx
-from lit_grpo.data.puzzles import PuzzleConfig, write_puzzles
 from lit_grpo.data.sample import TEMPLATES, Sample, render_messages
-from lit_grpo.data.visualsphinx import read_visualsphinx
 from lit_grpo.errors import InputError
 from lit_grpo.progress import CountProgress
 from lit_grpo.ranges import Checked, Keys, Range, argument_types, check_arguments, raise_problems
@@ -35,31 +31,13 @@ log = logging.getLogger(__name__)
 # torchdata's StatefulDataLoader calls a torch function deprecated in torch 2.13, on every loader Lightning makes
 warnings.filterwarnings("ignore", message=".*'set_vital' is deprecated.*", category=UserWarning)
 
-READERS: Registry[Callable[..., Dataset]] = Registry("dataset reader")
-READERS.register("visualsphinx")(read_visualsphinx)
-READERS.register("phyx")(read_phyx)
-GENERATORS: Registry[Callable[..., Path]] = Registry("data generator")
-
-
-@GENERATORS.register("puzzles")
-def _generate_puzzles(path: str, num: Annotated[int, Range(ge=1)] = 1000, seed: int = 0,
-                      progress: Callable[[int], None] | None = None, **cfg: Any) -> Path:
-    return write_puzzles(path, num=num, seed=seed, cfg=PuzzleConfig(**cfg), progress=progress)
-
-
-@GENERATORS.register("physics")
-def _generate_physics(path: str, num: Annotated[int, Range(ge=1)] = 256, seed: int = 0, **cfg: Any) -> Path:
-    """Embedded PhyX-like physics problems; the layout follows the file name (``.parquet`` default
-    layout, ``.jsonl`` raw layout with ``images/`` next to it)."""
-    return write_physics(path, num=num, seed=seed, **cfg)
-
-
+READERS: Registry[Callable[..., Dataset]] = Registry("dataset reader", tasks=True)
+"""Dataset readers by name: ``fn(path, split=, rows=, **reader_args) -> Dataset`` of :class:`Sample` rows."""
+GENERATORS: Registry[Callable[..., Path]] = Registry("data generator", tasks=True)
+"""Data generators by name: ``fn(path, num=, seed=, progress=, **settings) -> Path`` (a ``forwards_to`` attribute
+names the callables whose keywords it passes on, for the settings a ``generate`` block may set)."""
 NOT_SETTINGS = ("progress",)
 """Generator keywords a ``generate`` block does not set (:func:`ensure_generated` passes them)."""
-
-
-_generate_puzzles.forwards_to = (PuzzleConfig,)
-_generate_physics.forwards_to = (write_physics,)
 
 
 def generator_options(kind: str) -> list[str]:

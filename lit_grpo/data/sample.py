@@ -222,7 +222,7 @@ def render_options(options: dict[str, str]) -> str:
 
 
 Messages = list[dict]
-TEMPLATES: Registry[Callable[[Sample], tuple[str | None, str]]] = Registry("prompt template")
+TEMPLATES: Registry[Callable[[Sample], tuple[str | None, str]]] = Registry("prompt template", tasks=True)
 """Template name -> function returning ``(default system prompt or None, user text)``."""
 
 SEED_SUFFIX = "Let's think step by step and output the final answer within \\boxed{}."

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import importlib
 import inspect
 import logging
 import math
@@ -37,8 +38,44 @@ from lit_grpo.registry import Registry
 log = logging.getLogger(__name__)
 
 RewardFn = Callable[..., list[float | None]]
-REWARDS: Registry[Callable[..., Any]] = Registry("reward")
-"""Reward functions and reward classes by name (register with :func:`register_reward`)."""
+
+
+class RewardRegistry(Registry):
+    """The reward registry: a registered name, or a dotted path to a reward outside the package
+    (``name: my_pkg.my_reward`` in a config imports ``my_pkg`` and takes its ``my_reward``, no wrapper script).
+
+    A path to a reward its module registers (with :func:`register_reward`) is that reward under a second name. A
+    path to a plain function (or class) registers it as is: its parameters without a default, other than
+    ``completions``, are the columns it reads (``def my_reward(completions, answer, strict=False, **_)`` reads
+    ``answer`` and takes the option ``strict``); a class's columns are those of its ``__call__``.
+    """
+
+    def __contains__(self, name: object) -> bool:
+        return super().__contains__(name) or (isinstance(name, str) and "." in name and self._import(name))
+
+    def _import(self, path: str) -> bool:
+        """Register the object at dotted ``path`` under that path; ``False`` when the module or its attribute does
+        not exist."""
+        module, _, attr = path.rpartition(".")
+        try:
+            obj = getattr(importlib.import_module(module), attr)
+        except (ModuleNotFoundError, AttributeError):
+            return False
+        known = next((n for n, e in self._entries.items() if e is obj), None)
+        if known is not None:
+            self.register(path)(obj)
+            INFO[path] = INFO.get(known, RewardInfo())
+            return True
+        params = inspect.signature(obj.__call__ if inspect.isclass(obj) else obj).parameters.values()
+        plain = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        skip = ("self", "completions")
+        columns = [p.name for p in params if p.kind in plain and p.default is p.empty and p.name not in skip]
+        register_reward(path, columns=tuple(columns))(obj)
+        return True
+
+
+REWARDS: RewardRegistry = RewardRegistry("reward", tasks=True)
+"""Reward functions and reward classes by name (register with :func:`register_reward`) or dotted path."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,7 +234,8 @@ class RewardSpec(Checked):
     """One term of the total reward: ``weight * reward(name, **kwargs)``."""
 
     name: str
-    """Registered reward name (``binary``, ``format``, ``accuracy``, ...)."""
+    """Registered reward name (``binary``, ``format``, ``accuracy``, ...) or dotted path to a reward outside the
+    package (``my_pkg.my_reward``, see :class:`RewardRegistry`)."""
     weight: float = 1.0
     """Weight in the total reward."""
     kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -212,7 +250,8 @@ class RewardSpec(Checked):
 
     @property
     def label(self) -> str:
-        return self.alias or self.name
+        """The name it is logged under: ``alias``, else the name (a dotted path's last part)."""
+        return self.alias or self.name.rpartition(".")[2]
 
 
 class RewardOutput(list):

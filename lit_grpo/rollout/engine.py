@@ -6,7 +6,7 @@ A step needs three things from the policy model, and asks an engine for each:
 2. :meth:`RolloutEngine.logps`: per-token log-probs of a range of the rollout's rows, with or without grad,
    with the per-token entropy on request (the log-prob pass: old and reference log-probs; the update pass);
 3. :meth:`RolloutEngine.attention_logps`: the same log-probs from one full-sequence forward that the
-   attention capture (:class:`lit_grpo.attention.AttentionMeter`) watches, and the ASM it reads from it.
+   attention capture (:class:`lit_grpo.tasks.attention.meter.AttentionMeter`) watches, and the ASM it reads from it.
 
 Two engines implement it: :class:`~lit_grpo.rollout.plain.PlainEngine` (``transformers``' ``generate``, a
 full forward per pass) and :class:`~lit_grpo.rollout.shared.SharedPrefixEngine` (each prompt prefilled once
@@ -317,8 +317,15 @@ class RolloutEngine:
       float rounding, whatever the row range, and, for the sampling policy, the log-probs of the distribution the
       tokens were sampled from (the first importance ratio is 1).
     - ``attention_logps(model, rollout, rows, meter, images)``: ``logps(..., grad=False)`` computed by one
-      full-sequence forward with the meter's hooks on it, and the rows' :class:`~lit_grpo.attention.AttentionScores`
+      full-sequence forward with the meter's hooks on it, and the rows' :class:`~lit_grpo.tasks.attention.meter.AttentionScores`
       (``images[k]``: row ``k``'s PIL images); no second forward.
+
+    The lifecycle around the update (as verl's ``BaseRollout``), for a sampler that is not the trained model (a
+    server, a copy of the weights); the built-in engines sample from the trained model itself, so for them each
+    is a no-op. A training step calls, in order: ``sample``, the log-prob pass's ``logps``; ``release()`` (no
+    sampling until ``resume``: a sampler may free its memory for the update); per optimizer update, the update
+    pass's ``logps(grad=True)`` then, after the optimizer step, ``update_weights(model)`` (the sampler must
+    sample the next rollout from these weights); ``resume()`` after the step's last update.
     """
 
     def __init__(self, processor, layout: RowLayout, sampling: SamplingConfig, stop_ids: list[int],
@@ -353,6 +360,15 @@ class RolloutEngine:
               entropy: bool = False) -> tuple[Tensor, Tensor | None]:
         with contextlib.nullcontext() if grad else torch.no_grad():
             return self.row_logps(model, rollout, rows, entropy)
+
+    def release(self) -> None:
+        """Sampling is over until :meth:`resume`; the sampler may free what only sampling needs."""
+
+    def update_weights(self, model: nn.Module) -> None:
+        """The optimizer has just updated ``model``: the next rollout is sampled from its new weights."""
+
+    def resume(self) -> None:
+        """The update is over: the next call may be :meth:`sample`."""
 
     @torch.no_grad()
     def attention_logps(self, model: nn.Module, rollout: Rollout, rows: slice, meter, images: list[list]):

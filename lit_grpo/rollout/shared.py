@@ -9,7 +9,7 @@ completion (sampling, old log-probs, reference, update). Two optimisations, each
   language model, and reused in every pass, when nothing outside the language model and its head trains
   (vision tower, projector, LLaVA-NeXT's ``image_newline``: the LoRA default). Text positions are embedded
   afresh in every pass (their embedding may train); otherwise the features are recomputed (with grad).
-- **Shared prefix** (``perf.share_prefix``): the language model runs once on each prompt (its ``B`` unique
+- **Shared prefix** (``perf.engine: shared``): the language model runs once on each prompt (its ``B`` unique
   rows, left padding kept) with a KV cache; the cache's keys and values are indexed out to the ``N``
   completion rows (tensor indexing: differentiable, so the update's gradients flow through the shared keys and values
   into e.g. LoRA on the prompt tokens); the completion tokens then run on ``N`` rows with the attention mask
@@ -364,7 +364,7 @@ def checkpointed_hidden(model: nn.Module, prompts, rows: Tensor, completion_ids:
     norm = getattr(lm, "norm", None)
     if norm is None:
         raise AttributeError(f"{type(lm).__name__} has no final norm `norm`; the checkpointed shared prefix "
-                             "needs it (turn perf.share_prefix off for this model)")
+                             "needs it (set perf.engine: plain for this model)")
     last = norm(h_prompt[:, -1:])[inverse]  # (n, 1, H): the state that predicts the first completion token
     return torch.cat([last, norm(h_completion[:, :-1])], 1)
 

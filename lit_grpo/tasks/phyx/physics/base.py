@@ -90,7 +90,7 @@ def pick(rng: random.Random, lo: float, hi: float, step: float) -> float:
 
 
 def phyx_row(problem: Problem, index: int, options: list[str], answer: str, image) -> dict:
-    """``problem`` as a row of PhyX's default layout (:mod:`lit_grpo.data.phyx_write`): ``options`` already
+    """``problem`` as a row of PhyX's default layout (:mod:`lit_grpo.tasks.phyx.writer`): ``options`` already
     labelled (``"A: ..."``), ``answer`` the gold label, ``image`` as the row stores it."""
     return {
         "id": str(index),

@@ -52,7 +52,7 @@ def registry() -> pint.UnitRegistry:
     text = text.replace("@import constants_en.txt", (folder / "constants_en.txt").read_text(encoding="utf-8"))
     for old, new in _PATCHES.items():
         if old not in text:
-            raise RuntimeError(f"pint {pint.__version__}'s definitions lack {old!r}; update lit_grpo.units._PATCHES")
+            raise RuntimeError(f"pint {pint.__version__}'s definitions lack {old!r}; update lit_grpo.tasks.phyx.units._PATCHES")
         text = text.replace(old, new)
     ureg = pint.UnitRegistry(None, autoconvert_offset_to_baseunit=True)
     ureg.load_definitions(text.splitlines())

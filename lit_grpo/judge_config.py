@@ -1,8 +1,10 @@
 """Judge settings: the jury (K calls, quorum) and the OpenAI-compatible HTTP judge in :class:`JudgeConfig`;
-the offline judge's own settings in ``JudgeConfig.offline`` (:class:`~lit_grpo.rewards.judge.offline.OfflineJudgeConfig`).
+the offline judge's own settings in ``JudgeConfig.offline`` (:class:`OfflineJudgeConfig`).
+The settings live in the core (``evaluation.judge`` is an option of the core's evaluation, typed so each
+setting is a command-line option); the judges they configure live in ``lit_grpo.tasks.phyx.judge``.
 
-``base_url`` picks the judge (:func:`lit_grpo.rewards.judge.base.build_judge`): set, the HTTP client
-(:class:`~lit_grpo.rewards.judge.client.OpenAIJudge`); unset, the rule-based offline judge.
+``base_url`` picks the judge (:func:`lit_grpo.tasks.phyx.judge.base.build_judge`): set, the HTTP client
+(:class:`~lit_grpo.tasks.phyx.judge.client.OpenAIJudge`); unset, the rule-based offline judge.
 
 The API key is never a configuration value: ``api_key_env`` holds the *name* of an environment
 variable, read by the client for each request. A judge setting that holds a key (a field named like a
@@ -17,8 +19,19 @@ import difflib
 from typing import Annotated, Any
 
 from lit_grpo.ranges import Checked, Range
-from lit_grpo.rewards.judge.offline import OfflineJudgeConfig
 from lit_grpo.api_keys import find_credentials
+
+
+@dataclasses.dataclass
+class OfflineJudgeConfig(Checked):
+    """The offline judge's settings (``judge.offline``); the defaults are our documented choices."""
+
+    rel_tol: Annotated[float, Range(ge=0)] = 0.01
+    """Relative tolerance of a fully correct value."""
+    partial_rel_tol: Annotated[float, Range(ge=0)] = 0.05
+    """Relative tolerance of a partially correct value."""
+    min_reasoning_words: Annotated[int, Range(ge=0)] = 20
+    """Words in ``<think>`` for a reasoning score of 2."""
 
 
 @dataclasses.dataclass

@@ -12,7 +12,7 @@ Correctness scale (:func:`grade_open_answer`):
   only within the looser ``partial_rel_tol`` (default 5 %).
 - **0**: anything else, or no answer.
 
-Values are read by :func:`lit_grpo.units.split_quantity` (decimals, ``3.2 \\times 10^{-19}``), else by
+Values are read by :func:`lit_grpo.tasks.phyx.units.split_quantity` (decimals, ``3.2 \\times 10^{-19}``), else by
 ``math-verify`` for closed forms (``2\\sqrt{3}``, ``\\frac{3}{4}``) evaluated to a float and compared with
 OUR relative tolerance (math-verify alone rounds to 6 decimals, so 1.6e-19 would equal 3.2e-19, and
 drops units). A gold with free symbols (``mg\\sin\\theta``) is compared symbolically by math-verify
@@ -24,18 +24,18 @@ needs some reasoning (correctness is capped at 1 when reasoning is 0).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 import threading
 from typing import Annotated
 
-from lit_grpo.ranges import Checked, Range
-from lit_grpo.rewards.judge.jury import Vote
-from lit_grpo.rewards.judge.prompts import JudgeItem, JudgeTask
+from lit_grpo.judge_config import OfflineJudgeConfig
+from lit_grpo.ranges import Range
+from lit_grpo.tasks.phyx.judge.jury import Vote
+from lit_grpo.tasks.phyx.judge.prompts import JudgeItem, JudgeTask
 from lit_grpo.rewards.parsing import extract_answer, extract_boxed, extract_tag
-from lit_grpo.rewards.rubric import principle_match, unit_match
-from lit_grpo.units import convert, looks_symbolic, normalise_unit_text, split_quantity, unit_readings
+from lit_grpo.tasks.phyx.rubric import principle_match, unit_match
+from lit_grpo.tasks.phyx.units import convert, looks_symbolic, normalise_unit_text, split_quantity, unit_readings
 
 
 def _math_verify_number(text: str) -> float | None:
@@ -151,18 +151,6 @@ def reasoning_score(think: str | None, min_words: int = 20) -> int:
     if not words:
         return 0
     return 2 if len(words) >= min_words and re.search(r"[0-9=]", think) else 1
-
-
-@dataclasses.dataclass
-class OfflineJudgeConfig(Checked):
-    """The offline judge's settings (``judge.offline``); the defaults are our documented choices."""
-
-    rel_tol: Annotated[float, Range(ge=0)] = 0.01
-    """Relative tolerance of a fully correct value."""
-    partial_rel_tol: Annotated[float, Range(ge=0)] = 0.05
-    """Relative tolerance of a partially correct value."""
-    min_reasoning_words: Annotated[int, Range(ge=0)] = 20
-    """Words in ``<think>`` for a reasoning score of 2."""
 
 
 class OfflineJudge:

@@ -35,7 +35,7 @@ from lit_grpo.data.io import open_table
 from lit_grpo.data.images import DEFAULT_MAX_PIXELS, decode_image
 from lit_grpo.data.sample import (MC_INSTRUCTION, OE_INSTRUCTION, BadRowError, Sample, SampleDataset, load_rows,
                                   render_options)
-from lit_grpo.units import derive_unit
+from lit_grpo.tasks.phyx.units import derive_unit
 
 DOMAINS = ("Mechanics", "Electromagnetism", "Thermodynamics", "Wave/Acoustics", "Optics", "Modern Physics")
 """The six PhyX domains, canonical spelling (papers print ``Wave/Acoustics``; the data says ``Waves/Acoustics``)."""

@@ -9,7 +9,7 @@ What it guarantees (the known failure modes of judge servers):
   included; a wait that would pass it fails the call now), ``step_deadline_s`` for all calls of a step;
 - strict replies: ``response_format`` with the task's JSON schema, ``finish_reason`` must be ``stop``
   (a reply cut at ``max_tokens`` is a failed call, never a score), the verdict is read from the reply's
-  ``content`` (its final channel, :func:`~lit_grpo.rewards.judge.jury.final_channel`; a ``reasoning`` /
+  ``content`` (its final channel, :func:`~lit_grpo.tasks.phyx.judge.jury.final_channel`; a ``reasoning`` /
   ``reasoning_content`` field is never graded) and validated; a reply that fails validation goes through the
   tolerant parser (the last complete verdict object), which is counted (``parse_fallbacks``);
 - bounded replies: at most ``max_reply_bytes`` are read, after decompression (gzip or deflate, decoded here in
@@ -45,10 +45,10 @@ from typing import Any
 
 import httpx
 
-from lit_grpo.rewards.judge.config import JudgeConfig
-from lit_grpo.rewards.judge.jury import Vote, VerdictError, parse_vote_strict, parse_vote_tolerant
-from lit_grpo.rewards.judge.prompts import JudgeItem, JudgeTask, messages
-from lit_grpo.rewards.judge.replies import ACCEPT_ENCODING, BoundedBody, ReplyError
+from lit_grpo.judge_config import JudgeConfig
+from lit_grpo.tasks.phyx.judge.jury import Vote, VerdictError, parse_vote_strict, parse_vote_tolerant
+from lit_grpo.tasks.phyx.judge.prompts import JudgeItem, JudgeTask, messages
+from lit_grpo.tasks.phyx.judge.replies import ACCEPT_ENCODING, BoundedBody, ReplyError
 from lit_grpo.api_keys import KEY_VARIABLE, redact
 
 log = logging.getLogger(__name__)

@@ -3,9 +3,9 @@
 Source: "Reward Design for Physical Reasoning in Vision-Language Models": the accuracy reward for
 open-ended answers (K=3 judges score correctness 0/1/2, averaged, ``r_a = correctness / 2``), and the
 rubric reward (R3.A rule-based for MCQ, R3.B one structured judge call for open-ended, combined by
-:func:`~lit_grpo.rewards.rubric.combine_rubric`). The judge is configured by the ``judge`` kwarg (a
-:class:`~lit_grpo.rewards.judge.JudgeConfig` as a dict; no ``base_url`` = the offline judge) or given
-as any object with the :class:`~lit_grpo.rewards.judge.Judge` interface (tests pass fakes here).
+:func:`~lit_grpo.tasks.phyx.rubric.combine_rubric`). The judge is configured by the ``judge`` kwarg (a
+:class:`~lit_grpo.tasks.phyx.judge.JudgeConfig` as a dict; no ``base_url`` = the offline judge) or given
+as any object with the :class:`~lit_grpo.tasks.phyx.judge.Judge` interface (tests pass fakes here).
 Rows a reward does not apply to give ``None``; a failed jury gives NaN ("failed": the completion's total
 cannot be scored), never 0.
 """
@@ -17,10 +17,10 @@ from typing import Annotated, Any
 
 from lit_grpo.ranges import Range
 from lit_grpo.rewards.basic import DEFAULT_TAGS, accuracy_reward, format_score
-from lit_grpo.rewards.judge import ACCURACY, RUBRIC, Judge, JudgeConfig, JudgeItem, aggregate_votes, build_judge
+from lit_grpo.tasks.phyx.judge import ACCURACY, RUBRIC, Judge, JudgeConfig, JudgeItem, aggregate_votes, build_judge
 from lit_grpo.rewards.parsing import extract_tag, tagged_answer
 from lit_grpo.rewards.registry import RewardOutput, register_reward
-from lit_grpo.rewards.rubric import DEFAULT_WEIGHTS, combine_rubric, length_penalty, principle_match, unit_match
+from lit_grpo.tasks.phyx.rubric import DEFAULT_WEIGHTS, combine_rubric, length_penalty, principle_match, unit_match
 
 NAN = math.nan
 
@@ -62,7 +62,7 @@ class OpenAccuracyReward:
     statistics (latency, failures, tokens, ...) are returned as metrics for logging.
 
     Args:
-        judge: judge settings (:class:`~lit_grpo.rewards.judge.JudgeConfig` fields; default: offline).
+        judge: judge settings (:class:`~lit_grpo.tasks.phyx.judge.JudgeConfig` fields; default: offline).
 
     As an evaluation scorer, ``evaluation.pass_threshold`` turns the graded score into 0/1 for the tables.
     """
@@ -91,12 +91,12 @@ class RubricReward:
     :func:`~lit_grpo.rewards.principle_match` / :func:`~lit_grpo.rewards.unit_match`, reasoning 0.
     Open-ended rows (R3.B) get format by rule and the rest from one structured judge call per juror:
     correctness and reasoning averaged over the K calls, principle and unit by majority vote.
-    Both go through :func:`~lit_grpo.rewards.rubric.combine_rubric`; the components are returned for
+    Both go through :func:`~lit_grpo.tasks.phyx.rubric.combine_rubric`; the components are returned for
     logging (``format``, ``accuracy``, ``principle``, ``unit``, ``reasoning``, ``length_penalty``,
     ``reasoning_absent``). A missing gold principle leaves that term out (weights rescaled).
 
     Args:
-        weights: rubric weights (default :data:`~lit_grpo.rewards.rubric.DEFAULT_WEIGHTS`; the paper
+        weights: rubric weights (default :data:`~lit_grpo.tasks.phyx.rubric.DEFAULT_WEIGHTS`; the paper
             does not give them).
         strict: hack-resistant principle/unit matching for MCQ (``False`` = the paper's rules).
         judge: judge settings for open-ended rows (default: offline).

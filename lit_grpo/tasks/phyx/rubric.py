@@ -7,7 +7,7 @@ sections R3.A (MCQ rubric), R3.B (OE rubric) and "Combined rubric reward". The r
 shared weighted sum with the soft penalty for absent reasoning, the length penalty and the clip.
 
 Everything here is a pure function of strings and floats; the registered reward that calls a judge
-for open-ended rows lives in :mod:`lit_grpo.rewards.judged`.
+for open-ended rows lives in :mod:`lit_grpo.tasks.phyx.judged`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import re
 
-from lit_grpo.units import clean_unit_text, same_unit, unit_readings, unit_symbol
+from lit_grpo.tasks.phyx.units import clean_unit_text, same_unit, unit_readings, unit_symbol
 
 STOPWORDS = frozenset("""
 a about above after again against all am an and any are as at be because been before being below
@@ -101,13 +101,13 @@ def unit_match(predicted: str | None, gold: str | None, strict: bool = False, *,
     ``strict=False`` is the paper's rule: bidirectional substring match between ``<unit>`` and the gold unit
     string (both stripped, case kept: ``mW`` is not ``MW``), with exact equality enforced when either string has at
     most 2 characters (``N`` does not match ``kN``), on the strings as written or, when both are units pint reads,
-    on their symbols (:func:`lit_grpo.units.unit_symbol`), so that ``m/s`` matches ``meters per second`` as the paper
+    on their symbols (:func:`lit_grpo.tasks.phyx.units.unit_symbol`), so that ``m/s`` matches ``meters per second`` as the paper
     says its rule does. Stuffing (``"m/s, N, kg, m/s^2"``) scores against a gold longer than 2 characters.
 
-    ``strict=True`` compares units by dimension AND scale with pint (:func:`lit_grpo.units.same_unit`:
+    ``strict=True`` compares units by dimension AND scale with pint (:func:`lit_grpo.tasks.phyx.units.same_unit`:
     ``meters per second`` equals ``m/s``, ``km/h`` does not), caps the field at ``max_chars``
     characters and rejects lists (``,``, ``;``, ``|``, ``or``, ``and``). A gold unit that pint cannot
-    read is compared as cleaned text (:func:`lit_grpo.units.clean_unit_text`), exactly.
+    read is compared as cleaned text (:func:`lit_grpo.tasks.phyx.units.clean_unit_text`), exactly.
 
     Both modes: a gold of ``None`` or ``""`` means "no unit"; then the prediction scores when it is
     empty or one of :data:`NO_UNIT_WORDS` (the paper has gold units for every item; this is ours).

@@ -1,6 +1,6 @@
 """The physics paper's comparison in one command: SFT warm start, the three GRPO conditions, MCQ and OE.
 
-    python -m lit_grpo.experiments phyx --config configs/experiments/phyx_demo.yaml
+    python -m lit_grpo.tasks.phyx.experiments phyx --config configs/experiments/phyx_demo.yaml
 
 The runner drives the project's own CLI (``python -m lit_grpo fit`` and ``predict``) with the condition
 configs as documented, adding only a small overlay per run (seed, where logs and the exported model go,
@@ -9,7 +9,7 @@ warm start, then evaluates the warm start (the SFT row) and every trained policy
 problems with the same sampling seed, and writes the paper's table (rows SFT and the conditions, columns
 Overall and the six domains, one table per format) with standard errors, the held-out ASM of every
 model, the controls, the seeds' spread and each reward term's within-group spread over training
-(:mod:`lit_grpo.experiments.report`). A run whose inputs (config files, arguments, starting weights) are
+(:mod:`lit_grpo.tasks.phyx.experiments.report`). A run whose inputs (config files, arguments, starting weights) are
 unchanged is reused; ``force`` redoes it.
 """
 
@@ -177,7 +177,7 @@ def fit_overlay(exp: PhyxExperiment, run: Run) -> dict[str, Any]:
                                      "default_hp_metric": False}},
             "callbacks": [
                 {"class_path": "lit_grpo.callbacks.ExportPretrained", "init_args": {"dirpath": folder}},
-                {"class_path": "lit_grpo.experiments.spread.GroupSpread",
+                {"class_path": "lit_grpo.tasks.phyx.experiments.spread.GroupSpread",
                  "init_args": {"path": f"{folder}/group_spread.json"}},
                 {"class_path": "lit_grpo.callbacks.CompletionSamples", "init_args": {"every_n_steps": 10}},
             ],

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from lit_grpo.data.phyx import DOMAINS
+from lit_grpo.tasks.phyx.reader import DOMAINS
 from lit_grpo.metrics import mean_and_se
 
 COLUMNS = ("Overall", *DOMAINS)

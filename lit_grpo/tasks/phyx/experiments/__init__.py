@@ -1,16 +1,16 @@
 """Experiments that drive the CLI and turn its runs into a paper's table.
 
-``python -m lit_grpo.experiments phyx --config configs/experiments/phyx_demo.yaml``: the physics
-reward-design paper's comparison (:mod:`lit_grpo.experiments.phyx`).
+``python -m lit_grpo.tasks.phyx.experiments phyx --config configs/experiments/phyx_demo.yaml``: the physics
+reward-design paper's comparison (:mod:`lit_grpo.tasks.phyx.experiments.phyx`).
 """
 
 import concurrent.futures
 import time
 from typing import Any
 
-from lit_grpo.experiments.phyx import (Condition, Control, Format, PhyxExperiment, Run, ensure_warm_start, finished,
+from lit_grpo.tasks.phyx.experiments.phyx import (Condition, Control, Format, PhyxExperiment, Run, ensure_warm_start, finished,
                                       run_one)
-from lit_grpo.experiments.summary import write_report
+from lit_grpo.tasks.phyx.experiments.summary import write_report
 
 __all__ = ["Condition", "Control", "Format", "PhyxExperiment", "Run", "execute", "main", "parse"]
 
@@ -20,7 +20,7 @@ def parse(args: list[str] | None = None) -> PhyxExperiment:
     from jsonargparse import ActionConfigFile, ArgumentParser, set_parsing_settings
 
     set_parsing_settings(docstring_parse_attribute_docstrings=True)
-    parser = ArgumentParser(prog="python -m lit_grpo.experiments", description="Run an experiment and write its table.")
+    parser = ArgumentParser(prog="python -m lit_grpo.tasks.phyx.experiments", description="Run an experiment and write its table.")
     phyx = ArgumentParser(description="The physics paper's table: SFT and three GRPO conditions, MCQ and OE.")
     phyx.add_argument("--config", action=ActionConfigFile, help="experiment YAML, e.g. configs/experiments/phyx_demo.yaml")
     phyx.add_class_arguments(PhyxExperiment)

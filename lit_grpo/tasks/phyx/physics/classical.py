@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 import random
 
-from lit_grpo.data.physics import draw as D
-from lit_grpo.data.physics.base import G, PROBLEMS, Problem, build_options, fmt_num, pick
+from lit_grpo.tasks.phyx.physics import draw as D
+from lit_grpo.tasks.phyx.physics.base import G, PROBLEMS, Problem, build_options, fmt_num, pick
 
 K_E = 8.99e9  # Coulomb constant, N m^2 / C^2
 C_WATER = 4186.0  # J / (kg K)

@@ -16,7 +16,7 @@ import math
 import re
 from typing import Any
 
-from lit_grpo.rewards.judge.prompts import JudgeTask
+from lit_grpo.tasks.phyx.judge.prompts import JudgeTask
 
 Vote = dict[str, int]
 
@@ -158,7 +158,7 @@ def aggregate_votes(votes: list[Vote | None], task: JudgeTask, min_votes: int | 
     give 1.0 when more than half of the valid votes are 1, else 0.0 (a tie is 0). ``min_votes``
     (default: all K) valid votes are needed; fewer give NaN ("cannot score"), never 0.
 
-    >>> from lit_grpo.rewards.judge.prompts import RUBRIC
+    >>> from lit_grpo.tasks.phyx.judge.prompts import RUBRIC
     >>> aggregate_votes([{"correctness": 2, "principle": 1, "unit": 0, "reasoning": 2},
     ...                  {"correctness": 1, "principle": 1, "unit": 0, "reasoning": 0},
     ...                  {"correctness": 2, "principle": 0, "unit": 1, "reasoning": 1}], RUBRIC)["principle"]

@@ -1,6 +1,6 @@
 """Readable physics problems: six types whose answer a small model can read off the diagram.
 
-The PhyX-like types (:mod:`~lit_grpo.data.physics.classical`, :mod:`~lit_grpo.data.physics.modern`) need
+The PhyX-like types (:mod:`~lit_grpo.tasks.phyx.physics.classical`, :mod:`~lit_grpo.tasks.phyx.physics.modern`) need
 arithmetic on values printed small in the figure, which a toy model cannot learn. Each type here hides
 one quantity ``k`` in 1..4 that only the diagram shows, drawn large enough to survive a 48-pixel tile
 (crates in a row, cells in the battery, the water level, loops of a standing wave, the object's
@@ -18,8 +18,8 @@ from __future__ import annotations
 import random
 from typing import Callable
 
-from lit_grpo.data.physics import draw as D
-from lit_grpo.data.physics.base import Problem, fmt_quantity, phyx_row
+from lit_grpo.tasks.phyx.physics import draw as D
+from lit_grpo.tasks.phyx.physics.base import Problem, fmt_quantity, phyx_row
 from lit_grpo.registry import Registry
 
 ReadableFn = Callable[[random.Random, int], Problem]
@@ -44,7 +44,7 @@ def _problem(domain: str, subfield: str, reasoning: list[str], values: dict[int,
 
 def options_by_value(problem: Problem) -> list[str]:
     """The correct option and the distractors in increasing order of value (the readable set's fixed order)."""
-    from lit_grpo.units import split_quantity
+    from lit_grpo.tasks.phyx.units import split_quantity
 
     texts = [problem.answer, *problem.distractors]
     return sorted(texts, key=lambda t: split_quantity(t)[0])

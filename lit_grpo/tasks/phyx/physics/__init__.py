@@ -7,10 +7,10 @@ Physics), the ``phyx`` style. Each item has a rendered diagram that carries valu
 out, a numeric answer with its unit, four options whose three distractors come from named mistakes
 (wrong formula, unit prefix, sign), a subfield (principle) and reasoning-type labels. Like the real
 data, a few items carry a JPEG under a ``.png`` name or a trailing space in the correct option.
-The ``readable`` style (:mod:`~lit_grpo.data.physics.readable`) is
+The ``readable`` style (:mod:`~lit_grpo.tasks.phyx.physics.readable`) is
 the learnable set of the physics demo: six types whose answer a small model can read off the diagram.
 :func:`write_physics` writes the default-parquet or raw-JSONL PhyX layout, read back through
-:func:`~lit_grpo.data.phyx.read_phyx` in MCQ or open-ended form.
+:func:`~lit_grpo.tasks.phyx.reader.read_phyx` in MCQ or open-ended form.
 """
 
 from __future__ import annotations
@@ -20,17 +20,17 @@ import random
 from pathlib import Path
 from typing import Any, Callable
 
-from lit_grpo.data.physics import classical, modern  # noqa: F401  (register the problem types)
-from lit_grpo.data.physics.base import PROBLEMS, Problem, phyx_row
-from lit_grpo.data.physics.readable import READABLE, readable_item
-from lit_grpo.data.phyx_write import write_phyx
+from lit_grpo.tasks.phyx.physics import classical, modern  # noqa: F401  (register the problem types)
+from lit_grpo.tasks.phyx.physics.base import PROBLEMS, Problem, phyx_row
+from lit_grpo.tasks.phyx.physics.readable import READABLE, readable_item
+from lit_grpo.tasks.phyx.writer import write_phyx
 
 __all__ = ["PROBLEMS", "READABLE", "STYLES", "Problem", "make_item", "generate_items", "write_physics"]
 
 STYLES = ("phyx", "readable")
 """``phyx``: the twelve PhyX-like types (values printed in the figure, options shuffled, real-data quirks);
 ``readable``: six types whose answer a small model can read off the figure, options in increasing order
-of value, with a ``solution`` (:mod:`lit_grpo.data.physics.readable`)."""
+of value, with a ``solution`` (:mod:`lit_grpo.tasks.phyx.physics.readable`)."""
 
 QUIRK_RATE = 1 / 16
 """Share of items with a JPEG image (still named ``.png`` in the raw layout) and, independently, of
@@ -44,7 +44,7 @@ def _encode(problem: Problem, jpeg: bool) -> bytes:
 
 
 def make_item(index: int, seed: int = 0, types: list[str] | None = None) -> dict[str, Any]:
-    """Item ``index`` (default-layout schema, see :mod:`lit_grpo.data.phyx_write`): types cycle in order,
+    """Item ``index`` (default-layout schema, see :mod:`lit_grpo.tasks.phyx.writer`): types cycle in order,
     so every domain appears equally often; everything else follows from ``(seed, index)``."""
     names = types or PROBLEMS.names()
     rng = random.Random(seed * 1_000_003 + index)

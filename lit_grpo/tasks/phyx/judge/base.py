@@ -1,22 +1,22 @@
 """The judge seam: the small interface every judge implements, and the factory.
 
-A judge grades :class:`~lit_grpo.rewards.judge.prompts.JudgeItem` rows for a
-:class:`~lit_grpo.rewards.judge.prompts.JudgeTask` and returns K votes per row (``None`` for a failed
+A judge grades :class:`~lit_grpo.tasks.phyx.judge.prompts.JudgeItem` rows for a
+:class:`~lit_grpo.tasks.phyx.judge.prompts.JudgeTask` and returns K votes per row (``None`` for a failed
 call). Rewards only see this interface, so tests swap in a fake at this one seam. Two judges exist:
-an OpenAI-compatible HTTP client (:class:`~lit_grpo.rewards.judge.client.OpenAIJudge`) when
-``base_url`` is set, and the rule-based :class:`~lit_grpo.rewards.judge.offline.OfflineJudge` when it
-is not (their settings: :mod:`lit_grpo.rewards.judge.config`).
+an OpenAI-compatible HTTP client (:class:`~lit_grpo.tasks.phyx.judge.client.OpenAIJudge`) when
+``base_url`` is set, and the rule-based :class:`~lit_grpo.tasks.phyx.judge.offline.OfflineJudge` when it
+is not (their settings: :mod:`lit_grpo.judge_config`).
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
-from lit_grpo.rewards.judge.client import OpenAIJudge
-from lit_grpo.rewards.judge.config import JudgeConfig
-from lit_grpo.rewards.judge.jury import Vote
-from lit_grpo.rewards.judge.offline import OfflineJudge
-from lit_grpo.rewards.judge.prompts import JudgeItem, JudgeTask
+from lit_grpo.tasks.phyx.judge.client import OpenAIJudge
+from lit_grpo.judge_config import JudgeConfig
+from lit_grpo.tasks.phyx.judge.jury import Vote
+from lit_grpo.tasks.phyx.judge.offline import OfflineJudge
+from lit_grpo.tasks.phyx.judge.prompts import JudgeItem, JudgeTask
 
 
 class Judge(Protocol):

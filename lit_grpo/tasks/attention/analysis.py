@@ -1,7 +1,7 @@
 """Attention-map analysis for notebooks and callbacks: maps of one sample, overlays, ASM over a dataset
 grouped by domain / reasoning type / rule, and two checkpoints compared.
 
-Everything here runs the same capture and meter (AttentionMeter) as the trainer (:mod:`lit_grpo.attention`): a
+Everything here runs the same capture and meter (AttentionMeter) as the trainer (:mod:`lit_grpo.tasks.attention.meter`): a
 completion is generated (greedy by default), then one full forward over prompt + completion with the
 hooks on gives each token's final-layer attention on the image.
 """
@@ -18,11 +18,11 @@ import torch
 from PIL import Image
 from torch import Tensor, nn
 
-from lit_grpo.attention import AttentionConfig, AttentionMeter, foreground_mask, image_heatmap
+from lit_grpo.tasks.attention.meter import AttentionConfig, AttentionMeter, foreground_mask, image_heatmap
 from lit_grpo.data.sample import Sample
 from lit_grpo.data.sample import render_messages
 from lit_grpo.families import ImageGrid, row_layout
-from lit_grpo.heatmap import (HeatScale, colorize, overlay, panel, to_float,  # noqa: F401 (re-exported)
+from lit_grpo.tasks.attention.heatmap import (HeatScale, colorize, overlay, panel, to_float,  # noqa: F401 (re-exported)
                               uniform_multiples)
 from lit_grpo.policy import image_token_ids, stop_token_ids
 from lit_grpo.rollout import (Rollout, SamplingConfig, completion_mask, encode_prompts, model_inputs, repeat_rows,
@@ -44,12 +44,12 @@ def display_size(size: tuple[int, int], side: int) -> tuple[int, int]:
 def image_panel(image: Image.Image, maps: list[Tensor], grids: list[ImageGrid], index: int = 0, side: int = 256,
                 threshold: int = 230, scale: HeatScale = HeatScale(), title: str | None = None, columns: int = 4,
                 font_px: int = 12) -> np.ndarray:
-    """The labelled :func:`~lit_grpo.heatmap.panel` (with its colour bar) of image ``index`` for grid maps
+    """The labelled :func:`~lit_grpo.tasks.attention.heatmap.panel` (with its colour bar) of image ``index`` for grid maps
     (e.g. ``AttentionScores.maps[n]``), tiles drawn with the longer side ``side`` px. The heat map is
     computed at that size (grid boxes are fractions of the image); the mask is the scored one (from the
     original pixels), resized with nearest neighbours. ``scale``: fixed (default, comparable across images
-    and checkpoints) or per image (:class:`~lit_grpo.heatmap.HeatScale`); ``columns`` (4 or 2 tiles a row) and
-    ``font_px`` as :func:`~lit_grpo.heatmap.panel`."""
+    and checkpoints) or per image (:class:`~lit_grpo.tasks.attention.heatmap.HeatScale`); ``columns`` (4 or 2 tiles a row) and
+    ``font_px`` as :func:`~lit_grpo.tasks.attention.heatmap.panel`."""
     w, h = display_size(image.size, side)
     heat = image_heatmap(maps, grids, index, h, w).numpy()
     mask = Image.fromarray(foreground_mask(image, threshold).numpy()).resize((w, h), Image.NEAREST)

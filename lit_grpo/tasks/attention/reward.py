@@ -3,7 +3,7 @@
 Source: the physics reward-design paper (Granite Vision on PhyX), "attention-weight reward": the
 fraction of the final layer's image attention that falls on foreground pixels, averaged over the
 generated tokens (the Attention Score Mask). It needs no annotation and no external model; the
-score itself is computed in :mod:`lit_grpo.attention` during the trainer's no-grad log-prob pass and
+score itself is computed in :mod:`lit_grpo.tasks.attention.meter` during the trainer's no-grad log-prob pass and
 reaches rewards as the ``asm`` column. ``Fmt + Acc + ASM`` is the reward list
 ``[{name: format}, {name: accuracy}, {name: attention, weight: w}]``.
 """

@@ -4,7 +4,7 @@ An item is a dict in the default layout's schema: ``id``, ``question``, ``questi
 ``question_description_simplified``, ``options`` (list of ``"A: ..."``), ``answer`` (letter), ``image``
 (encoded image bytes, PNG or JPEG), ``image_caption``, ``category``, ``subfield``, ``reasoning_type``
 (list), and optionally ``solution`` (a worked reasoning; not a PhyX column, the readable set has it).
-:func:`write_phyx` turns a list of them into one layout; :func:`~lit_grpo.data.phyx.read_phyx`
+:func:`write_phyx` turns a list of them into one layout; :func:`~lit_grpo.tasks.phyx.reader.read_phyx`
 reads every layout back into the same samples.
 """
 
@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lit_grpo.data.phyx import parse_option_list, problem_text
+from lit_grpo.tasks.phyx.reader import parse_option_list, problem_text
 from lit_grpo.data.sample import MC_INSTRUCTION, OE_INSTRUCTION, render_options
 
 PRERENDERED = ("mc", "oe")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 import random
 
-from lit_grpo.data.physics import draw as D
-from lit_grpo.data.physics.base import PROBLEMS, Problem, build_options, fmt_num, pick
+from lit_grpo.tasks.phyx.physics import draw as D
+from lit_grpo.tasks.phyx.physics.base import PROBLEMS, Problem, build_options, fmt_num, pick
 
 V_SOUND = 340.0  # m/s
 HC = 1240.0  # eV nm

@@ -12,10 +12,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from lit_grpo.experiments.report import (COLUMNS, Cell, bar_chart, correct_of, fmt_cell, fmt_change, paired_change,
+from lit_grpo.tasks.phyx.experiments.report import (COLUMNS, Cell, bar_chart, correct_of, fmt_cell, fmt_change, paired_change,
                                          per_problem, pooled, read_records, reward_of, row_cells, seed_table,
                                          table_csv, table_markdown)
-from lit_grpo.experiments.phyx import PhyxExperiment, Run
+from lit_grpo.tasks.phyx.experiments.phyx import PhyxExperiment, Run
 
 SIGNAL_TERMS = ("total", "format", "accuracy", "open_accuracy", "rubric", "rubric/accuracy", "rubric/principle",
                 "rubric/unit", "rubric/reasoning", "attention")

@@ -1,3 +1,0 @@
-from lit_grpo.experiments import main
-
-main()

@@ -1,0 +1,7 @@
+"""Tasks: the papers lit_grpo reproduces, each a package that plugs into the core through its registries.
+
+- :mod:`lit_grpo.tasks.visualsphinx`: the VisualSphinx reader, the embedded puzzle generator, the binary reward;
+- :mod:`lit_grpo.tasks.phyx`: the physical-reasoning paper on PhyX (reader, generators, rewards, judge, units,
+  experiments);
+- :mod:`lit_grpo.tasks.attention`: that paper's attention reward (the ASM) and its analysis.
+"""

@@ -1,0 +1,3 @@
+from lit_grpo.tasks.phyx.experiments import main
+
+main()

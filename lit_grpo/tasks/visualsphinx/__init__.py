@@ -1,0 +1,24 @@
+"""VisualSphinx: the reader of its puzzles and the embedded puzzle generator, registered into the core's
+``READERS`` (``visualsphinx``) and ``GENERATORS`` (``puzzles``); its rewards (``binary``, ``boxed_format``) are
+the core's generic answer rewards (:mod:`lit_grpo.rewards.basic`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Callable
+
+from lit_grpo.data.datamodule import GENERATORS, READERS
+from lit_grpo.ranges import Range
+from lit_grpo.tasks.visualsphinx.puzzles import PuzzleConfig, write_puzzles
+from lit_grpo.tasks.visualsphinx.reader import read_visualsphinx
+
+READERS.register("visualsphinx")(read_visualsphinx)
+
+
+@GENERATORS.register("puzzles")
+def _generate_puzzles(path: str, num: Annotated[int, Range(ge=1)] = 1000, seed: int = 0,
+                      progress: Callable[[int], None] | None = None, **cfg: Any) -> Path:
+    return write_puzzles(path, num=num, seed=seed, cfg=PuzzleConfig(**cfg), progress=progress)
+
+
+_generate_puzzles.forwards_to = (PuzzleConfig,)

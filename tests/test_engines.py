@@ -1,0 +1,100 @@
+"""A third rollout engine, added from this file alone through the registry (``perf.engine`` names it): a sampler
+that holds its own copy of the policy's weights, as a server would, kept current by the lifecycle the training
+step drives (``release`` before the update, ``update_weights`` after each optimizer update, ``resume`` after)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from lit_grpo import GRPOConfig, GRPOModule
+from lit_grpo.config import PerfConfig
+from lit_grpo.data.datamodule import PromptBatch
+from lit_grpo.data.sample import render_messages
+from lit_grpo.cli_args import ConfigError
+from lit_grpo.policy import PolicyConfig
+from lit_grpo.rewards import RewardSpec
+from lit_grpo.rollout import ENGINES, SamplingConfig
+from lit_grpo.rollout.plain import PlainEngine
+
+
+class CopyEngine(PlainEngine):
+    """Samples from a copy of the policy made at the first rollout, never from the trained model; the copy follows
+    the policy only through :meth:`update_weights`. Records the lifecycle calls it gets."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.copy, self.calls = None, []
+
+    def sample(self, model, prompts, group_size, **kwargs):
+        assert not self.calls or self.calls[-1] == "resume", self.calls  # never asked to sample while released
+        self.calls.append("sample")
+        if self.copy is None:
+            self.copy = copy.deepcopy(model)
+        return super().sample(self.copy, prompts, group_size, **kwargs)
+
+    def release(self):
+        self.calls.append("release")
+
+    def update_weights(self, model):
+        self.calls.append("update_weights")
+        self.copy.load_state_dict(model.state_dict())
+
+    def resume(self):
+        self.calls.append("resume")
+
+
+@ENGINES.register("test_copy")
+def _copy_engine(processor, layout, sampling, stop_ids, suppress_ids, perf):
+    return CopyEngine(processor, layout, sampling, stop_ids, suppress_ids)
+
+
+def _module(tiny_model_dir, **grpo):
+    module = GRPOModule(policy=PolicyConfig(name_or_path=tiny_model_dir), rewards=[RewardSpec("binary")],
+                        grpo=GRPOConfig(**grpo), sampling=SamplingConfig(num_generations=4, max_completion_length=6),
+                        perf=PerfConfig(engine="test_copy"))
+    opt = torch.optim.SGD(module.trainable_parameters(), lr=0.5)
+    module.optimizers, module.lr_schedulers = (lambda: opt), (lambda: None)
+    module.log_dict = module.log = lambda *a, **k: None
+    return module
+
+
+def test_a_config_names_the_registered_engine_and_the_step_drives_its_lifecycle(tiny_model_dir, puzzle_samples):
+    """Two steps of two optimizer updates each (``steps_per_generation=2``): per step one sample, one release, an
+    ``update_weights`` after each update, one resume; after each step the sampler's copy equals the policy."""
+    module = _module(tiny_model_dir, steps_per_generation=2)
+    assert isinstance(module.engine, CopyEngine)
+    batch = PromptBatch(puzzle_samples[:2], [render_messages(s, "visualsphinx_seed") for s in puzzle_samples[:2]])
+    torch.manual_seed(0)
+    for step in range(2):
+        module.training_step(batch, step)
+        copied = module.engine.copy.state_dict()
+        for name, value in module.policy.state_dict().items():
+            torch.testing.assert_close(copied[name], value, rtol=0, atol=0, msg=name)
+    assert module.engine.calls == ["sample", "release", "update_weights", "update_weights", "resume"] * 2
+
+
+def test_an_unknown_engine_is_refused_naming_the_registered_ones():
+    with pytest.raises(ValueError, match=r"perf.engine: unknown rollout engine 'vllm'; registered: .*plain, shared"):
+        PerfConfig(engine="vllm")
+
+
+def test_the_old_boolean_is_refused_naming_the_new_option():
+    from lit_grpo.cli_args import check_key
+    from lit_grpo.module import GRPOModule as M
+
+    with pytest.raises(ConfigError, match=r"share_prefix is now engine: shared \(share_prefix true\) or plain"):
+        check_key(M, ["perf", "share_prefix"], "--model.init_args.perf.share_prefix")
+
+
+def test_a_config_file_setting_the_old_boolean_exits_with_one_line_naming_the_new_option(tmp_path, capsys):
+    from lit_grpo.cli import main
+
+    (tmp_path / "c.yaml").write_text("model:\n  init_args:\n    perf:\n      share_prefix: false\n")
+    with pytest.raises(SystemExit) as exit_:
+        main(["fit", "--config", "configs/demo.yaml", "--config", str(tmp_path / "c.yaml"), "--print_config"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and len(err) == 1
+    assert err[0].endswith("share_prefix is now engine: shared (share_prefix true) or plain (false)"), err

@@ -1,0 +1,77 @@
+"""A reward outside the package, named in the config by its dotted path (``name: my_pkg.my_reward``): the path
+imports the module; a plain function's parameters without a default are the columns it reads, those with one its
+options; a reward its module registers keeps what its registration says."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from lit_grpo.preflight import _check_rewards
+from lit_grpo.rewards import RewardSpec, build_rewards, score_completions
+from lit_grpo.rewards.registry import REWARDS, reward_info, reward_options
+
+SOURCE = '''
+from lit_grpo.rewards.registry import register_reward
+
+def same_length(completions, answer, scale: float = 1.0, **_):
+    """1 * scale when the completion is as long as the gold answer, else 0."""
+    return [scale * float(len(c) == len(a)) for c, a in zip(completions, answer)]
+
+@register_reward("{prefix}_starts", columns=("answer", "options"))
+def starts(completions, answer, options, **_):
+    return [float(c.startswith(a)) for c, a in zip(completions, answer)]
+
+class Contains:
+    def __init__(self, ignore_case: bool = False):
+        self.ignore_case = ignore_case
+
+    def __call__(self, completions, unit, **_):
+        low = (lambda s: s.lower()) if self.ignore_case else (lambda s: s)
+        return [float(low(u) in low(c)) for c, u in zip(completions, unit)]
+'''
+
+
+@pytest.fixture
+def my_rewards(tmp_path, monkeypatch, request):
+    """A module ``my_rewards_<test>`` on ``sys.path`` (a name per test: registrations last for the process)."""
+    name = f"my_rewards_{request.node.name.replace('[', '_').replace(']', '').replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(SOURCE.replace("{prefix}", name)))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return name
+
+
+def test_a_plain_function_by_path_reads_its_columns_and_takes_its_options(my_rewards):
+    path = f"{my_rewards}.same_length"
+    spec = RewardSpec(path, weight=2.0, kwargs={"scale": 0.5})
+    fns = build_rewards([spec])
+    assert list(fns) == ["same_length"] and spec.label == "same_length"  # logged under its own name
+    assert reward_info(path).columns == ("answer",) and reward_options(path) == ["scale"]
+    per, total = score_completions(fns, {"same_length": 2.0}, ["ab", "abc"], {"answer": ["xy", "xy"]})
+    assert per["same_length"].tolist() == [0.5, 0.0] and total.tolist() == [1.0, 0.0]  # 2 * 0.5 * 1, 2 * 0.5 * 0
+
+
+def test_a_registered_reward_by_path_keeps_its_registration(my_rewards):
+    path = f"{my_rewards}.starts"
+    assert path in REWARDS and REWARDS.get(path) is REWARDS.get(f"{my_rewards}_starts")
+    assert reward_info(path).columns == ("answer", "options")
+    fn = build_rewards([RewardSpec(path)])["starts"]
+    assert fn(["42 m", "x"], answer=["42", "42"], options=[None, None]) == [1.0, 0.0]
+
+
+def test_a_class_by_path_reads_the_columns_of_its_call(my_rewards):
+    path = f"{my_rewards}.Contains"
+    assert reward_info(path).columns == ("unit",) and reward_options(path) == ["ignore_case"]
+    fn = build_rewards([RewardSpec(path, kwargs={"ignore_case": True})])["Contains"]
+    assert fn(["3 M/S", "3 km"], unit=["m/s", "m/s"]) == [1.0, 0.0]
+
+
+def test_a_path_is_checked_at_startup_like_a_registered_name(my_rewards):
+    """The startup check accepts the path, refuses an option it does not take, and a path that names nothing."""
+    _check_rewards({"rewards": [{"name": f"{my_rewards}.same_length", "kwargs": {"scale": 2.0}}]})
+    with pytest.raises(ValueError, match=r"rewards\[0\]\.kwargs: .*'scael'"):
+        _check_rewards({"rewards": [{"name": f"{my_rewards}.same_length", "kwargs": {"scael": 2.0}}]})
+    for missing in (f"{my_rewards}.nothing_here", "no_such_package_xyz.reward"):
+        with pytest.raises(ValueError, match=rf"rewards\[0\]\.name: unknown reward '{missing}'"):
+            _check_rewards({"rewards": [{"name": missing}]})

@@ -1,0 +1,162 @@
+"""The core knows no task: no core module imports ``lit_grpo.tasks`` (read from the source), importing the core
+loads no task and none of the PhyX task's packages (a fresh interpreter), and a configuration's name finds its
+task through the registries (the task's folder, or an entry point of the group ``lit_grpo.tasks``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+
+from test_imports import import_graph, modules
+
+TASK_ONLY = ("pint", "httpx", "math_verify")
+"""The PhyX task's packages (the ``phyx`` extra). ``num2words`` stays in the core's requirements: transformers'
+SmolVLM / Idefics3 processor imports it, and the families load that processor."""
+ATTENTION_EDGES = {
+    ("lit_grpo.module", "lit_grpo.tasks.attention.meter"),
+    ("lit_grpo.passes", "lit_grpo.tasks.attention.meter"),
+    ("lit_grpo.callbacks", "lit_grpo.tasks.attention.heatmap"),
+    ("lit_grpo.callbacks", "lit_grpo.tasks.attention.analysis"),
+}
+"""The core's imports of a task that remain: the attention meter, wired into the module's log-prob pass and its
+``attention:`` option until it becomes a registered provider of a log-prob-pass column, and the overlay callback.
+No other edge may appear."""
+ATTENTION_LOADS = {"lit_grpo.tasks", "lit_grpo.tasks.attention", "lit_grpo.tasks.attention.meter",
+                   "lit_grpo.tasks.attention.reward"}
+
+
+def core_modules() -> list[str]:
+    return sorted(m for m in modules() if not m.startswith(("lit_grpo.tasks", "lit_grpo.testing"))
+               and not m.endswith("__main__"))
+
+
+def test_no_core_module_imports_a_task_beyond_the_attention_meter():
+    graph = import_graph()
+    edges = {(m, t) for m in core_modules() for t in graph[m] if t.startswith("lit_grpo.tasks")}
+    assert edges == ATTENTION_EDGES
+
+
+def fresh(code: str) -> dict:
+    """Run ``code`` in a fresh interpreter at the repository root; it prints one JSON value, returned."""
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                         cwd=Path(__file__).parents[1])
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+LOADED = """
+import importlib, json, sys
+def loaded():
+    return {"tasks": sorted(k for k in sys.modules if k.startswith("lit_grpo.tasks")),
+            "packages": [p for p in %r if p in sys.modules]}
+""" % (TASK_ONLY,)
+
+
+def test_importing_the_core_loads_no_task_and_no_task_package():
+    """Every core module but the three that import the attention meter loads no task; those three add the
+    attention task's meter and reward only, never PhyX, VisualSphinx, pint, httpx or math-verify."""
+    graph, reach = import_graph(), {m for m, _ in ATTENTION_EDGES}
+    while grown := {m for m in core_modules() if m not in reach and graph[m] & reach}:  # what imports them, anywhere
+        reach |= grown
+    first = [m for m in core_modules() if m not in reach]
+    out = fresh(LOADED + f"""
+for m in {first!r}:
+    importlib.import_module(m)
+before = loaded()
+for m in {sorted(reach)!r}:
+    importlib.import_module(m)
+print(json.dumps([before, loaded()]))
+""")
+    assert {"lit_grpo.grpo", "lit_grpo.rewards.registry", "lit_grpo.data.datamodule", "lit_grpo.config",
+            "lit_grpo.evaluation"} <= set(first)
+    assert out[0] == {"tasks": [], "packages": []}
+    assert set(out[1]["tasks"]) <= ATTENTION_LOADS and out[1]["packages"] == []
+
+
+def test_import_of_the_maths_loads_only_the_maths():
+    """``import lit_grpo.grpo`` no longer imports the whole package through ``lit_grpo/__init__``: the package,
+    the maths (``grpo.py``, ``objectives.py``) and the registry."""
+    out = fresh("import json, sys, lit_grpo.grpo\n"
+                "print(json.dumps(sorted(k for k in sys.modules if k.startswith('lit_grpo'))))")
+    assert out == ["lit_grpo", "lit_grpo.grpo", "lit_grpo.objectives", "lit_grpo.registry"]
+
+
+def test_a_name_imports_the_tasks_in_order_until_it_is_registered():
+    """Tasks are imported in folder order (attention, phyx, visualsphinx), each only when a name is missing:
+    the attention reward needs the first, the ``phyx`` reader the second; a core reward needs none."""
+    out = fresh(LOADED + """
+from lit_grpo.data.datamodule import READERS
+from lit_grpo.rewards import REWARDS
+steps = []
+assert "binary" in REWARDS; steps.append(loaded())
+assert "attention" in REWARDS; steps.append(loaded())
+READERS.get("phyx"); steps.append(loaded())
+READERS.get("visualsphinx"); steps.append(loaded())
+print(json.dumps(steps))
+""")
+    tops = [sorted({".".join(t.split(".")[:3]) for t in s["tasks"]} - {"lit_grpo.tasks"}) for s in out]
+    assert tops == [[], ["lit_grpo.tasks.attention"], ["lit_grpo.tasks.attention", "lit_grpo.tasks.phyx"],
+                    ["lit_grpo.tasks.attention", "lit_grpo.tasks.phyx", "lit_grpo.tasks.visualsphinx"]]
+    assert out[1]["packages"] == [] and out[2]["packages"] == ["pint", "httpx"]
+
+
+def test_a_task_outside_the_package_registers_through_an_entry_point(tmp_path):
+    """A distribution declaring ``[lit_grpo.tasks] toy = toy_task`` adds a reader and a reward that a config
+    names like the built-in ones; its reader is asked for rows like any other."""
+    (tmp_path / "toy_task.py").write_text(textwrap.dedent('''
+        from lit_grpo.data.datamodule import READERS
+        from lit_grpo.rewards.registry import register_reward
+
+        @READERS.register("toy_rows")
+        def read_toy(path, split="train", rows=None):
+            return [{"path": path, "split": split}]
+
+        @register_reward("toy_length", columns=("answer",))
+        def toy_length(completions, answer, **_):
+            return [float(len(c) == len(a)) for c, a in zip(completions, answer)]
+        '''))
+    info = tmp_path / "toy_task-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-task\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[lit_grpo.tasks]\ntoy = toy_task\n")
+    out = fresh(f"""
+import json, sys
+sys.path.insert(0, {str(tmp_path)!r})
+from lit_grpo.data.datamodule import READERS
+from lit_grpo.rewards import RewardSpec, build_rewards
+rows = READERS.get("toy_rows")("x.jsonl", split="test")
+fn = build_rewards([RewardSpec("toy_length")])["toy_length"]
+print(json.dumps([rows, fn(["ab", "abc"], answer=["xy", "xy"]), "toy_task" in sys.modules]))
+""")
+    assert out == [[{"path": "x.jsonl", "split": "test"}], [1.0, 0.0], True]
+
+
+def test_a_task_whose_extra_is_missing_is_named_in_the_unknown_name_error():
+    """Without pint (the ``phyx`` extra not installed), the core's rewards and VisualSphinx still work, and a name
+    that is not registered says which task could not be imported and why."""
+    out = fresh(LOADED + """
+sys.modules["pint"] = None  # as if not installed
+from lit_grpo.data.datamodule import READERS
+from lit_grpo.rewards import REWARDS
+ok = ["binary" in REWARDS, "visualsphinx" in READERS]
+try:
+    READERS.get("nope")
+except KeyError as exc:
+    print(json.dumps([ok, str(exc)]))
+""")
+    assert out[0] == [True, True]
+    assert out[1].startswith("\"unknown dataset reader 'nope'; registered: visualsphinx; task lit_grpo.tasks.phyx not "
+                             "loaded: import of pint halted")
+
+
+def test_a_name_that_is_not_a_string_imports_no_task():
+    """``scorer: null`` asks ``None in REWARDS``: no task is imported for it."""
+    out = fresh(LOADED + """
+from lit_grpo.rewards import REWARDS
+print(json.dumps([None in REWARDS, 3 in REWARDS, loaded()]))
+""")
+    assert out == [False, False, {"tasks": [], "packages": []}]
