@@ -8,12 +8,14 @@ from lit_grpo.rewards.registry import (REWARDS, RewardOutput, RewardSpec, build_
                                        required_columns, score_completions)
 from lit_grpo.rewards.rubric import STOPWORDS, combine_rubric, principle_match, unit_match
 from lit_grpo.rewards.judged import OpenAccuracyReward, RubricReward
+from lit_grpo.rewards.equivalence import OpenEquivalence
 from lit_grpo.rewards.attention import attention_reward
 
 __all__ = [
     "REWARDS",
     "STOPWORDS",
     "OpenAccuracyReward",
+    "OpenEquivalence",
     "RewardOutput",
     "RewardSpec",
     "RubricReward",

@@ -52,7 +52,9 @@ def _columns(completions: list[str], columns: dict[str, list]) -> dict[str, list
             for k in COLUMNS}
 
 
-@register_reward("open_accuracy", columns=COLUMNS, extractor=tagged_answer)
+@register_reward("open_accuracy", columns=COLUMNS, extractor=tagged_answer,
+                 protocol="a jury of judge calls grades the correctness of each completion 0/1/2, averaged / 2 (the "
+                          "paper's accuracy reward for open-ended answers; 1.0 = every juror says fully correct)")
 class OpenAccuracyReward:
     """Open-ended accuracy r_a: a jury of K judge calls scores correctness 0/1/2; ``mean / 2`` in [0, 1].
 
@@ -82,7 +84,8 @@ class OpenAccuracyReward:
         return RewardOutput(out, metrics=self.judge.pop_metrics())
 
 
-@register_reward("rubric", columns=COLUMNS, extractor=tagged_answer)
+@register_reward("rubric", columns=COLUMNS, extractor=tagged_answer,
+                 protocol="the paper's rubric reward (format, accuracy, principle, unit, reasoning, combined)")
 class RubricReward:
     """Rubric reward r_rub: format, accuracy, principle, unit and (open-ended) reasoning, combined.
 
