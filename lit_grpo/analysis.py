@@ -95,16 +95,17 @@ class SampleAttention:
 @torch.no_grad()
 def sample_attention(model: nn.Module, processor, sample: Sample, template: str = "visualsphinx_seed",
                      completion: str | None = None, max_new_tokens: int = 32, grid: str | None = None,
-                     seed: int = 0) -> SampleAttention:
-    """Generate a greedy completion for ``sample`` (or score the given ``completion`` text) and return its maps."""
+                     seed: int = 0, row: str = "own") -> SampleAttention:
+    """Generate a greedy completion for ``sample`` (or score the given ``completion`` text) and return its maps
+    (``grid``, ``row``: :class:`~lit_grpo.attention.AttentionConfig`)."""
     return batch_attention(model, processor, [sample], template, [completion] if completion is not None else None,
-                           max_new_tokens, grid, seed)[0]
+                           max_new_tokens, grid, seed, row)[0]
 
 
 @torch.no_grad()
 def batch_attention(model: nn.Module, processor, samples: list[Sample], template: str = "visualsphinx_seed",
                     completions: list[str] | None = None, max_new_tokens: int = 32, grid: str | None = None,
-                    seed: int = 0) -> list[SampleAttention]:
+                    seed: int = 0, row: str = "own") -> list[SampleAttention]:
     """:func:`sample_attention` for several samples in one batch (left-padded, one forward)."""
     layout = row_layout(model, processor)
     enc = repeat_rows(encode_prompts(processor, [render_messages(s, template) for s in samples],
@@ -116,7 +117,7 @@ def batch_attention(model: nn.Module, processor, samples: list[Sample], template
                                      stop, image_token_ids(model, processor), greedy=True, layout=layout)
     else:
         rollout = given_rollout(enc, processor, completions, stop, layout)
-    meter = AttentionMeter(model, processor, AttentionConfig(grid=grid))
+    meter = AttentionMeter(model, processor, AttentionConfig(grid=grid, row=row))
     was_training = model.training
     model.eval()
     try:
