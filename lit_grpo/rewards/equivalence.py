@@ -17,8 +17,8 @@ import math
 from typing import Annotated, Any, Literal
 
 from lit_grpo.ranges import Range
-from lit_grpo.rewards.judge import EQUIVALENCE, Judge, JudgeConfig, JudgeItem, aggregate_votes
-from lit_grpo.rewards.judged import COLUMNS, _columns, _judge
+from lit_grpo.rewards.judge import EQUIVALENCE, Judge, JudgeConfig, aggregate_votes
+from lit_grpo.rewards.judged import COLUMNS, _columns, _item, _judge, _open_rows
 from lit_grpo.rewards.parsing import extract_answer, extract_tag, tagged_answer
 from lit_grpo.rewards.registry import RewardOutput, register_reward
 
@@ -70,14 +70,12 @@ class OpenEquivalence:
 
     def __call__(self, completions: list[str], **columns) -> RewardOutput:
         cols = _columns(completions, columns)
-        rows = [i for i in range(len(completions))
-                if cols["answer_format"][i] == "open" and cols["answer"][i] is not None]
+        rows = _open_rows(cols)
         out: list[float | None] = [None] * len(completions)
         parts: dict[str, list[float | None]] = {f: [None] * len(completions) for f in FIELDS}
         if rows:
-            items = [JudgeItem(question=str(cols["question"][i] or ""), gold_answer=str(cols["answer"][i]),
-                               completion=extracted_fields(completions[i]), gold_unit=cols["unit"][i],
-                               gold_principle=cols["principle"][i]) for i in rows]
+            shown = [extracted_fields(c) for c in completions]  # the judge sees the extracted fields only
+            items = [_item(i, shown, cols) for i in rows]
             for i, votes in zip(rows, self.judge.grade(items, EQUIVALENCE)):
                 verdict = aggregate_votes(votes, EQUIVALENCE, self.min_votes)
                 for f in FIELDS:

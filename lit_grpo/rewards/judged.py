@@ -37,6 +37,11 @@ def _column(columns: dict[str, list], name: str, n: int, default: Any = None) ->
     return list(values) if values is not None else [default] * n
 
 
+def _open_rows(cols: dict[str, list]) -> list[int]:
+    """The rows an open-ended judge grades: open-ended, with a gold answer."""
+    return [i for i in range(len(cols["answer"])) if cols["answer_format"][i] == "open" and cols["answer"][i] is not None]
+
+
 def _item(i: int, completions: list[str], cols: dict[str, list]) -> JudgeItem:
     return JudgeItem(question=str(cols["question"][i] or ""), gold_answer=str(cols["answer"][i]),
                      completion=completions[i], gold_unit=cols["unit"][i], gold_principle=cols["principle"][i])
@@ -74,8 +79,7 @@ class OpenAccuracyReward:
 
     def __call__(self, completions: list[str], **columns) -> RewardOutput:
         cols = _columns(completions, columns)
-        rows = [i for i in range(len(completions))
-                if cols["answer_format"][i] == "open" and cols["answer"][i] is not None]
+        rows = _open_rows(cols)
         out: list[float | None] = [None] * len(completions)
         if rows:
             votes = self.judge.grade([_item(i, completions, cols) for i in rows], ACCURACY)
