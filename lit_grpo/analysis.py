@@ -217,6 +217,42 @@ def compare_checkpoints(checkpoints: dict[str, tuple[nn.Module, object]], sample
                              for name, (m, p) in checkpoints.items()})
 
 
+def asm_choices(model: nn.Module, processor, samples: list[Sample], template: str = "visualsphinx_seed",
+                max_new_tokens: int = 32, grids: tuple[str, ...] = ("base", "tiles", "all"),
+                rows: tuple[str, ...] = ("own", "final"), batch_size: int = 8) -> dict[tuple[str, str], dict[str, float]]:
+    """How much the ASM's choices move it: each sample's greedy completion (generated once) scored with every
+    ``(grid, row)`` (:class:`~lit_grpo.attention.AttentionConfig`), then per choice the mean ASM over samples, its
+    standard error, and the paired change against the first choice (``grids[0]``, ``rows[0]``), its SE and count.
+
+    Returns: ``{(grid, row): {"mean", "sem", "diff", "diff_sem", "n"}}`` in the order of the choices.
+    """
+    samples, completions = list(samples), []
+    for i in range(0, len(samples), batch_size):
+        chunk = samples[i:i + batch_size]
+        completions += [a.completion for a in batch_attention(model, processor, chunk, template, None,
+                                                              max_new_tokens, grids[0], row=rows[0])]
+    values: dict[tuple[str, str], np.ndarray] = {}
+    for g in grids:
+        for r in rows:
+            got = []
+            for i in range(0, len(samples), batch_size):
+                got += [a.asm for a in batch_attention(model, processor, samples[i:i + batch_size], template,
+                                                       completions[i:i + batch_size], max_new_tokens, g, row=r)]
+            values[(g, r)] = np.asarray(got, dtype=np.float64)
+    first = values[(grids[0], rows[0])]
+
+    def mean_se(a: np.ndarray) -> tuple[float, float, int]:
+        a = a[~np.isnan(a)]
+        return (float(a.mean()) if a.size else math.nan,
+                float(a.std(ddof=1) / math.sqrt(a.size)) if a.size > 1 else 0.0, int(a.size))
+
+    out = {}
+    for key, v in values.items():
+        (m, se, _), (d, dse, n) = mean_se(v), mean_se(v - first)
+        out[key] = {"mean": m, "sem": se, "diff": d, "diff_sem": dse, "n": n}
+    return out
+
+
 def checkpoint_table(records: dict[str, list[dict]], key: str = "asm") -> dict[str, dict[str, float]]:
     """Per group (``"all"`` last, as :func:`summarize`): ``{name: mean, "<name>_sem": its standard error, ...,
     "diff": mean over samples of last - first, "diff_sem": that paired difference's standard error, "n": samples
