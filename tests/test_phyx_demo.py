@@ -142,12 +142,12 @@ def test_demo_twins_train_on_the_embedded_physics_set(condition, tmp_path, tiny_
     assert {k: round(logged[f"train/{k}"], 6) for k in expected} == pytest.approx(expected)
     # validation, greedy: id 0 perfect, id 1 wrong -> half correct under the condition's scorer
     assert logged["val/greedy/accuracy"] == pytest.approx(0.5)
-    assert cli.model.evaluation.scorer == ("accuracy" if fmt == "mcq" else "open_accuracy")
-    if condition == "oe_rubric":  # the table's own open_accuracy (offline judge) graded the 2 greedy answers
+    assert cli.model.evaluation.scorer == ("accuracy" if fmt == "mcq" else "open_equivalence")
+    if fmt != "mcq":  # the table's own open_equivalence (offline judge, one call) graded the 2 greedy answers
         assert logged["val/greedy/accuracy/judge/offline_graded"] == 2
-    if condition == "oe_fmt_acc":  # the reward's verdicts served the table: no second judge
-        assert logged["val/greedy/reward/open_accuracy/judge/offline_graded"] == 2 and cli.model.evaluator.scorer_fn is None
-        assert "val/greedy/accuracy/judge/offline_graded" not in logged
+    if condition == "oe_fmt_acc":  # the reward's jury graded them too (its own question: correctness 0/1/2)
+        assert logged["val/greedy/reward/open_accuracy/judge/offline_graded"] == 2
+        assert type(cli.model.evaluator.scorer_fn).__name__ == "OpenEquivalence"
 
 
 ASM_CONDITIONS = {"mcq_asm": ["configs/demo_phyx_mcq.yaml", "configs/demo_phyx_mcq_asm.yaml"],
