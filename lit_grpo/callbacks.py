@@ -316,9 +316,10 @@ class AccuracyTable(L.Callback):
         """Write the table of each mode; returns the files written."""
         out, written = _run_dir(trainer), []
         out.mkdir(parents=True, exist_ok=True)
+        caption = getattr(getattr(trainer.lightning_module, "evaluator", None), "caption", None)  # how it was scored
         for mode in sorted({r["mode"] for r in records}):
             rows = accuracy_table([r for r in records if r["mode"] == mode])
-            md = table_markdown(rows, f"test accuracy ({mode})")
+            md = table_markdown(rows, f"test accuracy ({mode})", caption)
             for suffix, text in ((".md", md), (".csv", table_csv(rows, mode))):
                 path = out / f"{self.prefix}_{mode}{suffix}"
                 path.write_text(text, encoding="utf-8")

@@ -132,15 +132,16 @@ class EvalConfig(Checked):
     """Run validation once before the first training step (the step-0 point of the curves)."""
     scorer: str | None = None
     """Registered reward giving the correctness of each evaluation completion (logged as
-    ``<stage>/<mode>/accuracy`` and tabulated by ``lit_grpo.callbacks.AccuracyTable``): ``accuracy``
-    (paper protocol, MCQ), ``open_accuracy`` (paper protocol, open-ended, with ``pass_threshold``),
+    ``<stage>/<mode>/accuracy`` and tabulated by ``lit_grpo.callbacks.AccuracyTable``, whose caption names it):
+    ``accuracy`` (paper protocol, MCQ), ``open_equivalence`` (paper protocol, open-ended: one judge call on the
+    extracted answer, unit and principle), ``open_accuracy`` (the accuracy reward's jury, with ``pass_threshold``),
     ``phyx_official`` (PhyX rule mode), ``binary`` (VisualSphinx). When a configured reward (or metric) has
     this label and ``scorer_kwargs`` and ``judge`` are empty or equal to its kwargs, its values are reused (no
     second judge call); otherwise the scorer is built with ``scorer_kwargs`` and ``judge``."""
     scorer_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Options of the scorer other than its judge (see its docstring), e.g. ``strict`` of ``rubric``."""
     judge: JudgeConfig | None = None
-    """The judge of a judge-backed scorer (``open_accuracy``, ``rubric``), each option settable on its own
+    """The judge of a judge-backed scorer (``open_equivalence``, ``open_accuracy``, ``rubric``), each option settable on its own
     (``--model.init_args.evaluation.judge.num_judges=5``); ``None``: the configured reward's verdicts when it
     is the scorer, else the scorer's default (the offline judge)."""
     pass_threshold: float | None = None

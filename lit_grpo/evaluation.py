@@ -25,7 +25,8 @@ from lit_grpo.data.sample import Sample
 from lit_grpo.judge_config import JudgeConfig
 from lit_grpo.rewards.parsing import extract_answer, extract_option_letter
 from lit_grpo.registry import Registry
-from lit_grpo.rewards.registry import REWARDS, RewardFn, RewardSpec, build_reward, build_rewards, reward_info
+from lit_grpo.rewards.registry import (REWARDS, RewardFn, RewardSpec, build_reward, build_rewards, option_default,
+                                       reward_info, reward_options)
 
 if TYPE_CHECKING:
     from lit_grpo.data.datamodule import PromptBatch
@@ -67,6 +68,38 @@ def _comparable(kwargs: dict[str, Any]) -> dict[str, Any]:
     """``kwargs`` with a ``judge`` dict as a :class:`JudgeConfig` (defaults filled in)."""
     judge = kwargs.get("judge")
     return {**kwargs, "judge": JudgeConfig.from_dict(judge)} if isinstance(judge, dict) else dict(kwargs)
+
+
+def protocol_caption(scorer: str | None, pass_threshold: float | None = None, judge: JudgeConfig | dict | None = None,
+                     scorer_kwargs: dict[str, Any] | None = None, configured: list[tuple[str, dict]] = ()) -> str:
+    """How a table's correctness was decided, in one sentence: the scorer, how it decides (its registered
+    ``protocol``), its judge (a judge-backed scorer) and the pass threshold. The judge is ``judge`` (the
+    evaluation's), else ``scorer_kwargs["judge"]``, else that of the ``configured`` reward ``(label, kwargs)`` whose
+    verdicts are reused, else the default (the offline judge); its calls per completion are the judge's
+    ``num_judges``, or the scorer's own ``num_judges`` option when it has one.
+
+    >>> protocol_caption("accuracy")
+    "Scored by `accuracy`: the <answer> letter equals the gold option letter (the paper's evaluation of multiple choice)."
+    """
+    if scorer is None:
+        return "No scorer: no correctness."
+    info = reward_info(scorer) if scorer in REWARDS else None
+    text = f"Scored by `{scorer}`" + (f": {info.protocol}" if info is not None and info.protocol else "")
+    if info is not None and "judge" in reward_options(scorer):
+        mine = [k.get("judge") for label, k in configured if label == scorer]
+        chosen = next((j for j in (judge, (scorer_kwargs or {}).get("judge"), *mine) if j is not None), None)
+        cfg = chosen if isinstance(chosen, JudgeConfig) else JudgeConfig.from_dict(chosen) \
+            if isinstance(chosen, dict) or chosen is None else None
+        if cfg is not None:
+            who = f"{cfg.model} (served)" if cfg.base_url else "the offline rule-based judge"
+            calls = cfg.num_judges
+            if "num_judges" in reward_options(scorer):  # a scorer that sets its own number of calls
+                own = (scorer_kwargs or {}).get("num_judges", option_default(scorer, "num_judges"))
+                calls = calls if own is None else own
+            text += f"; judge: {who}, {calls} call{'s' * (calls != 1)} per completion"
+    if pass_threshold is not None:
+        text += f"; correct = a score of at least {pass_threshold:g}"
+    return text + "."
 
 
 def correctness(scores: list[float | None], pass_threshold: float | None = None) -> list[float]:
@@ -176,16 +209,17 @@ def _cell(row: dict[str, Any]) -> str:
     return "–" if math.isnan(row["accuracy"]) else f"{row['accuracy']:.3f} ± {row['se']:.3f}"
 
 
-def table_markdown(rows: list[dict[str, Any]], title: str) -> str:
+def table_markdown(rows: list[dict[str, Any]], title: str, caption: str | None = None) -> str:
     """The paper's layout: one line of accuracies (Overall + the domains that have problems) with their standard
-    errors and a line of problem counts, then the reasoning types; what the figures are is said under the title."""
+    errors and a line of problem counts, then the reasoning types; what the figures are is said under the title,
+    then ``caption`` (how correctness was decided: :func:`protocol_caption`)."""
     overall = next(r for r in rows if r["group"] == "overall")
     cells = [overall] + [r for r in rows if r["group"] == "domain"]
     per = sorted({r["completions"] // max(r["problems"], 1) for r in cells})
     each = f"{per[0]} completion{'s' * (per[0] != 1)} each" if len(per) == 1 else "completions per problem vary"
     out = [f"### {title}", "",
            f"Accuracy: mean ± standard error over problems of each problem's share of correct completions "
-           f"({_problems(overall['problems'])}, {each}).", "",
+           f"({_problems(overall['problems'])}, {each})." + (f" {caption}" if caption else ""), "",
            "| " + " | ".join(["Overall"] + [r["name"] for r in cells[1:]]) + " |", "|" + "---|" * len(cells),
            "| " + " | ".join(_cell(c) for c in cells) + " |",
            "| " + " | ".join(_problems(c["problems"]) for c in cells) + " |"]
@@ -242,6 +276,9 @@ class Evaluator:
         self.cfg, self.stats = cfg, stats
         self.fns = {**fns, **build_rewards(list(cfg.metrics))}
         self.scorer_fn = build_scorer(cfg.scorer, cfg.scorer_kwargs, [*specs, *cfg.metrics], cfg.judge)
+        self.caption = protocol_caption(cfg.scorer, cfg.pass_threshold, cfg.judge, cfg.scorer_kwargs,
+                                        [(s.label, s.kwargs) for s in [*specs, *cfg.metrics]])
+        """How correctness is decided, in one sentence (:func:`protocol_caption`): the tables' caption."""
 
     def modes(self) -> list[tuple[str, int, bool, float | None]]:
         """``(prefix, completions per prompt, greedy, temperature)`` of each configured evaluation mode."""

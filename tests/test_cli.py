@@ -55,7 +55,7 @@ def test_every_config_parses_as_documented(config, capsys):
         evaluation = printed["model"]["init_args"]["evaluation"]
         fmt = printed["data"]["test"]["reader_args"]["answer_format"]
         assert (evaluation["scorer"], evaluation["pass_threshold"]) == (
-            ("accuracy", None) if fmt == "mcq" else ("open_accuracy", 1.0))
+            ("accuracy", None) if fmt == "mcq" else ("open_equivalence", None))  # the paper's protocols
 
 
 def test_docs_and_config_headers_name_only_existing_configs():

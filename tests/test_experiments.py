@@ -173,7 +173,9 @@ def test_runner_mcq_fmt_acc_asm_and_control(tmp_path, tiny_model_dir, scripted_p
     report = execute(exp)
     assert report["failed"] == [] and sorted(p.name for p in partial.parent.iterdir()) == ["predictions.jsonl"]
     md = Path(exp.output, "phyx_table.md").read_text()
-    assert "| mcq_fmt_acc_s1 | 0.0 | 0.0 | not run yet |" in md and "| mcq_fmt_acc_s0 |" in md
+    assert "| mcq_fmt_acc_s1 |  | 0.0 | 0.0 | not run yet |" in md and "| mcq_fmt_acc_s0 | 1/1 |" in md
+    assert "| mcq_fmt_acc_lr0_s0 | 1/1 |" in md and "Stopped before their last step" not in md  # every fit ran its steps
+    assert "Scored by `accuracy`: the <answer> letter equals the gold option letter" in md  # the table's protocol
     assert "seed 1" not in md.split("### Seeds")[1].split("###")[0]  # the partial file is not read: no seed table
 
 

@@ -1,6 +1,7 @@
 """Judge rewards inside ``fit``: a real loopback judge server, the API key never written, a failing judge stops
 the run with the endpoint named while earlier checkpoints and logs survive."""
 
+import json
 import os
 from pathlib import Path
 
@@ -112,6 +113,8 @@ def test_a_key_echoed_in_any_encoding_reaches_no_file_and_no_console(tmp_path, m
     forms = _echoes(ECHO_KEY)
 
     def script(body, n):
+        if "semantically equivalent" in json.dumps(body):  # the tables' open_equivalence: one call, so it answers
+            return Reply(content=json.dumps({"answer": 1, "unit": 1, "principle": 1}))
         if n % 2:
             return Reply(status=401, raw_body=f'{{"error": "invalid api key", "echo": "{forms[n // 2 % len(forms)]}"}}')
         return votes_by_seed([{"correctness": 2}])(body, n)
@@ -235,5 +238,6 @@ def test_paper_oe_rubric_condition_reaches_the_judge_named_by_the_environment(tm
     # one step: 1 prompt x G=8 completions x K=3 jurors; identical completions are asked once
     assert logged["train/reward/rubric/judge/calls"] == len(requests)
     assert logged["train/reward/rubric/judge/calls"] + logged["train/reward/rubric/judge/cache_hits"] == 24
-    scorer = cli.model.evaluator.scorer_fn  # the table's open_accuracy, built with the base's judge (same server)
-    assert scorer.judge.endpoint == f"{server.base_url}/chat/completions" and cli.model.evaluation.pass_threshold == 1.0
+    scorer = cli.model.evaluator.scorer_fn  # the table's open_equivalence, built with the base's judge (same server)
+    assert scorer.judge.endpoint == f"{server.base_url}/chat/completions" and cli.model.evaluation.pass_threshold is None
+    assert scorer.judge.cfg.num_judges == 1  # the paper's evaluation asks one judge; the rubric's jury keeps K = 3

@@ -47,3 +47,11 @@ def test_notebook_runs_end_to_end_and_draws_the_overlays(tmp_path):
     assert any(g.endswith("Reasoning") for g in groups), "the per-reasoning-type table is missing"
     assert re.search(r"all: A [0-9.]+ ± [0-9.]+  B [0-9.]+ ± [0-9.]+  B - A [+-][0-9.]+ ± [0-9.]+ \(paired, n=6\)", text)
     assert (tmp_path / "checkpoints" / "embedded" / "granite_vision_tiny_seed1" / "config.json").is_file()
+    # section 4: every (grid, row) choice on both checkpoints, the default's paired change exactly 0
+    choices = re.findall(r"grid=(\w+)\s+row=(\w+)\s*: ASM ([0-9.]+) ± [0-9.]+  change vs default ([+-][0-9.]+) ± "
+                         r"[0-9.]+ \(paired, n=6\)", text)
+    combos = [(g, r) for g in ("base", "tiles", "all") for r in ("own", "final")]
+    assert [(g, r) for g, r, _, _ in choices] == combos * 2
+    assert all(float(d) == 0.0 for g, r, _, d in choices if (g, r) == ("base", "own"))
+    assert all(0.0 <= float(a) <= 1.0 for _, _, a, _ in choices)
+    assert len(figures) >= 6

@@ -142,12 +142,12 @@ def test_demo_twins_train_on_the_embedded_physics_set(condition, tmp_path, tiny_
     assert {k: round(logged[f"train/{k}"], 6) for k in expected} == pytest.approx(expected)
     # validation, greedy: id 0 perfect, id 1 wrong -> half correct under the condition's scorer
     assert logged["val/greedy/accuracy"] == pytest.approx(0.5)
-    assert cli.model.evaluation.scorer == ("accuracy" if fmt == "mcq" else "open_accuracy")
-    if condition == "oe_rubric":  # the table's own open_accuracy (offline judge) graded the 2 greedy answers
+    assert cli.model.evaluation.scorer == ("accuracy" if fmt == "mcq" else "open_equivalence")
+    if fmt != "mcq":  # the table's own open_equivalence (offline judge, one call) graded the 2 greedy answers
         assert logged["val/greedy/accuracy/judge/offline_graded"] == 2
-    if condition == "oe_fmt_acc":  # the reward's verdicts served the table: no second judge
-        assert logged["val/greedy/reward/open_accuracy/judge/offline_graded"] == 2 and cli.model.evaluator.scorer_fn is None
-        assert "val/greedy/accuracy/judge/offline_graded" not in logged
+    if condition == "oe_fmt_acc":  # the reward's jury graded them too (its own question: correctness 0/1/2)
+        assert logged["val/greedy/reward/open_accuracy/judge/offline_graded"] == 2
+        assert type(cli.model.evaluator.scorer_fn).__name__ == "OpenEquivalence"
 
 
 ASM_CONDITIONS = {"mcq_asm": ["configs/demo_phyx_mcq.yaml", "configs/demo_phyx_mcq_asm.yaml"],
@@ -177,18 +177,22 @@ def test_asm_twins_add_the_attention_reward_to_fmt_acc(condition, tmp_path, tiny
 
 # Test table, greedy: ids 0-5 get kinds 0, 1, 2, 3, 0, 1 (perfect, wrong, none, terse, perfect, wrong).
 # Domains: 0 calorimetry (Thermodynamics), 1 circuit (Electromagnetism), 2 decay (Modern Physics), 3 Doppler
-# (Wave/Acoustics), 4 field lines (Electromagnetism), 5 heat engine (Thermodynamics). open_accuracy with
-# pass_threshold 1.0: the terse answer (jury 0.5) is not correct -> correct = 1, 0, 0, 0, 1, 0.
+# (Wave/Acoustics), 4 field lines (Electromagnetism), 5 heat engine (Thermodynamics). The paper's evaluation
+# (open_equivalence, the configs' default): the terse answer (no unit) is not equivalent; the jury (open_accuracy with
+# pass_threshold 1.0, configs/oe_eval_jury.yaml): the terse answer (jury 0.5) is not correct. Both: correct = 1, 0, 0,
+# 0, 1, 0; the caption names the protocol.
 OE_TABLE = {("overall", "all"): "0.333333", ("domain", "Thermodynamics"): "0.500000",
             ("domain", "Electromagnetism"): "0.500000", ("domain", "Modern Physics"): "0.000000",
             ("domain", "Wave/Acoustics"): "0.000000"}  # Mechanics and Optics have no problem here: no row
 
 
-@pytest.mark.parametrize("condition", ["oe_fmt_acc", "oe_rubric"])
-def test_oe_demo_twins_test_writes_the_table_with_the_offline_judge(condition, tmp_path, tiny_model_dir,
+@pytest.mark.parametrize("condition,protocol", [("oe_fmt_acc", "paper"), ("oe_rubric", "paper"),
+                                                ("oe_fmt_acc", "jury")])
+def test_oe_demo_twins_test_writes_the_table_with_the_offline_judge(condition, protocol, tmp_path, tiny_model_dir,
                                                                     scripted_policy):
     over = _overrides(tmp_path, tiny_model_dir, "open", {"test": ":6"})
-    cli = main(["test", *_configs(CONDITIONS[condition], over)])
+    jury = ["configs/oe_eval_jury.yaml"] if protocol == "jury" else []
+    cli = main(["test", *_configs([*CONDITIONS[condition], *jury], over)])
     run = Path(cli.trainer.logger.log_dir)
     rows = {(r["group"], r["name"]): r for r in csv.DictReader(open(run / "test_accuracy_greedy.csv"))}
     assert {k: rows[k]["accuracy"] for k in OE_TABLE} == OE_TABLE and ("domain", "Mechanics") not in rows
@@ -197,6 +201,11 @@ def test_oe_demo_twins_test_writes_the_table_with_the_offline_judge(condition, t
     assert rows[("overall", "all")]["se"] == "0.210819"
     assert ("| 0.333 ± 0.211 | 0.500 ± 0.500 | 0.500 ± 0.500 | 0.000 ± 0.000 | 0.000 ± 0.000 |"
             in (run / "test_accuracy_greedy.md").read_text())
+    scored = ("Scored by `open_accuracy`: a jury of judge calls" if protocol == "jury" else
+              "Scored by `open_equivalence`: the judge decides whether the extracted answer, unit and principle")
+    calls = "3 calls per completion; correct = a score of at least 1." if protocol == "jury" else "1 call per completion."
+    caption = (run / "test_accuracy_greedy.md").read_text().splitlines()[2]
+    assert scored in caption and caption.endswith("judge: the offline rule-based judge, " + calls)
     metrics = cli.trainer.callback_metrics
     assert metrics["test/greedy/accuracy"].item() == pytest.approx(2 / 6)
     if condition == "oe_fmt_acc":  # the graded reward beside the 0/1 table: 1, 0, 0, 0.5, 1, 0

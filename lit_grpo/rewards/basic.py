@@ -27,7 +27,8 @@ def boxed_answer(text: str, mode: str = "official") -> str | None:
     raise ValueError(f"mode must be one of {BOXED_MODES}, got {mode!r}")
 
 
-@register_reward("binary", columns=("answer",), extractor=official_box)
+@register_reward("binary", columns=("answer",), extractor=official_box,
+                 protocol="the boxed answer equals the gold answer exactly (VisualSphinx's scorer)")
 def binary_reward(completions: list[str], answer: list[str], mode: str = "official", **_) -> list[float | None]:
     """VisualSphinx binary reward: 1.0 when the boxed answer equals the gold exactly, else 0.0.
 
@@ -89,7 +90,8 @@ def format_reward(completions: list[str], tags: list[str] = list(DEFAULT_TAGS), 
     return [format_score(text, tuple(tags)) for text in completions]
 
 
-@register_reward("accuracy", columns=("answer", "answer_format", "options"), extractor=tagged_answer)
+@register_reward("accuracy", columns=("answer", "answer_format", "options"), extractor=tagged_answer,
+                 protocol="the <answer> letter equals the gold option letter (the paper's evaluation of multiple choice)")
 def accuracy_reward(
     completions: list[str], answer: list[str], answer_format: list[str] | None = None, tag: str = "answer",
     options: list[dict] | None = None, **_

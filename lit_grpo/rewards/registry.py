@@ -89,18 +89,20 @@ class RewardInfo:
     """``fn(completion, answer_format)``: the answer it reads, shown in evaluation records when it is the scorer."""
     gameable: str | None = None
     """Why a policy trained on it can game it (a warning names it as a training reward)."""
+    protocol: str | None = None
+    """How it decides, in words, for the caption of a table it scored (:func:`lit_grpo.evaluation.protocol_caption`)."""
 
 
 INFO: dict[str, RewardInfo] = {}
 
 
 def register_reward(name: str, *, columns: tuple[str, ...] = (), extractor: Callable[[str, str], str | None] | None
-                    = None, gameable: str | None = None) -> Callable:
+                    = None, gameable: str | None = None, protocol: str | None = None) -> Callable:
     """Register a reward function or class under ``name`` with what it reads (:class:`RewardInfo`)."""
 
     def deco(obj):
         REWARDS.register(name)(obj)
-        INFO[name] = RewardInfo(tuple(columns), extractor, gameable)
+        INFO[name] = RewardInfo(tuple(columns), extractor, gameable, protocol)
         return obj
 
     return deco
@@ -120,6 +122,14 @@ def reward_options(name: str) -> list[str]:
     plain = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     skip = {"self", "completions", *info.columns}
     return [p.name for p in params if p.kind in plain and p.name not in skip]
+
+
+def option_default(name: str, option: str) -> Any:
+    """The default of option ``option`` of the reward registered as ``name`` (``inspect.Parameter.empty`` without
+    one)."""
+    entry = REWARDS.get(name)
+    params = inspect.signature(entry.__init__ if inspect.isclass(entry) else entry).parameters
+    return params[option].default
 
 
 def reward_option_types(name: str | None) -> Keys:

@@ -95,16 +95,17 @@ class SampleAttention:
 @torch.no_grad()
 def sample_attention(model: nn.Module, processor, sample: Sample, template: str = "visualsphinx_seed",
                      completion: str | None = None, max_new_tokens: int = 32, grid: str | None = None,
-                     seed: int = 0) -> SampleAttention:
-    """Generate a greedy completion for ``sample`` (or score the given ``completion`` text) and return its maps."""
+                     seed: int = 0, row: str = "own") -> SampleAttention:
+    """Generate a greedy completion for ``sample`` (or score the given ``completion`` text) and return its maps
+    (``grid``, ``row``: :class:`~lit_grpo.tasks.attention.meter.AttentionConfig`)."""
     return batch_attention(model, processor, [sample], template, [completion] if completion is not None else None,
-                           max_new_tokens, grid, seed)[0]
+                           max_new_tokens, grid, seed, row)[0]
 
 
 @torch.no_grad()
 def batch_attention(model: nn.Module, processor, samples: list[Sample], template: str = "visualsphinx_seed",
                     completions: list[str] | None = None, max_new_tokens: int = 32, grid: str | None = None,
-                    seed: int = 0) -> list[SampleAttention]:
+                    seed: int = 0, row: str = "own") -> list[SampleAttention]:
     """:func:`sample_attention` for several samples in one batch (left-padded, one forward)."""
     layout = row_layout(model, processor)
     enc = repeat_rows(encode_prompts(processor, [render_messages(s, template) for s in samples],
@@ -116,7 +117,7 @@ def batch_attention(model: nn.Module, processor, samples: list[Sample], template
                                      stop, image_token_ids(model, processor), greedy=True, layout=layout)
     else:
         rollout = given_rollout(enc, processor, completions, stop, layout)
-    meter = AttentionMeter(model, processor, AttentionConfig(grid=grid))
+    meter = AttentionMeter(model, processor, AttentionConfig(grid=grid, row=row))
     was_training = model.training
     model.eval()
     try:
@@ -214,6 +215,42 @@ def compare_checkpoints(checkpoints: dict[str, tuple[nn.Module, object]], sample
     samples (greedy completions of each checkpoint)."""
     return checkpoint_table({name: dataset_asm(m, p, samples, group_by, **kwargs)
                              for name, (m, p) in checkpoints.items()})
+
+
+def asm_choices(model: nn.Module, processor, samples: list[Sample], template: str = "visualsphinx_seed",
+                max_new_tokens: int = 32, grids: tuple[str, ...] = ("base", "tiles", "all"),
+                rows: tuple[str, ...] = ("own", "final"), batch_size: int = 8) -> dict[tuple[str, str], dict[str, float]]:
+    """How much the ASM's choices move it: each sample's greedy completion (generated once) scored with every
+    ``(grid, row)`` (:class:`~lit_grpo.tasks.attention.meter.AttentionConfig`), then per choice the mean ASM over samples, its
+    standard error, and the paired change against the first choice (``grids[0]``, ``rows[0]``), its SE and count.
+
+    Returns: ``{(grid, row): {"mean", "sem", "diff", "diff_sem", "n"}}`` in the order of the choices.
+    """
+    samples, completions = list(samples), []
+    for i in range(0, len(samples), batch_size):
+        chunk = samples[i:i + batch_size]
+        completions += [a.completion for a in batch_attention(model, processor, chunk, template, None,
+                                                              max_new_tokens, grids[0], row=rows[0])]
+    values: dict[tuple[str, str], np.ndarray] = {}
+    for g in grids:
+        for r in rows:
+            got = []
+            for i in range(0, len(samples), batch_size):
+                got += [a.asm for a in batch_attention(model, processor, samples[i:i + batch_size], template,
+                                                       completions[i:i + batch_size], max_new_tokens, g, row=r)]
+            values[(g, r)] = np.asarray(got, dtype=np.float64)
+    first = values[(grids[0], rows[0])]
+
+    def mean_se(a: np.ndarray) -> tuple[float, float, int]:
+        a = a[~np.isnan(a)]
+        return (float(a.mean()) if a.size else math.nan,
+                float(a.std(ddof=1) / math.sqrt(a.size)) if a.size > 1 else 0.0, int(a.size))
+
+    out = {}
+    for key, v in values.items():
+        (m, se, _), (d, dse, n) = mean_se(v), mean_se(v - first)
+        out[key] = {"mean": m, "sem": se, "diff": d, "diff_sem": dse, "n": n}
+    return out
 
 
 def checkpoint_table(records: dict[str, list[dict]], key: str = "asm") -> dict[str, dict[str, float]]:

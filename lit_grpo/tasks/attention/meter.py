@@ -10,8 +10,10 @@ is background when all RGB channels are >= 230); the mean over the completion's 
 Shapes: ``N`` rows (completions), ``L`` = prompt + completion tokens, ``T`` completion tokens, ``H``
 query heads, ``Hk`` key/value heads, ``D`` head dim, ``(h, w)`` a patch grid, ``(Y, X)`` image pixels.
 
-Which rows: the attention rows *of the completion tokens' own positions* (the token as query), valid
-where the completion mask is true. Memory: the reconstruction holds at most ``chunk_scores`` scores at
+Which rows (``AttentionConfig.row``): by default the attention rows *of the completion tokens' own positions*
+(the token as query), valid where the completion mask is true, each scored and averaged over the completion
+("we average Equation 7 across all T generated tokens"); ``final`` reads the paper's "the final token's attention
+row is extracted": one row, that of the completion's last valid token, scores the completion. Memory: the reconstruction holds at most ``chunk_scores`` scores at
 a time (a chunk of query rows x heads x keys) and keeps ``T x L`` per sequence (only ``T x I`` image
 columns in the trainer), for the last layer only, never the ``L x L`` matrix of any layer.
 """
@@ -233,6 +235,28 @@ def cell_table(grids: list[ImageGrid], weights: list[GridWeights], num_grids: in
     return index, table
 
 
+ROWS = ("own", "final")
+"""Which attention rows score a completion (:attr:`AttentionConfig.row`)."""
+
+
+def token_weights(valid: Tensor, row: str = "own") -> Tensor:
+    """How much each completion token's attention row counts in its completion's ASM: ``own`` = every valid token
+    equally (``1 / T_valid``), ``final`` = the last valid token alone (1); a row without valid tokens is all 0.
+
+    Shape: ``[N, T]`` bool -> ``[N, T]`` float, rows summing to 1 (or 0).
+
+    >>> token_weights(torch.tensor([[True, True, False, False]]), "final").tolist()
+    [[0.0, 1.0, 0.0, 0.0]]
+    """
+    if row not in ROWS:
+        raise ValueError(f"row must be one of {ROWS}, got {row!r}")
+    v = valid.float()
+    if row == "own":
+        return v / v.sum(-1, keepdim=True).clamp_min(1)
+    last = (v * torch.arange(1, v.shape[-1] + 1, device=v.device)).argmax(-1)  # the last True (0 when none)
+    return F.one_hot(last, v.shape[-1]).float() * v
+
+
 def row_token_mean(values: Tensor, mask: Tensor) -> Tensor:
     """Mean over the valid tokens of each row; NaN ("cannot score") for a row with none.
 
@@ -288,12 +312,29 @@ class AttentionConfig(Checked):
     """Capture even when no reward reads ``asm`` (for the overlay callback); None = only when one does."""
     grid: str | None = None
     """Patch grid(s) the ASM uses: ``base`` (LLaVA-NeXT's base grid, Idefics3's global image), ``tiles``
-    (high-resolution tiles), ``all``; None = the family's default (``base``; ``all`` for Idefics3/SmolVLM)."""
+    (high-resolution tiles), ``all``; None = the family's default (``base``; ``all`` for Idefics3/SmolVLM). The
+    paper reads one grid per image: "Attention over image tokens is reshaped into a 2D grid (H_img/p x W_img/p),
+    then normalized and resized to the original image resolution"; for a multi-crop (LLaVA-NeXT anyres) image
+    that is the base grid (the whole image at one tile's resolution, the default), or the tiles (the image at
+    its own resolution, H_img/p x W_img/p patches), or both (each grid's fraction counted with its share of the
+    image attention: :func:`grid_fractions`)."""
+    row: str = "own"
+    """Which attention row scores a completion: ``own`` = each generated token's own row (the token as query),
+    scored and averaged over the completion ("we average Equation 7 across all T generated tokens [...] the
+    Attention Score Mask"); ``final`` = the row of the completion's last valid token alone ("the resulting
+    attention tensor is averaged across all heads, and the final token's attention row is extracted, yielding a
+    per-token attention vector over the full input sequence for each rollout"). Both sentences are the paper's;
+    they disagree, so the choice is visible (:func:`token_weights`)."""
     background_threshold: Annotated[int, Range(ge=0, le=256, note="256 = no pixel is background")] = BACKGROUND
     """A pixel is background when all RGB channels are >= this."""
     chunk_scores: Annotated[int, Range(ge=1)] = 2 ** 22
     """Attention scores (rows x heads x queries x keys) the reconstruction makes per step (16 MiB in
     float32, twice that with their softmax); it sets how many query rows each step covers."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.row not in ROWS:
+            raise ValueError(f"attention.row must be one of {list(ROWS)}, got {self.row!r}")
 
 
 @dataclasses.dataclass
@@ -355,11 +396,13 @@ class AttentionMeter:
         mass, fg, total = torch.bmm(cells, table).split(g, -1)  # (N, T, G) each
         valid = rollout.completion_mask.to(cells.device)
         scores = grid_fractions(mass, fg, total)  # (N, T)
-        w = valid.float() / mass.sum(-1).clamp_min(1e-30) / valid.sum(-1, keepdim=True).clamp_min(1)
+        counts = token_weights(valid, self.cfg.row)  # (N, T): the rows that score each completion, summing to 1
+        asm = torch.where(counts.sum(-1) > 0, (scores * counts).sum(-1), torch.full_like(counts[:, 0], float("nan")))
+        w = counts / mass.sum(-1).clamp_min(1e-30)
         mean_cells = torch.bmm(w[:, None, :], cells)[:, 0].cpu()  # (N, I): each token normalised, then averaged
         maps = [self.split(mean_cells[k], grids[k]) for k in range(n)]
         tokens = [self.split(cells[k][valid[k]].cpu(), grids[k]) for k in range(n)] if keep_tokens else None
-        return AttentionScores(row_token_mean(scores, valid).cpu(), maps, grids,
+        return AttentionScores(asm.cpu(), maps, grids,
                                [scores[k][valid[k]].cpu() for k in range(n)] if keep_tokens else None, tokens)
 
     @staticmethod

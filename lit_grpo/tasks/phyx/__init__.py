@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from lit_grpo.data.datamodule import GENERATORS, READERS
 from lit_grpo.evaluation import TABLE_GROUPS
 from lit_grpo.ranges import Range
-from lit_grpo.tasks.phyx import judged, official  # noqa: F401  (they register the rewards)
+from lit_grpo.tasks.phyx import equivalence, judged, official  # noqa: F401  (they register the rewards)
 from lit_grpo.tasks.phyx.physics import write_physics
 from lit_grpo.tasks.phyx.reader import DOMAINS, REASONING_TYPES, read_phyx
 

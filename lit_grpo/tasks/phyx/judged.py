@@ -37,6 +37,11 @@ def _column(columns: dict[str, list], name: str, n: int, default: Any = None) ->
     return list(values) if values is not None else [default] * n
 
 
+def _open_rows(cols: dict[str, list]) -> list[int]:
+    """The rows an open-ended judge grades: open-ended, with a gold answer."""
+    return [i for i in range(len(cols["answer"])) if cols["answer_format"][i] == "open" and cols["answer"][i] is not None]
+
+
 def _item(i: int, completions: list[str], cols: dict[str, list]) -> JudgeItem:
     return JudgeItem(question=str(cols["question"][i] or ""), gold_answer=str(cols["answer"][i]),
                      completion=completions[i], gold_unit=cols["unit"][i], gold_principle=cols["principle"][i])
@@ -52,7 +57,9 @@ def _columns(completions: list[str], columns: dict[str, list]) -> dict[str, list
             for k in COLUMNS}
 
 
-@register_reward("open_accuracy", columns=COLUMNS, extractor=tagged_answer)
+@register_reward("open_accuracy", columns=COLUMNS, extractor=tagged_answer,
+                 protocol="a jury of judge calls grades the correctness of each completion 0/1/2, averaged / 2 (the "
+                          "paper's accuracy reward for open-ended answers; 1.0 = every juror says fully correct)")
 class OpenAccuracyReward:
     """Open-ended accuracy r_a: a jury of K judge calls scores correctness 0/1/2; ``mean / 2`` in [0, 1].
 
@@ -72,8 +79,7 @@ class OpenAccuracyReward:
 
     def __call__(self, completions: list[str], **columns) -> RewardOutput:
         cols = _columns(completions, columns)
-        rows = [i for i in range(len(completions))
-                if cols["answer_format"][i] == "open" and cols["answer"][i] is not None]
+        rows = _open_rows(cols)
         out: list[float | None] = [None] * len(completions)
         if rows:
             votes = self.judge.grade([_item(i, completions, cols) for i in rows], ACCURACY)
@@ -82,7 +88,8 @@ class OpenAccuracyReward:
         return RewardOutput(out, metrics=self.judge.pop_metrics())
 
 
-@register_reward("rubric", columns=COLUMNS, extractor=tagged_answer)
+@register_reward("rubric", columns=COLUMNS, extractor=tagged_answer,
+                 protocol="the paper's rubric reward (format, accuracy, principle, unit, reasoning, combined)")
 class RubricReward:
     """Rubric reward r_rub: format, accuracy, principle, unit and (open-ended) reasoning, combined.
 

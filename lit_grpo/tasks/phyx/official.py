@@ -109,7 +109,7 @@ GAMEABLE = (
 
 
 @register_reward("phyx_official", columns=("answer", "answer_format", "meta"), extractor=phyx_extract,
-                 gameable=GAMEABLE)
+                 gameable=GAMEABLE, protocol="PhyX's official rule-mode scorer")
 def phyx_official_reward(completions: list[str], answer: list[str], answer_format: list[str] | None = None,
                          meta: list[dict] | None = None, **_) -> list[float]:
     """The official PhyX rule-mode scorer as a reward (1.0 / 0.0; a missing gold gives ``None``: does not apply).

@@ -8,11 +8,12 @@ import concurrent.futures
 import time
 from typing import Any
 
-from lit_grpo.tasks.phyx.experiments.phyx import (Condition, Control, Format, PhyxExperiment, Run, ensure_warm_start, finished,
-                                      run_one)
+from lit_grpo.tasks.phyx.experiments.phyx import (Condition, Control, Format, LoadSampler, PhyxExperiment, Run, ensure_warm_start,
+                                      finished, run_one)
+from lit_grpo.tasks.phyx.experiments.sweep import Setting, Sweep
 from lit_grpo.tasks.phyx.experiments.summary import write_report
 
-__all__ = ["Condition", "Control", "Format", "PhyxExperiment", "Run", "execute", "main", "parse"]
+__all__ = ["Condition", "Control", "Format", "PhyxExperiment", "Run", "Setting", "Sweep", "execute", "main", "parse"]
 
 
 def parse(args: list[str] | None = None) -> PhyxExperiment:
@@ -52,8 +53,9 @@ def execute(exp: PhyxExperiment) -> dict[str, Any]:
     if exp.report_only:
         sft, statuses = None, [finished(exp, r) for r in runs]
         return write_report(exp, runs, statuses, sft, time.perf_counter() - start)
-    sft = ensure_warm_start(exp)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, exp.jobs)) as pool:
-        statuses = list(pool.map(lambda r: run_one(exp, r), runs))
+    with LoadSampler() as load:
+        sft = ensure_warm_start(exp)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, exp.jobs)) as pool:
+            statuses = list(pool.map(lambda r: run_one(exp, r), runs))
     wall = time.perf_counter() - start
-    return write_report(exp, runs, statuses, sft, wall)
+    return write_report(exp, runs, statuses, sft, wall, load.samples)

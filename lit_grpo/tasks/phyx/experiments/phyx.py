@@ -21,11 +21,14 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from lit_grpo.tasks.phyx.experiments.sweep import Sweep, sweep_runs
 
 
 @dataclasses.dataclass
@@ -78,6 +81,9 @@ class Run:
     configs: list[str]
     fit_args: list[str] | None = None
     """Extra fit arguments; ``None``: nothing to train (the SFT row evaluates the warm start)."""
+    tags: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """What a sweep's run is (:func:`lit_grpo.tasks.phyx.experiments.sweep.sweep_runs`): ``sweep``, ``role``, ``aggregation``,
+    ``weight``; empty for the conditions and controls."""
 
 
 def _file_hash(paths: list[str]) -> str:
@@ -114,6 +120,9 @@ class PhyxExperiment:
     eval_args: list[str] = dataclasses.field(default_factory=list)
     """Extra arguments of every evaluation."""
     controls: list[Control] = dataclasses.field(default_factory=list)
+    sweeps: list[Sweep] = dataclasses.field(default_factory=list)
+    """Sweep axes: a condition trained at several settings of one reward term (its weight, the aggregation), each
+    with its reference condition; trained per format and seed after the conditions, reported in their own tables."""
     jobs: int = 1
     """Runs at once (one torch thread each)."""
     launcher: str = "subprocess"
@@ -145,6 +154,8 @@ class PhyxExperiment:
                     (out if i == 0 else later).append(
                         Run(f"{f.key}_{c.key}_s{seed}", f.key, c.name, seed,
                             [f.config, *c.overlays.get(f.key, []), *f.overlays], list(self.fit_args)))
+                for sw in self.sweeps:
+                    (out if i == 0 else later).extend(sweep_runs(sw, f, conds, seed, self.fit_args, Run))
         for k in self.controls:
             if k.format not in fmts or k.condition not in conds:
                 raise ValueError(f"control {k}: unknown format or condition (formats {sorted(fmts)}, "
@@ -153,10 +164,26 @@ class PhyxExperiment:
             out.append(Run(f"{k.format}_{c.key}_{k.name.replace(' ', '')}_s{k.seed}", k.format, f"{c.name}, {k.name}",
                            k.seed, [fmts[k.format].config, *c.overlays.get(k.format, []), *fmts[k.format].overlays],
                            [*self.fit_args, *k.args]))
-        return out + later
+        return _unique(out + later)
 
     def path(self, *parts: str) -> Path:
         return Path(self.output, *parts)
+
+
+def _unique(runs: list[Run]) -> list[Run]:
+    """One run per name, at its first place; a sweep's copy of a condition's run lends it its tags.
+
+    Raises:
+        ValueError: two runs of one name that would train differently.
+    """
+    first: dict[str, Run] = {}
+    for r in runs:
+        seen = first.setdefault(r.name, r)
+        if seen is not r:
+            if (seen.configs, seen.fit_args) != (r.configs, r.fit_args):
+                raise ValueError(f"two different runs are named {r.name}: {seen.fit_args} and {r.fit_args}")
+            seen.tags = seen.tags or r.tags
+    return list(first.values())
 
 
 def _write_yaml(path: Path, data: dict) -> str:
@@ -226,6 +253,35 @@ def launch(args: list[str], log: Path, launcher: str) -> tuple[int, float]:
     else:
         raise ValueError(f"launcher must be 'subprocess' or 'inprocess', got {launcher!r}")
     return rc, time.perf_counter() - start
+
+
+LOAD_EVERY_S = 30.0
+"""Seconds between two samples of the machine's load average while the runner runs."""
+
+
+class LoadSampler:
+    """Context manager sampling the machine's 1-minute load average every ``every_s`` seconds in a thread (at
+    entry and exit too), so a report can say how busy the machine was while its runs ran: ``samples``."""
+
+    def __init__(self, every_s: float = LOAD_EVERY_S):
+        self.every_s, self.samples = every_s, []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.samples.append(os.getloadavg()[0])
+
+    def __enter__(self) -> "LoadSampler":
+        self.samples.append(os.getloadavg()[0])
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self._stop.set()
+        self._thread.join()
+        self.samples.append(os.getloadavg()[0])
+        return False
 
 
 def _stamp(args: list[str], files: list[str], weights: str) -> str:

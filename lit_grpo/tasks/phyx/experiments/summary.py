@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from lit_grpo.evaluation import protocol_caption
 from lit_grpo.tasks.phyx.experiments.report import (COLUMNS, Cell, bar_chart, correct_of, fmt_cell, fmt_change, paired_change,
                                          per_problem, pooled, read_records, reward_of, row_cells, seed_table,
                                          table_csv, table_markdown)
-from lit_grpo.tasks.phyx.experiments.phyx import PhyxExperiment, Run
+from lit_grpo.tasks.phyx.experiments.phyx import LOAD_EVERY_S, PhyxExperiment, Run
+from lit_grpo.tasks.phyx.experiments.sweep import config_value, sweep_sections
 
 SIGNAL_TERMS = ("total", "format", "accuracy", "open_accuracy", "rubric", "rubric/accuracy", "rubric/principle",
                 "rubric/unit", "rubric/reasoning", "attention")
@@ -54,8 +59,9 @@ def _overall(problems: dict) -> Cell:
 
 
 def write_report(exp: PhyxExperiment, runs: list[Run], statuses: list[dict], sft: dict | None,
-                 wall_s: float) -> dict[str, Any]:
-    """Write the report files; returns ``{"tables", "failed", "markdown"}``."""
+                 wall_s: float, load: list[float] | None = None) -> dict[str, Any]:
+    """Write the report files; returns ``{"tables", "failed", "markdown"}``. ``load``: the machine's 1-minute load
+    averages sampled while the runs ran (:class:`lit_grpo.tasks.phyx.experiments.phyx.LoadSampler`)."""
     not_run = {s["name"] for s in statuses if s.get("not_run")}  # e.g. still evaluating: its file is partial
     data = collect(exp, [r for r in runs if r.name not in not_run])
     first = exp.seeds[0] if exp.seeds else None
@@ -75,11 +81,13 @@ def write_report(exp: PhyxExperiment, runs: list[Run], statuses: list[dict], sft
         changes[f.key] = {r.label: paired_change(data[r.name]["correct"], base)
                           for r in rows[1:] if r.name in data and base}
         lines.append(table_markdown(f"{f.title} (seed {first})", tables[f.key], changes[f.key]))
+        lines += [caption(exp, sft_run), ""]
     lines += _asm_section(exp, runs, data, first)
     lines += _controls_section(exp, runs, data)
     lines += _seeds_section(exp, runs, data)
+    lines += sweep_sections(exp, runs, data, lambda r: _steps(exp, r), lambda r: caption(exp, r))
     lines += _signal_section(exp, runs, first)
-    lines += _runs_section(exp, runs, statuses, sft, wall_s, failed)
+    lines += _runs_section(exp, runs, statuses, sft, wall_s, failed, load or [])
     markdown = "\n".join(lines) + "\n"
     out = Path(exp.output)
     out.mkdir(parents=True, exist_ok=True)
@@ -118,7 +126,7 @@ def _asm_section(exp: PhyxExperiment, runs: list[Run], data: dict, first: int | 
 
 
 def _controls_section(exp: PhyxExperiment, runs: list[Run], data: dict) -> list[str]:
-    controls = [r for r in runs if r.fit_args is not None and r.label not in {c.name for c in exp.conditions}]
+    controls = [r for r in runs if r.fit_args is not None and not r.tags and r.label not in {c.name for c in exp.conditions}]
     if not controls:
         return []
     out = ["### Controls", "", "| Run | Overall | Δ vs SFT | ASM |", "|---|---|---|---|"]
@@ -169,6 +177,30 @@ def _pooled_rows(exp: PhyxExperiment, runs: list[Run], data: dict, fmt: str) -> 
     return out + [""] if len(out) > 2 else []
 
 
+def caption(exp: PhyxExperiment, run: Run) -> str:
+    """How the evaluation of ``run`` decided correctness (:func:`lit_grpo.evaluation.protocol_caption`), read from the
+    configuration the evaluation saved (``runs/<run>/config.yaml``); empty before it has run."""
+    path = exp.path("runs", run.name, "config.yaml")
+    if not path.is_file():
+        return ""
+    init = (yaml.safe_load(path.read_text()) or {}).get("model", {}).get("init_args", {})
+    ev = init.get("evaluation") or {}
+    configured = [(r.get("alias") or r["name"], r.get("kwargs") or {}) for r in [*init.get("rewards", []),
+                                                                                 *(ev.get("metrics") or [])]]
+    return protocol_caption(ev.get("scorer"), ev.get("pass_threshold"), ev.get("judge"), ev.get("scorer_kwargs"),
+                            configured)
+
+
+def _steps(exp: PhyxExperiment, run: Run) -> str:
+    """``trained/planned`` optimizer steps of a fit (``trainer.max_steps`` of its configs and arguments), flagged
+    with ``(stopped early)`` when ``max_time`` or an error ended it first; empty before it has finished."""
+    done = _spread(exp, run).get("global_step")
+    if done is None or run.fit_args is None:
+        return ""
+    planned = config_value(run.configs, ("trainer", "max_steps"), run.fit_args)
+    return f"{done}/{planned}" + (" (stopped early)" if isinstance(planned, int) and 0 < done < planned else "")
+
+
 def _signal_section(exp: PhyxExperiment, runs: list[Run], first: int | None) -> list[str]:
     out = ["### Reward signal during training", "",
            "Mean over training steps of each term's within-group standard deviation (and the share of groups "
@@ -189,15 +221,24 @@ def _signal_section(exp: PhyxExperiment, runs: list[Run], first: int | None) -> 
 
 
 def _runs_section(exp: PhyxExperiment, runs: list[Run], statuses: list[dict], sft: dict | None, wall_s: float,
-                  failed: list[str]) -> list[str]:
+                  failed: list[str], load: list[float]) -> list[str]:
     spent = sum((s.get(k) or {}).get("wall_s", 0) for s in statuses for k in ("fit", "eval"))
     out = ["### Runs", "", f"Wall time of this invocation: {wall_s / 60:.1f} min (reused runs cost nothing); the "
            f"runs' own fit and evaluation times add up to {spent / 60:.1f} min ({exp.jobs} at a time)."]
     if sft:
         out.append(f"Warm start trained here in {sft['wall_s'] / 60:.1f} min: `{sft['command']}`.")
-    out += ["", "| Run | fit (min) | eval (min) | status |", "|---|---|---|---|"]
+    if load:
+        out.append(f"Machine load (1-minute load average, sampled every {LOAD_EVERY_S:g} s while it ran): mean "
+                   f"{sum(load) / len(load):.1f}, min {min(load):.1f}, max {max(load):.1f}, on {os.cpu_count()} cores.")
+    by_name = {r.name: r for r in runs}
+    short = [s["name"] for s in statuses if "stopped early" in _steps(exp, by_name[s["name"]])]
+    if short:
+        out.append(f"Stopped before their last step ({len(short)}; `max_time` or an error): {', '.join(short)}; their "
+                   "figures are those of fewer updates.")
+    out += ["", "| Run | steps | fit (min) | eval (min) | status |", "|---|---|---|---|---|"]
     for s in statuses:
         fit, ev = s.get("fit") or {}, s.get("eval") or {}
         state = "not run yet" if s.get("not_run") else "failed, see runs/" + s["name"] if s["name"] in failed else "ok"
-        out.append(f"| {s['name']} | {fit.get('wall_s', 0) / 60:.1f} | {ev.get('wall_s', 0) / 60:.1f} | {state} |")
+        out.append(f"| {s['name']} | {_steps(exp, by_name[s['name']])} | {fit.get('wall_s', 0) / 60:.1f} | "
+                   f"{ev.get('wall_s', 0) / 60:.1f} | {state} |")
     return out + ["", f"TensorBoard: `tensorboard --logdir {exp.path('tb')}`", ""]

@@ -7,10 +7,12 @@ from lit_grpo.judge_config import JudgeConfig
 from lit_grpo.tasks.phyx.judge.offline import OfflineJudge, OfflineJudgeConfig
 from lit_grpo.tasks.phyx.judge.jury import (Vote, VerdictError, aggregate_votes, parse_vote_strict,
                                          parse_vote_tolerant)
-from lit_grpo.tasks.phyx.judge.prompts import ACCURACY, RUBRIC, TASKS, JudgeItem, JudgeTask, messages, quote_completion
+from lit_grpo.tasks.phyx.judge.prompts import (ACCURACY, EQUIVALENCE, RUBRIC, TASKS, JudgeItem, JudgeTask, messages,
+                                            quote_completion)
 
 __all__ = [
-    "ACCURACY", "RUBRIC", "TASKS", "Judge", "JudgeConfig", "JudgeItem", "JudgeTask", "JudgeUnavailableError",
+    "ACCURACY", "EQUIVALENCE", "RUBRIC", "TASKS", "Judge", "JudgeConfig", "JudgeItem", "JudgeTask",
+    "JudgeUnavailableError",
     "OfflineJudge", "OfflineJudgeConfig", "OpenAIJudge",
     "VerdictError", "Vote", "aggregate_votes", "build_judge", "messages", "parse_vote_strict",
     "parse_vote_tolerant", "quote_completion",

@@ -19,7 +19,9 @@ drops units). A gold with free symbols (``mg\\sin\\theta``) is compared symbolic
 (2 or 0). The rubric dimensions of the offline judge are rule-based too: principle and unit by
 :func:`~lit_grpo.rewards.principle_match` / :func:`~lit_grpo.rewards.unit_match` with ``strict=True``,
 reasoning by a length proxy (:func:`reasoning_score`); as the LLM judge is told, full correctness
-needs some reasoning (correctness is capped at 1 when reasoning is 0).
+needs some reasoning (correctness is capped at 1 when reasoning is 0). Its equivalence verdicts: the answer is
+equivalent when its correctness is 2 (the value in the gold's unit within ``rel_tol``), unit and principle by the
+same strict matchers.
 """
 
 from __future__ import annotations
@@ -170,7 +172,7 @@ class OfflineJudge:
         unit = extract_tag(text, "unit")
         correctness = grade_open_answer(answer, item.gold_answer, unit=unit, gold_unit=item.gold_unit,
                                         rel_tol=self.cfg.rel_tol, partial_rel_tol=self.cfg.partial_rel_tol)
-        out = {"correctness": correctness}
+        out = {"correctness": correctness, "answer": int(correctness == 2)}  # equivalent = fully correct
         if "reasoning" in task.fields:
             out["reasoning"] = reasoning_score(extract_tag(text, "think"), self.cfg.min_reasoning_words)
             if out["reasoning"] == 0:

@@ -1,9 +1,10 @@
 """Judge prompts and reply schemas: what the judge is asked, and the JSON it must answer with.
 
-Two tasks, from the physics reward-design paper: ``accuracy`` (correctness 0/1/2 of an open-ended
-answer; sec. "accuracy reward") and ``rubric`` (correctness 0-2, principle 0/1, unit 0/1, reasoning 0-2
+Three tasks, from the physics reward-design paper: ``accuracy`` (correctness 0/1/2 of an open-ended
+answer; sec. "accuracy reward"), ``rubric`` (correctness 0-2, principle 0/1, unit 0/1, reasoning 0-2
 in one structured call; sec. R3.B, with the instruction not to award full correctness when the reasoning
-is invalid). The student's completion is data, never instructions: it is placed between
+is invalid) and ``equivalence`` (answer, unit and principle each semantically equivalent to the reference,
+0/1: the paper's evaluation of open-ended answers). The student's completion is data, never instructions: it is placed between
 ``<student_response>`` markers, any marker inside it is neutralised first (:func:`quote_completion`),
 and the system prompt says that text inside the markers must not be obeyed.
 """
@@ -91,7 +92,27 @@ RUBRIC = JudgeTask(
     majority=frozenset({"principle", "unit"}),
 )
 
-TASKS = {t.name: t for t in (ACCURACY, RUBRIC)}
+EQUIVALENCE = JudgeTask(
+    name="equivalence",
+    system=(
+        "You are a physics grader. The student's final answer, stated unit and stated physics principle were "
+        "extracted from their response. Decide for each whether it is semantically equivalent to the reference.\n"
+        "answer (0/1): 1 if the final answer gives the same result as the reference answer (the same value within "
+        "rounding, in an equivalent unit or notation; for a symbolic answer, an equivalent expression), else 0.\n"
+        "unit (0/1): 1 if the stated unit is the reference unit or an equivalent one (for example m/s and meters "
+        "per second), else 0.\n"
+        "principle (0/1): 1 if the stated principle is the reference principle or an equivalent name for it, else 0.\n"
+        f"{_DATA_RULE}\n"
+        'Reply with JSON only, exactly: {"answer": <0|1>, "unit": <0|1>, "principle": <0|1>}'
+    ),
+    fields={"answer": 1, "unit": 1, "principle": 1},
+    majority=frozenset({"answer", "unit", "principle"}),
+)
+"""The paper's evaluation of open-ended answers ("The extracted answer, unit, and principle are evaluated using
+GPT-oss 120b as an LLM-as-judge that determines semantic equivalence between the predictions and the ground-truth
+answers"): one yes/no per field, where the accuracy reward grades correctness 0/1/2."""
+
+TASKS = {t.name: t for t in (ACCURACY, RUBRIC, EQUIVALENCE)}
 
 
 def quote_completion(text: str) -> str:
