@@ -10,7 +10,9 @@ import pytest
 import yaml
 
 from lit_grpo.evaluation import build_scorer, correctness, protocol_caption, table_markdown
-from lit_grpo.rewards import OpenAccuracyReward, OpenEquivalence, RewardSpec
+from lit_grpo.rewards import RewardSpec
+from lit_grpo.tasks.phyx.equivalence import OpenEquivalence
+from lit_grpo.tasks.phyx.judged import OpenAccuracyReward
 from lit_grpo.tasks.phyx.equivalence import extracted_fields
 from lit_grpo.tasks.phyx.judge import EQUIVALENCE, parse_vote_strict
 
