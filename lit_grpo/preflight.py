@@ -19,6 +19,7 @@ import os
 import re
 from typing import Any
 
+from lit_grpo.errors import InputError
 from lit_grpo.cli_args import ConfigError
 from lit_grpo.ranges import check_arguments
 from lit_grpo.api_keys import find_credentials
@@ -99,10 +100,14 @@ def _check_reward(spec: dict[str, Any], where: str) -> None:
     from lit_grpo.rewards.registry import REWARDS, RewardSpec, check_options, reward_info
 
     name = spec.get("name")
-    if name not in REWARDS:
+    try:
+        known = name in REWARDS  # a dotted path imports its module here
+    except InputError as exc:
+        raise ValueError(f"{where}.name: {exc}") from None
+    if not known:
         close = difflib.get_close_matches(str(name), REWARDS.names(), n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
-        raise ValueError(f"{where}.name: unknown reward {name!r}{hint}; registered: {', '.join(REWARDS.names())}")
+        raise ValueError(f"{where}.name: unknown reward {name!r}{hint}; registered: {REWARDS.listing()}")
     kwargs = spec.get("kwargs") or {}
     try:  # unknown keys (did-you-mean, the valid ones), each value against its parameter's type, judge settings
         check_options(RewardSpec(name, kwargs=kwargs))
@@ -226,7 +231,7 @@ def _check_data(arg: tuple[dict[str, Any], str | None, list]) -> None:
     data, subcommand, roots = arg
     if data.get("template") is not None and data["template"] not in TEMPLATES:
         raise ValueError(f"data.template: unknown prompt template {data['template']!r}; "
-                         f"registered: {', '.join(TEMPLATES.names())}")
+                         f"registered: {TEMPLATES.listing()}")
     specs = {k: DatasetSpec(**data[k]) if isinstance(data.get(k), dict) else None
              for k in ("train", "val", "test", "predict")}
     specs["test"] = specs["test"] or specs["val"]

@@ -83,10 +83,14 @@ class Registry(Generic[T]):
     def get(self, name: str) -> T:
         """The entry called ``name``; an unknown name raises ``KeyError`` listing the valid ones."""
         if name not in self:
-            known = ", ".join(self.names())
-            missing = "".join(f"; task {t} not loaded: {why}" for t, why in unloadable.items()) if self.tasks else ""
-            raise KeyError(f"unknown {self.kind} {name!r}; registered: {known}{missing}")
+            raise KeyError(f"unknown {self.kind} {name!r}; registered: {self.listing()}")
         return self._entries[name]
+
+    def listing(self) -> str:
+        """The registered names for an error message, then each task that could not be imported and why (its extra
+        not installed), so an unknown name that a task would have registered says what to install."""
+        missing = "".join(f"; task {t} not loaded: {why}" for t, why in unloadable.items()) if self.tasks else ""
+        return ", ".join(self.names()) + missing
 
     def names(self) -> list[str]:
         """Every registered name, sorted (with ``tasks``: after importing every task)."""

@@ -80,7 +80,9 @@ def test_documented_judge_block_points_the_oe_demo_at_a_server(tmp_path, capsys,
     judge = model["rewards"][1]["kwargs"]["judge"]
     assert judge["base_url"] == "http://judge-host:8000/v1" and judge["api_key_env"] == "JUDGE_API_KEY"
     scorer_judge = model["evaluation"]["judge"]
-    assert {k: scorer_judge[k] for k in judge} == judge and model["evaluation"]["pass_threshold"] == 1.0
+    assert {k: scorer_judge[k] for k in judge} == judge
+    # the paper's OE evaluation: one equivalence call per completion, no threshold on a graded score
+    assert model["evaluation"]["scorer"] == "open_equivalence" and model["evaluation"]["pass_threshold"] is None
 
 
 def test_bare_print_config_has_field_comments(capsys):

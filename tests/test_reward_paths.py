@@ -75,3 +75,39 @@ def test_a_path_is_checked_at_startup_like_a_registered_name(my_rewards):
     for missing in (f"{my_rewards}.nothing_here", "no_such_package_xyz.reward"):
         with pytest.raises(ValueError, match=rf"rewards\[0\]\.name: unknown reward '{missing}'"):
             _check_rewards({"rewards": [{"name": missing}]})
+
+
+def test_a_path_whose_module_fails_to_import_or_is_not_a_reward_says_so(tmp_path, monkeypatch):
+    """A module that imports a package which is not installed names that package (not "unknown reward"); an attribute
+    that is not callable is named with its type; a path with no module part is an unknown name."""
+    (tmp_path / "rewards_needing_pkg.py").write_text("import surely_not_installed_pkg\n\ndef r(completions):\n"
+                                                      "    return [0.0] * len(completions)\n")
+    (tmp_path / "rewards_with_a_number.py").write_text("NOT_A_REWARD = 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cases = {
+        "rewards_needing_pkg.r": "rewards[0].name: reward 'rewards_needing_pkg.r': importing rewards_needing_pkg failed: "
+                                 "No module named 'surely_not_installed_pkg'",
+        "rewards_with_a_number.NOT_A_REWARD": "rewards[0].name: reward 'rewards_with_a_number.NOT_A_REWARD': "
+                                              "rewards_with_a_number.NOT_A_REWARD is a int, not a function or class",
+        ".r": "rewards[0].name: unknown reward '.r'",
+        "no_such_module_here.r": "rewards[0].name: unknown reward 'no_such_module_here.r'",
+    }
+    for name, message in cases.items():
+        with pytest.raises(ValueError) as info:
+            _check_rewards({"rewards": [{"name": name}]})
+        assert str(info.value).startswith("model.init_args." + message), (name, str(info.value))
+
+
+def test_an_unknown_name_lists_the_tasks_that_could_not_be_imported(monkeypatch):
+    """A task whose extra is not installed registers nothing; an unknown name then says which task and why, in every
+    registry's message (rewards, readers, generators, templates, engines)."""
+    from lit_grpo import registry
+    from lit_grpo.data.datamodule import GENERATORS
+
+    monkeypatch.setitem(registry.unloadable, "lit_grpo.tasks.example",
+                        "No module named 'pint'; pip install the extra that holds it")
+    want = "; task lit_grpo.tasks.example not loaded: No module named 'pint'; pip install the extra that holds it"
+    for reg in (REWARDS, GENERATORS):
+        assert reg.listing().endswith(want)
+    with pytest.raises(ValueError, match="task lit_grpo.tasks.example not loaded: No module named 'pint'"):
+        _check_rewards({"rewards": [{"name": "no_such_reward"}]})

@@ -127,7 +127,7 @@ class DatasetSpec(Checked):
         if self.path is None and self.generate is None:
             raise ValueError(f"{name}.path is not set (a file, a folder or a hub id)")
         if self.reader not in READERS:
-            raise ValueError(f"{name}.reader: unknown reader {self.reader!r}; registered: {', '.join(READERS.names())}")
+            raise ValueError(f"{name}.reader: unknown reader {self.reader!r}; registered: {READERS.listing()}")
         if self.generated() or Path(self.path).expanduser().exists():
             return
         elsewhere = wrong_folder(f"{name}.path", self.path, search_roots() if roots is None else roots)
@@ -161,7 +161,7 @@ def _check_generate(generate: dict[str, Any], where: str) -> None:
         raise ValueError(f"{where} needs path: the file it writes (e.g. data/embedded/x.parquet)")
     kind = generate.get("kind", "puzzles")
     if kind not in GENERATORS:
-        raise ValueError(f"{where}.kind: unknown generator {kind!r}; registered: {', '.join(GENERATORS.names())}")
+        raise ValueError(f"{where}.kind: unknown generator {kind!r}; registered: {GENERATORS.listing()}")
     valid = generator_options(kind)
     unknown = sorted(set(generate) - set(valid))
     if unknown:

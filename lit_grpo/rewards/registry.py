@@ -31,7 +31,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_only
 
 from lit_grpo.data.sample import Sample
-from lit_grpo.errors import UserError
+from lit_grpo.errors import InputError, UserError
 from lit_grpo.ranges import Checked, Keys, argument_types, check_value
 from lit_grpo.registry import Registry
 
@@ -57,10 +57,19 @@ class RewardRegistry(Registry):
         """Register the object at dotted ``path`` under that path; ``False`` when the module or its attribute does
         not exist."""
         module, _, attr = path.rpartition(".")
+        if not module or not attr or module.startswith("."):
+            return False
         try:
             obj = getattr(importlib.import_module(module), attr)
-        except (ModuleNotFoundError, AttributeError):
+        except AttributeError:
             return False
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and (module == exc.name or module.startswith(exc.name + ".")):
+                return False  # no such module: the name is unknown
+            raise InputError(f"reward {path!r}: importing {module} failed: {exc} (install it, or fix the module)") \
+                from None
+        if not callable(obj):
+            raise InputError(f"reward {path!r}: {module}.{attr} is a {type(obj).__name__}, not a function or class")
         known = next((n for n, e in self._entries.items() if e is obj), None)
         if known is not None:
             self.register(path)(obj)
