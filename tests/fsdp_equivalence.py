@@ -162,3 +162,6 @@ if __name__ == "__main__":
     size = int(__import__("os").environ.get("WORLD_SIZE", "1"))
     for name in sys.argv[4].split(",") if len(sys.argv) > 4 else CONFIGS:
         run(name, OUT, ZOO, DATA, size)
+    if torch.distributed.is_initialized():  # close the process group before exit: gloo's threads must not outlive it
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
