@@ -12,6 +12,7 @@ from lit_grpo.cli import main
 from lit_grpo.embedded import build_embedded_vlm
 from lit_grpo.progress import ProgressBar
 from lit_grpo.rewards.registry import REWARDS
+from tiny_runs import set_key
 
 CONFIGS = sorted(Path(__file__).parents[1].joinpath("configs").glob("*.yaml"))
 
@@ -120,11 +121,7 @@ def _overrides(tmp_path, **extra) -> Path:
                  "batch_size": 2, "eval_batch_size": 4},
     }
     for key, value in extra.items():
-        node = cfg
-        *parents, leaf = key.split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
+        set_key(cfg, key, value)
     path = tmp_path / "overrides.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path

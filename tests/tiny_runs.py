@@ -9,6 +9,15 @@ from typing import Any
 import yaml
 
 
+def set_key(cfg: dict, key: str, value: Any) -> None:
+    """Set the dotted ``key`` (``model.init_args.grpo.beta``) of a nested config dict, making the parents it lacks."""
+    node = cfg
+    *parents, leaf = key.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = value
+
+
 def fit_args(tmp_path: Path, *, checkpoint: dict | None = None, callbacks: list | None = None,
              logs: Path | None = None, **overrides: Any) -> list[str]:
     """``fit`` arguments for :mod:`lit_grpo.cli` ``main``: ``checkpoint`` is the ``ModelCheckpoint``'s ``init_args``
@@ -34,11 +43,7 @@ def fit_args(tmp_path: Path, *, checkpoint: dict | None = None, callbacks: list 
                  "val": None, "batch_size": 2, "eval_batch_size": 2},
     }
     for key, value in overrides.items():
-        node = cfg
-        *parents, leaf = key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
+        set_key(cfg, key, value)
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return ["fit", "--config", "configs/demo.yaml", "--config", str(path)]
