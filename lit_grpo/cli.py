@@ -33,7 +33,7 @@ from lit_grpo.cli_args import SUBCOMMANDS, ConfigError, iter_options, model_clas
 from lit_grpo.cli_help import extra_help, help_args
 from lit_grpo.data.datamodule import VLMDataModule
 from lit_grpo.data.sample import prompt_limit
-from lit_grpo.errors import UserError
+from lit_grpo.errors import UserError, fail
 from lit_grpo.loggers import RunFolder, continue_run_folder, logger_lines
 from lit_grpo.progress import with_progress_bar
 from lit_grpo.rollout import refuse_sampling_option
@@ -41,20 +41,13 @@ from lit_grpo.run_lock import RunLock
 from lit_grpo.runs import (StopAndResume, check_checkpoint_file, check_checkpoint_folders, remove_unused_folders,
                            written_checkpoints)
 from lit_grpo.save_on_failure import SaveOnFailure
-from lit_grpo.api_keys import find_credentials, redact
+from lit_grpo.api_keys import find_credentials
 
 PROG = "python -m lit_grpo"
 UNKNOWN_SAMPLING_OPTION = re.compile(r"--sampling\.(\w+)|Group 'sampling' does not accept option '(\w+)'")
 """How jsonargparse reports a ``sampling`` key the config class lacks (command line, config file)."""
 REFUSED_SAMPLING_OPTION = re.compile(r"sampling\.\w+ is (?:refused|not an option)[^\n]*")
 """A refusal already written by the model's own (nested) parser."""
-
-
-def fail(message: str, status: int = 2) -> None:
-    """Print ``error: <message>`` (API keys masked) as one line on stderr and exit with ``status``."""
-    line = " ".join(redact(message).split())
-    sys.stderr.write(f"error: {line}\n")
-    sys.exit(status)
 
 
 class GRPOArgumentParser(LightningArgumentParser):

@@ -165,7 +165,10 @@ def check_config_file(path: str, model_class: Any) -> Any:
     try:
         tree = yaml.safe_load(path if inline else Path(path).read_text(encoding="utf-8"))
     except (FileNotFoundError, IsADirectoryError):
-        raise ConfigError(f"config file {path} does not exist") from None
+        from lit_grpo.paths import search_roots, wrong_folder
+
+        raise ConfigError(wrong_folder("config file", path, search_roots())
+                          or f"config file {path} does not exist") from None
     except UnicodeDecodeError as exc:
         line = Path(path).read_bytes()[:exc.start].count(b"\n") + 1
         raise ConfigError(f"{path}, line {line}: byte {exc.object[exc.start:exc.start + 1]!r} is not UTF-8; "

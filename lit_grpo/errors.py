@@ -3,6 +3,8 @@ instead of a traceback, since their message already names the file, row, folder 
 
 from __future__ import annotations
 
+import sys
+
 
 class UserError(Exception):
     """A problem in the run's inputs or surroundings whose message says what is wrong and how to fix it."""
@@ -18,3 +20,12 @@ class UnwritableFolderError(UserError, PermissionError):
 
 class CheckpointWriteError(UserError, OSError):
     """A checkpoint could not be written (names the file, the reason and the room left in its folder)."""
+
+
+def fail(message: str, status: int = 2) -> None:
+    """Print ``error: <message>`` (API keys masked) as one line on stderr and exit with ``status``."""
+    from lit_grpo.api_keys import redact
+
+    line = " ".join(redact(message).split())
+    sys.stderr.write(f"error: {line}\n")
+    sys.exit(status)

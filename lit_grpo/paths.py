@@ -7,12 +7,16 @@ there, or its first part a folder there, it is a local path given from another f
 naming where it looked and where to run from, with no network call (:func:`wrong_folder`). Any other name shaped
 ``owner/name`` is a hub id: offline (``HF_HUB_OFFLINE``) it must be in the local cache (the callers check that);
 online :func:`check_hub` asks the hub once, without retries, whether it can be reached and holds that repository.
+
+:func:`refuse_before_imports` gives the wrong-folder errors from the command line and the config files alone, before
+``python -m lit_grpo`` imports Lightning, torch and transformers (about 5 s on 2 cores): the commonest first mistake,
+README's command run from another folder, is one line in a fraction of a second.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 HUB_TIMEOUT_S = 10.0
 """Seconds the one request of :func:`check_hub` may take."""
@@ -84,3 +88,132 @@ def check_hub(repo_id: str, repo_type: str, name: str, here: Path | None = None)
         raise FileNotFoundError(f"{name} {repo_id!r} is no {'file or ' if repo_type == 'dataset' else ''}folder here "
                                 f"({local}), and the hub cannot be reached to look for it as a hub id ({reason}); "
                                 "give a local path, or download it first and set HF_HUB_OFFLINE=1") from None
+
+
+SPLITS = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("predict",)}
+"""The splits each subcommand reads (``test`` falls back to ``val``, ``predict`` to ``test`` then ``val``)."""
+_POLICY = ("model", "init_args", "policy", "name_or_path")
+_SPECIAL_CKPT = ("last", "best", "hpc", "registry")
+
+
+def refuse_before_imports(args: list[str]) -> str | None:
+    """The one-line error for a ``--config`` file, model folder, checkpoint or data file given by a relative path
+    from another folder than the one it is in (:func:`wrong_folder`), read from ``args`` (``python -m lit_grpo``'s
+    arguments) and the config files alone: the message the full check (:mod:`lit_grpo.preflight`) gives later,
+    found before the imports it needs.
+
+    None (the full check decides) when there is no such path; when the arguments set a checked key in a form
+    this does not read (a whole ``--model`` or ``--data.val`` block, a ``class_path`` change, an interpolation,
+    an unreadable config file); when they ask for help or ``--print_config``; and when a checked path is not here
+    and not in :func:`search_roots` either (it may be a hub id). Several such paths: the first, and how many more
+    (as the full check counts them, when nothing else is wrong).
+    """
+    import yaml
+
+    from lit_grpo.cli_args import iter_options
+
+    if not args or args[0] not in SPLITS:
+        return None
+    subcommand, tree, files, opaque = args[0], {}, [], set()
+    for key, value, _ in iter_options(args[1:]):
+        if key in ("h", "help", "print_config") or key.startswith("print_config") or key.endswith(".help"):
+            return None
+        if key in ("config", "c"):
+            if not value or value.lstrip().startswith("{") or "\n" in value:
+                return None  # inline YAML: left to the full check
+            if not Path(value).expanduser().is_file():
+                return wrong_folder("config file", value, search_roots())
+            try:
+                loaded = yaml.safe_load(Path(value).expanduser().read_text(encoding="utf-8")) or {}
+            except (OSError, UnicodeDecodeError, yaml.YAMLError):
+                return None
+            if not isinstance(loaded, dict):
+                return None
+            loaded = loaded.get(subcommand) if isinstance(loaded.get(subcommand), dict) else loaded
+            model = loaded.get("model")
+            if isinstance(model, dict) and set(model) - {"class_path", "init_args", "dict_kwargs"}:
+                return None  # a subclass's options without init_args: left to the full check
+            if _class_path(loaded) not in (None, _class_path(tree)) and _class_path(tree) is not None:
+                return None  # another model class: jsonargparse may drop the earlier init_args
+            _merge(tree, loaded)
+            files.append(value)
+            continue
+        parts = key.split(".")
+        if parts in (["model"], ["model", "class_path"]):
+            return None  # another model class: its options are read otherwise
+        if parts[:2] == ["model", "policy"]:  # the short form of a subclass's option
+            parts = ["model", "init_args", *parts[1:]]
+        if value is not None and tuple(parts) in (_POLICY, ("ckpt_path",)) or \
+                (value is not None and len(parts) == 3 and parts[0] == "data" and parts[2] == "path"):
+            _set(tree, parts, value)
+        else:
+            opaque.add(tuple(parts))
+    roots = search_roots(files)
+    problems = [wrong_folder(name, path, roots) for name, path in _checked_paths(tree, subcommand, opaque)]
+    if not problems or None in problems:  # a path found nowhere may be a hub id: the full check asks the hub
+        return None
+    more = len(problems) - 1
+    return problems[0] + (f" (and {more} more problem{'s' * (more > 1)})" if more else "")
+
+
+def _checked_paths(tree: dict[str, Any], subcommand: str, opaque: set[tuple[str, ...]]) -> list[tuple[str, str]]:
+    """``(name, path)`` of each relative path in ``tree`` that is not here and that the full check reads, in its
+    order (the checkpoint, the data splits, the model folder); a key that an argument not read here may set
+    (``opaque``: a block above it, or what decides whether it is used) is skipped."""
+    def set_otherwise(key: tuple[str, ...], *deciding: tuple[str, ...]) -> bool:
+        return any(key[:len(o)] == o or any(o[:len(d)] == d for d in deciding) for o in opaque)
+
+    def missing(path: Any) -> bool:
+        return isinstance(path, str) and "${" not in path and bool(path) and not Path(path).expanduser().exists()
+
+    out = []
+    ckpt = tree.get("ckpt_path")
+    if ckpt not in _SPECIAL_CKPT and not set_otherwise(("ckpt_path",)) and missing(ckpt):
+        out.append(("ckpt_path", ckpt))
+    data = tree.get("data") if isinstance(tree.get("data"), dict) else {}
+    specs = {k: (data.get(k), k) if isinstance(data.get(k), dict) else None for k in ("train", "val", "test",
+                                                                                         "predict")}
+    for split, fallback in (("test", "val"), ("predict", "test")):
+        specs[split] = specs[split] or specs[fallback]
+    for split in SPLITS[subcommand]:
+        if specs[split] is None:
+            continue
+        spec, source = specs[split]
+        if set_otherwise(("data", source, "path"), ("data", source, "generate")):
+            continue
+        generate = spec.get("generate")
+        if isinstance(generate, dict) and generate.get("path") is not None and \
+                (spec.get("path") is None or Path(str(spec["path"])) == Path(str(generate["path"]))):
+            continue  # the split reads the file its generate block writes
+        if missing(spec.get("path")):
+            out.append((f"data.{split}.path", spec["path"]))
+    policy = _get(tree, _POLICY[:3])
+    if isinstance(policy, dict) and policy.get("embedded") is None and \
+            not set_otherwise(_POLICY, _POLICY[:3] + ("embedded",)) and missing(policy.get("name_or_path")):
+        out.append((".".join(_POLICY), policy["name_or_path"]))
+    return out
+
+
+def _class_path(tree: dict[str, Any]) -> Any:
+    model = tree.get("model")
+    return model.get("class_path") if isinstance(model, dict) else model
+
+
+def _merge(into: dict[str, Any], other: dict[str, Any]) -> None:
+    for key, value in other.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
+
+
+def _get(tree: dict[str, Any], parts: Iterable[str]) -> Any:
+    for part in parts:
+        tree = tree.get(part) if isinstance(tree, dict) else None
+    return tree
+
+
+def _set(tree: dict[str, Any], parts: list[str], value: str) -> None:
+    for part in parts[:-1]:
+        tree = tree.setdefault(part, {}) if isinstance(tree.get(part, {}), dict) else {}
+    tree[parts[-1]] = value
