@@ -29,7 +29,8 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lit_grpo.callbacks import FinalValidation
 from lit_grpo.checkpoint_io import with_atomic_io
-from lit_grpo.cli_args import SUBCOMMANDS, ConfigError, iter_options, model_class_of, prepare_args, short_error
+from lit_grpo.argv import iter_options
+from lit_grpo.cli_args import SUBCOMMANDS, ConfigError, model_class_of, prepare_args, short_error
 from lit_grpo.cli_help import extra_help, help_args
 from lit_grpo.data.datamodule import VLMDataModule
 from lit_grpo.data.sample import prompt_limit

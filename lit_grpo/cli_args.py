@@ -28,6 +28,8 @@ from typing import Any, Union
 
 import yaml
 
+from lit_grpo.argv import iter_options
+
 
 class ConfigError(ValueError):
     """A mistake in the configuration or the command line: shown as one ``error:`` line, exit status 2."""
@@ -241,23 +243,6 @@ def model_class_of(args: list[str]) -> Any:
         elif key in ("model", "model.class_path") and value:
             cls = _import(value) or cls
     return cls
-
-
-def iter_options(args: list[str]):
-    """``(key, value, (start, end))`` of every ``--key value`` / ``--key=value`` / ``-c value`` in ``args``."""
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg.startswith("--") and "=" in arg:
-            key, value = arg[2:].split("=", 1)
-            yield key, value, (i, i + 1)
-            i += 1
-        elif arg.startswith("-") and arg not in ("-", "--"):
-            has_value = i + 1 < len(args) and not args[i + 1].startswith("--")
-            yield arg.lstrip("-"), args[i + 1] if has_value else None, (i, i + 2 if has_value else i + 1)
-            i += 2 if has_value else 1
-        else:
-            i += 1
 
 
 def prepare_args(args: list[str]) -> list[str]:

@@ -22,7 +22,7 @@ def help_args(args: list[str], model_class: Any) -> list[str]:
     """``args`` with the model's help flags in the form jsonargparse reads: ``--model.help`` without a class ->
     ``--model.help <the configured class>``; ``--model[.init_args].<key>.help`` -> ``--model.help <class>
     --model.<key>.help``."""
-    from lit_grpo.cli_args import iter_options
+    from lit_grpo.argv import iter_options
 
     path = f"{model_class.__module__}.{model_class.__qualname__}"
     out, last, model_help = [], 0, False

@@ -110,7 +110,7 @@ def refuse_before_imports(args: list[str]) -> str | None:
     """
     import yaml
 
-    from lit_grpo.cli_args import iter_options
+    from lit_grpo.argv import iter_options
 
     if not args or args[0] not in SPLITS:
         return None

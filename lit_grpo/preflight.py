@@ -21,11 +21,10 @@ from typing import Any
 
 from lit_grpo.errors import InputError
 from lit_grpo.cli_args import ConfigError
+from lit_grpo.paths import SPLITS
 from lit_grpo.ranges import check_arguments
 from lit_grpo.api_keys import find_credentials
 
-SPLITS = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("predict",)}
-"""The splits each subcommand reads (``test`` falls back to ``val``, ``predict`` to ``test`` then ``val``)."""
 
 
 def check_config(config: dict[str, Any], subcommand: str | None, config_files: list[str] = ()) -> None:
