@@ -1,5 +1,5 @@
-"""Three GRPO steps on every tiny zoo family, LoRA and full fine-tuning, gradient checkpointing off and on (float32,
-the shared-prefix engine; two more in bf16-mixed, two more with the plain engine): one process (B=4, no sharding) or
+"""Three GRPO steps on every tiny zoo family in LoRA and in full fine-tuning, gradient checkpointing off in one and on
+in the other (float32, the shared-prefix engine; two more in bf16-mixed, two more with the plain engine): one process (B=4, no sharding) or
 every rank of a ``torchrun`` launch sharded with FSDP2 (B=4 / WORLD each), on fixed rollouts.
 
 Run by tests/test_fsdp.py: ``[torchrun --nproc_per_node 2] tests/fsdp_equivalence.py OUT_DIR ZOO_DIR DATA``. Per
@@ -9,7 +9,6 @@ its all-gather count, once with the policy gathered for the rollout and once wit
 weights after the last step (``<config>.pt``, gathered whole).
 """
 
-import itertools
 import json
 import sys
 import time
@@ -33,7 +32,9 @@ from lit_grpo.strategy import FSDP2Strategy
 
 FAMILIES = ["llava_next", "qwen2_vl", "qwen2_5_vl", "idefics3", "smolvlm", "llava"]
 CONFIGS = [f"{family}-{tuning}-{'gc' if gc else 'nogc'}"
-           for family, tuning, gc in itertools.product(FAMILIES, ("lora", "full"), (False, True))]
+           for i, family in enumerate(FAMILIES) for tuning, gc in (("lora", i % 2 == 1), ("full", i % 2 == 0))]
+"""Every family in LoRA and in full fine-tuning, gradient checkpointing on in one and off in the other, alternating
+by family: each of the four tuning x checkpointing pairs on three families (a Latin square, half the full product)."""
 CONFIGS += ["llava_next-full-gc-bf16", "qwen2_vl-lora-nogc-bf16",  # trainer.precision bf16-mixed
             "qwen2_5_vl-full-gc-plain", "idefics3-lora-nogc-plain"]  # the plain engine (perf.engine plain)
 T = 10  # completion tokens
