@@ -223,7 +223,9 @@ def ensure_generated(generate: dict[str, Any]) -> Path:
         os.replace(partial, path)  # readers (other ranks) never see a half-written file
     finally:
         partial.unlink(missing_ok=True)
-    record.write_text(json.dumps(want, sort_keys=True, indent=1))
+    partial_record = record.with_name(f".{record.name}.{os.getpid()}.partial")
+    partial_record.write_text(json.dumps(want, sort_keys=True, indent=1))
+    os.replace(partial_record, record)  # another process generating the same file reads a whole record or none
     progress.done()
     return path
 
