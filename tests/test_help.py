@@ -98,7 +98,7 @@ def test_fit_help_lists_every_reward_with_its_options_docs_and_defaults(fit_help
     section = fit_help.split("\nRewards: ", 1)[1]
     flat = " ".join(section.split())
     for name, options in REWARD_OPTIONS.items():
-        block = " ".join(re.search(rf"\n  {name}: (.*?)(?=\n  \w+: |\n\n|\Z)", section, re.S).group(1).split())
+        block = " ".join(re.search(rf"\n  {name}: (.*?)(?=\n  [\w.]+: |\n\n|\Z)", section, re.S).group(1).split())
         for option, default in options.items():
             assert f"kwargs.{option}: " in block and f"default: {default})" in block, (name, option, block)
         if not options:

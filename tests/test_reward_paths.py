@@ -12,6 +12,22 @@ from lit_grpo.preflight import _check_rewards
 from lit_grpo.rewards import RewardSpec, build_rewards, score_completions
 from lit_grpo.rewards.registry import REWARDS, reward_info, reward_options
 
+
+@pytest.fixture(autouse=True)
+def _no_toy_reward_left():
+    """The rewards a test's own modules register (by loading a module or a dotted path) are gone after it: other
+    files' tests (e.g. the help's listing of every reward) see the package's rewards alone, whichever ran first. A
+    task's rewards that a test loaded stay (their module is imported once)."""
+    from lit_grpo.rewards.registry import INFO
+
+    before = set(REWARDS._entries)
+    yield
+    for name in set(REWARDS._entries) - before:
+        if not getattr(REWARDS._entries[name], "__module__", "").startswith("lit_grpo."):
+            del REWARDS._entries[name]
+            INFO.pop(name, None)
+
+
 SOURCE = '''
 from lit_grpo.rewards.registry import register_reward
 
