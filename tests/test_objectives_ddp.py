@@ -5,12 +5,12 @@ micro-batch at the same index on every rank). Every variant runs in ``tests/obje
 2 gloo processes (DDP's gradient average), with micro-batches of 1, 2, 4 completions and all at once."""
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from launch import run_together
 
 SCRIPT = Path(__file__).with_name("objectives_ddp.py")
 PER_MICRO_BATCH = {"bnpo", "entropy-bonus", "top-entropy"}
@@ -19,12 +19,9 @@ PER_MICRO_BATCH = {"bnpo", "entropy-bonus", "top-entropy"}
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("objectives_ddp")
-    out = {}
-    for world in (1, 2):
-        subprocess.run([sys.executable, str(SCRIPT), str(world), str(root / f"w{world}.json")], check=True,
-                       timeout=600, cwd=Path(__file__).parents[1])
-        out[world] = json.loads((root / f"w{world}.json").read_text())
-    return out
+    run_together([[sys.executable, str(SCRIPT), str(world), str(root / f"w{world}.json")] for world in (1, 2)],
+                 timeout=600)  # at once: 1 process and 2 ranks, each with its own port
+    return {world: json.loads((root / f"w{world}.json").read_text()) for world in (1, 2)}
 
 
 def _grad(runs, world, name, micro):
