@@ -310,7 +310,7 @@ class Evaluator:
                 if self.cfg.seed is not None:
                     torch.manual_seed(self.cfg.seed + batch_idx)
                 rollout = module.rollout(batch, n, greedy=greedy, temperature=temp)
-            extra = module.logprob_pass(batch, rollout, n, train=False).columns() if module.wants_asm else {}
+            extra = module.logprob_pass(batch, rollout, n, train=False).columns() if module.pass_columns else {}
             reward_metrics, call_metrics = {}, {}
             per_reward, total = module.rewards(batch, rollout, n, self.fns, metrics=reward_metrics, extra=extra)
             correct = self.correctness(rollout.completions, module.columns(batch, rollout, n, extra), per_reward,

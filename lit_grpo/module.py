@@ -3,9 +3,10 @@ evaluation, checkpoints; the policy side of a GRPO step, the log-prob and update
 :class:`lit_grpo.passes.PolicyPasses`) and :class:`GRPOModule`: one training step = rollout -> log-probs -> rewards ->
 advantages -> policy update -> log.
 
-The no-grad log-prob pass is one forward per micro-batch over prompt + completion; when the attention
-reward is configured it runs even with ``num_iterations == 1`` and ``beta == 0``, and hooks on the final
-decoder layer turn that same forward into the ASM column of the rewards (no second forward).
+The no-grad log-prob pass is one forward per micro-batch over prompt + completion; when a reward reads a column
+that only the policy's forward can give (the attention reward's ``asm``), it runs even with ``num_iterations == 1``
+and ``beta == 0``, under that column's registered provider (:mod:`lit_grpo.columns`), whose hooks turn the same
+forward into the column (no second forward).
 
 Manual optimisation: every training step samples G completions for each of its B prompts and then makes
 ``num_iterations * steps_per_generation`` optimizer updates on them (``num_iterations`` passes, like PPO epochs, each
@@ -34,8 +35,8 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
 from lit_grpo import distributed as D
-from lit_grpo.tasks.attention.meter import AttentionConfig, AttentionMeter
-from lit_grpo.config import EvalConfig, GRPOConfig, PerfConfig, check_settings
+from lit_grpo.columns import build_providers
+from lit_grpo.config import AttentionConfig, EvalConfig, GRPOConfig, PerfConfig, check_settings
 from lit_grpo.data.datamodule import PromptBatch
 from lit_grpo.data.sample import check_prompt_lengths, prompt_limit
 from lit_grpo.evaluation import EvaluationHooks, Evaluator
@@ -81,26 +82,19 @@ class PolicyModule(ShardingHooks, EvaluationHooks, L.LightningModule):
         if self.dropout_free:
             disable_dropout(self.policy, policy)
         self.layout = row_layout(self.policy, self.processor)
-        self.wants_asm = "asm" in required_columns(self.reward_specs + list(evaluation.metrics))
-        meter = AttentionMeter(self.policy, self.processor, attention) \
-            if (attention.enabled if attention.enabled is not None else self.wants_asm) else None
-        if self.wants_asm and meter is None:
-            raise ValueError("the attention reward needs attention.enabled true (or unset)")
+        read = required_columns(self.reward_specs + list(evaluation.metrics))  # besides sample and rollout fields
+        providers = build_providers(self.policy, self.processor, read, {AttentionConfig.column: attention})
+        self.pass_columns = sorted(read & providers.keys())  # what the rewards read from the log-prob pass
         self.stop_ids = stop_token_ids(self.policy, self.processor, policy.extra_stop_tokens)
         suppress = image_token_ids(self.policy, self.processor)
         self.register_buffer("suppress_ids", torch.tensor(suppress), persistent=False)
         engine = build_engine(self.processor, self.layout, sampling, self.stop_ids, suppress, perf)
-        self.passes = PolicyPasses(engine, grpo, sampling.max_completion_length,
-                                   attention_meter=meter)
+        self.passes = PolicyPasses(engine, grpo, sampling.max_completion_length, providers=providers)
         self.strict_loading = False  # checkpoints hold only trainable weights; on_load_checkpoint checks them
 
     @property
     def engine(self):
         return self.passes.engine
-
-    @property
-    def attention_meter(self) -> AttentionMeter | None:
-        return self.passes.attention_meter
 
     # ----------------------------------------------------------------- rollout, log-probs, rewards
     def prompt_length(self, messages: list[dict], sample) -> int:
@@ -267,7 +261,7 @@ class GRPOModule(PolicyModule):
         return {"prompts": [m for m in batch.messages], "completions": rollout.completions,
                 "rewards": {k: v.tolist() for k, v in per_reward.items()}, "total": total.tolist(),
                 "advantages": local_adv.tolist(), "answers": [s.answer for s in batch.samples], "group_size": g,
-                "attention": logprobs.attention}
+                "measured": logprobs.measured}
 
     def advantages(self, per_reward: dict[str, Tensor], all_total: Tensor) -> tuple[Tensor, dict[str, float]]:
         """Advantages ``[W * N]`` of every rank's completions: of the weighted total (``sum_then_normalize``), or

@@ -5,8 +5,8 @@ A step needs three things from the policy model, and asks an engine for each:
 1. :meth:`RolloutEngine.sample`: G completions per prompt (a :class:`Rollout`);
 2. :meth:`RolloutEngine.logps`: per-token log-probs of a range of the rollout's rows, with or without grad,
    with the per-token entropy on request (the log-prob pass: old and reference log-probs; the update pass);
-3. :meth:`RolloutEngine.attention_logps`: the same log-probs from one full-sequence forward that the
-   attention capture (:class:`lit_grpo.tasks.attention.meter.AttentionMeter`) watches, and the ASM it reads from it.
+3. :meth:`RolloutEngine.measured_logps`: the same log-probs from one full-sequence forward that column providers
+   (:mod:`lit_grpo.columns`, e.g. the attention reward's meter) watch, and what they measure from it.
 
 Two engines implement it: :class:`~lit_grpo.rollout.plain.PlainEngine` (``transformers``' ``generate``, a
 full forward per pass) and :class:`~lit_grpo.rollout.shared.SharedPrefixEngine` (each prompt prefilled once
@@ -316,9 +316,9 @@ class RolloutEngine:
       Must equal :func:`completion_logps` (one full forward of prompt + completion) up to
       float rounding, whatever the row range, and, for the sampling policy, the log-probs of the distribution the
       tokens were sampled from (the first importance ratio is 1).
-    - ``attention_logps(model, rollout, rows, meter, images)``: ``logps(..., grad=False)`` computed by one
-      full-sequence forward with the meter's hooks on it, and the rows' :class:`~lit_grpo.tasks.attention.meter.AttentionScores`
-      (``images[k]``: row ``k``'s PIL images); no second forward.
+    - ``measured_logps(model, rollout, rows, providers, images)``: ``logps(..., grad=False)`` computed by one
+      full-sequence forward under every provider's capture (:mod:`lit_grpo.columns`), and each provider's measurement
+      of the rows (``images[k]``: row ``k``'s PIL images); no second forward.
 
     The lifecycle around the update (as verl's ``BaseRollout``), for a sampler that is not the trained model (a
     server, a copy of the weights); the built-in engines sample from the trained model itself, so for them each
@@ -371,8 +371,12 @@ class RolloutEngine:
         """The update is over: the next call may be :meth:`sample`."""
 
     @torch.no_grad()
-    def attention_logps(self, model: nn.Module, rollout: Rollout, rows: slice, meter, images: list[list]):
+    def measured_logps(self, model: nn.Module, rollout: Rollout, rows: slice, providers: dict,
+                       images: list[list]) -> tuple[Tensor, dict]:
+        """``[n, T]`` log-probs of rows ``rows`` from one full forward with every provider's hooks on it (removed
+        on exit, errors included), and ``{column: measurement}`` of the rows, measured after the hooks are off."""
         sub = rollout.rows(rows)
-        with meter.capture(model, sub) as cap:
+        with contextlib.ExitStack() as stack:
+            captures = {k: stack.enter_context(p.capture(model, sub)) for k, p in providers.items()}
             logps = completion_logps(model, sub, **self.warped())[0]
-        return logps, (meter.score(cap, sub, images) if cap is not None else None)
+        return logps, {k: providers[k].score(cap, sub, images) for k, cap in captures.items()}
