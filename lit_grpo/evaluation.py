@@ -137,7 +137,7 @@ def build_records(samples: list[Sample], messages: list[list[dict]], completions
         records.append({
             "id": s.id, "mode": mode, "prompt": prompt_text(messages[i // group_size]), "completion": text,
             "extracted": extracted_answer(scorer, text, s.answer_format), "answer": s.answer,
-            "answer_format": s.answer_format, "domain": s.domain,
+            "answer_format": s.answer_format, "domain": s.fields.get("domain"),
             "reasoning_type": list(s.meta.get("reasoning_type", [])),
             "rewards": {k: float(v[i]) for k, v in rewards.items()}, "total": float(total[i]),
             "correct": float(correct[i]) if correct is not None else math.nan,

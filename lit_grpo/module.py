@@ -82,9 +82,10 @@ class PolicyModule(ShardingHooks, EvaluationHooks, L.LightningModule):
         if self.dropout_free:
             disable_dropout(self.policy, policy)
         self.layout = row_layout(self.policy, self.processor)
-        read = required_columns(self.reward_specs + list(evaluation.metrics))  # besides sample and rollout fields
+        read = required_columns(self.reward_specs + list(evaluation.metrics))  # task fields, log-prob-pass columns
         providers = build_providers(self.policy, self.processor, read, {AttentionConfig.column: attention})
         self.pass_columns = sorted(read & providers.keys())  # what the rewards read from the log-prob pass
+        self.read_columns = read - providers.keys()  # the samples' task fields the rewards read
         self.stop_ids = stop_token_ids(self.policy, self.processor, policy.extra_stop_tokens)
         suppress = image_token_ids(self.policy, self.processor)
         self.register_buffer("suppress_ids", torch.tensor(suppress), persistent=False)
@@ -117,10 +118,13 @@ class PolicyModule(ShardingHooks, EvaluationHooks, L.LightningModule):
 
     def columns(self, batch: PromptBatch, rollout: Rollout, group_size: int,
                 extra: dict[str, list] | None = None) -> dict[str, list]:
-        """Reward columns: every Sample field repeated ``group_size`` times, plus ``truncated``,
-        ``completion_length`` (tokens) and the log-prob pass's ``extra`` columns (``asm``)."""
+        """Reward columns: every sample column (:meth:`~lit_grpo.data.sample.Sample.columns`: the record's and its
+        task fields) repeated ``group_size`` times, plus ``truncated``, ``completion_length`` (tokens) and the log-prob
+        pass's ``extra`` columns (``asm``). A field that a sample lacks, or that a reward reads and no sample has, is
+        None there (the reward's "does not apply")."""
         per_sample = [s.columns() for s in batch.samples]
-        columns = {k: [c[k] for c in per_sample for _ in range(group_size)] for k in per_sample[0]}
+        names = dict.fromkeys([k for c in per_sample for k in c] + sorted(self.read_columns))
+        columns = {k: [c.get(k) for c in per_sample for _ in range(group_size)] for k in names}
         columns["truncated"] = rollout.truncated.tolist()
         columns["completion_length"] = rollout.completion_mask.sum(1).tolist()
         columns.update(extra or {})

@@ -1,6 +1,6 @@
 """The policy side of a GRPO step (:class:`PolicyPasses`): the no-grad log-prob pass (old and reference log-probs,
-the column providers' measurements) and the update pass (micro-batched forward + backward of the loss), over a rollout of the
-policy through the rollout engine; :class:`LogprobPass` is what the first gives the step."""
+the column providers' measurements) and the update pass (micro-batched forward + backward of the loss), over a
+rollout of the policy through the rollout engine; :class:`LogprobPass` is what the first gives the step."""
 
 from __future__ import annotations
 
@@ -77,8 +77,8 @@ class PolicyPasses:
         """The no-grad log-prob pass: one forward of the policy per micro-batch gives the sampling policy's
         log-probs (``num_iterations > 1``, ``steps_per_generation > 1``, or a rollout whose sampler is not the policy)
         and, with column providers, their measurements from the same forward (a full-sequence forward, whatever the
-        engine: ``measured_logps``); then the reference pass (``beta > 0``), then an off-policy sampler's weights (:meth:`sampler_weights`).
-        ``images[n]``: row ``n``'s images. ``train=False`` (evaluation) skips log-probs."""
+        engine: ``measured_logps``); then the reference pass (``beta > 0``), then an off-policy sampler's weights
+        (:meth:`sampler_weights`). ``images[n]``: row ``n``'s images. ``train=False`` (evaluation) skips log-probs."""
         out = LogprobPass()
         want_old = train and (self.cfg.num_iterations > 1 or self.cfg.steps_per_generation > 1
                               or not rollout.sampler_is_policy)

@@ -38,12 +38,14 @@ def boxed_explanation(sample: Sample) -> str:
 def physics_tags(sample: Sample) -> str:
     """Physics items in the rubric format: ``<think>``, ``<answer>``, ``<unit>``, ``<principle>``.
 
-    The reasoning is ``meta["solution"]`` (or ``meta["explanation"]``) when the dataset has one.
+    The reasoning is ``meta["solution"]`` (or ``meta["explanation"]``) when the dataset has one; unit and principle
+    are the sample's task fields.
     """
+    principle = sample.fields.get("principle")
     reasoning = str(sample.meta.get("solution") or sample.meta.get("explanation") or
-                    f"Apply {sample.principle or 'the relevant law'} to the quantities in the figure.").strip()
+                    f"Apply {principle or 'the relevant law'} to the quantities in the figure.").strip()
     return (f"<think>{reasoning}</think><answer>{sample.answer}</answer>"
-            f"<unit>{sample.unit or 'none'}</unit><principle>{sample.principle or ''}</principle>")
+            f"<unit>{sample.fields.get('unit') or 'none'}</unit><principle>{principle or ''}</principle>")
 
 
 class SFTModule(PolicyModule):

@@ -28,7 +28,7 @@ def _sample(**kw):
 def test_reference_responses():
     assert boxed_explanation(_sample()) == (
         "Each panel has 1 red shape, so the missing panel has 1. The answer is \\boxed{B}.")
-    s = _sample(answer="C", unit="m/s^2", principle="Kinematics", meta={"solution": "v = at"})
+    s = _sample(answer="C", fields={"unit": "m/s^2", "principle": "Kinematics"}, meta={"solution": "v = at"})
     assert physics_tags(s) == ("<think>v = at</think><answer>C</answer><unit>m/s^2</unit>"
                                "<principle>Kinematics</principle>")
 

@@ -36,7 +36,13 @@ class Sample:
     """One prompt's worth of data, whatever the dataset.
 
     ``options`` maps label -> text (empty for open-ended); ``answer`` is the gold letter (``mcq``) or the
-    gold text (``open``); ``domain``/``principle``/``unit`` are the physics labels (``None`` for puzzles).
+    gold text (``open``). ``fields``: the task's own gold fields, each a reward column of its name (PhyX's
+    ``domain``, ``principle``, ``unit``; as TRL passes every dataset column to a reward and verl keeps
+    ``extra_info``): a reader that returns a new field makes it readable by a reward with no other change.
+    ``meta``: what else a row carries (explanations, reasoning types, the stored answer), one column ``meta``.
+
+    Raises:
+        ValueError: a task field named like one of the record's own columns (it would hide it).
     """
 
     id: str
@@ -45,14 +51,22 @@ class Sample:
     options: dict[str, str]
     answer: str
     answer_format: str = "mcq"
-    domain: str | None = None
-    principle: str | None = None
-    unit: str | None = None
+    fields: dict[str, Any] = dataclasses.field(default_factory=dict)
     meta: dict[str, Any] = dataclasses.field(default_factory=dict)
 
+    def __post_init__(self):
+        clash = sorted(set(self.fields) & set(RECORD_COLUMNS))
+        if clash:
+            raise ValueError(f"sample {self.id!r}: task field(s) {clash} are named like the record's own columns "
+                             f"{list(RECORD_COLUMNS)}; rename them")
+
     def columns(self) -> dict[str, Any]:
-        """Fields as reward columns (everything, images included)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        """The sample as reward columns: the record's own (images included) and each task field by its name."""
+        return {**{name: getattr(self, name) for name in RECORD_COLUMNS}, **self.fields}
+
+
+RECORD_COLUMNS = ("id", "images", "question", "options", "answer", "answer_format", "meta")
+"""The columns every sample gives, whatever its task (:meth:`Sample.columns`)."""
 
 
 BAD_BYTES_COLUMN = "__bad_row__"
