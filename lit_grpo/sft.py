@@ -34,20 +34,6 @@ def boxed_explanation(sample: Sample) -> str:
     return f"{rule} The answer is \\boxed{{{sample.answer}}}.".strip()
 
 
-@REFERENCES.register("physics_tags")
-def physics_tags(sample: Sample) -> str:
-    """Physics items in the rubric format: ``<think>``, ``<answer>``, ``<unit>``, ``<principle>``.
-
-    The reasoning is ``meta["solution"]`` (or ``meta["explanation"]``) when the dataset has one; unit and principle
-    are the sample's task fields.
-    """
-    principle = sample.fields.get("principle")
-    reasoning = str(sample.meta.get("solution") or sample.meta.get("explanation") or
-                    f"Apply {principle or 'the relevant law'} to the quantities in the figure.").strip()
-    return (f"<think>{reasoning}</think><answer>{sample.answer}</answer>"
-            f"<unit>{sample.fields.get('unit') or 'none'}</unit><principle>{principle or ''}</principle>")
-
-
 class SFTModule(PolicyModule):
     """Supervised fine-tuning with the policy, evaluation and checkpoints GRPO uses (automatic optimisation)."""
 
@@ -70,7 +56,7 @@ class SFTModule(PolicyModule):
         Args:
             policy: model to train.
             rewards: rewards reported in validation (not trained on).
-            reference: registered reference-response builder (``boxed_explanation``, ``physics_tags``).
+            reference: registered reference-response builder (``boxed_explanation``; the PhyX task's ``physics_tags``).
             sampling: evaluation sampling (temperature, ``max_completion_length``).
             evaluation: validation modes.
             optimizer, lr_scheduler: as in :class:`GRPOModule` (the scheduler steps every optimizer step).

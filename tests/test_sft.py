@@ -13,7 +13,8 @@ from lit_grpo.data.sample import Sample
 from lit_grpo.data.sample import render_messages
 from lit_grpo.policy import PolicyConfig, load_policy
 from lit_grpo.rewards import RewardSpec
-from lit_grpo.sft import SFTModule, boxed_explanation, physics_tags
+from lit_grpo.sft import SFTModule, boxed_explanation
+from lit_grpo.tasks.phyx.templates import physics_tags
 
 ROOT = Path(__file__).parents[1]
 

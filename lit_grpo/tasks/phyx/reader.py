@@ -33,8 +33,8 @@ from torch.utils.data import ConcatDataset
 
 from lit_grpo.data.io import open_table
 from lit_grpo.data.images import DEFAULT_MAX_PIXELS, decode_image
-from lit_grpo.data.sample import (MC_INSTRUCTION, OE_INSTRUCTION, BadRowError, Sample, SampleDataset, load_rows,
-                                  render_options)
+from lit_grpo.data.sample import BadRowError, Sample, SampleDataset, load_rows
+from lit_grpo.tasks.phyx.templates import MC_INSTRUCTION, OE_INSTRUCTION, render_options
 from lit_grpo.tasks.phyx.units import derive_unit
 
 DOMAINS = ("Mechanics", "Electromagnetism", "Thermodynamics", "Wave/Acoustics", "Optics", "Modern Physics")
