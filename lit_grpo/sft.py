@@ -2,29 +2,26 @@
 
 The loss is the token-mean negative log-likelihood of the reference response; prompt tokens (image
 tokens included) and padding are outside the loss because only response tokens are scored. A
-reference response is built from the sample by a registered function (``REFERENCES``). Evaluation,
-checkpointing (trainable weights only with LoRA) and the CLI are shared with :class:`GRPOModule` (through their
-common base, :class:`lit_grpo.module.PolicyModule`).
+reference response is built from the sample by a registered function (``REFERENCES``,
+:mod:`lit_grpo.data.sample`). Evaluation, checkpointing (trainable weights only with LoRA) and the CLI are shared
+with :class:`GRPOModule` (through their common base, :class:`lit_grpo.module.PolicyModule`).
 """
 
 from __future__ import annotations
 
-from typing import Callable
 
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import Tensor
 
 from lit_grpo.data.datamodule import PromptBatch
-from lit_grpo.data.sample import Sample
+from lit_grpo.data.sample import REFERENCES, Sample
 from lit_grpo.config import EvalConfig, GRPOConfig
 from lit_grpo.policy import PolicyConfig
 from lit_grpo.module import PolicyModule
-from lit_grpo.registry import Registry
 from lit_grpo.rewards import RewardSpec
 from lit_grpo.rollout import Rollout, SamplingConfig, completion_logps, encode_prompts
 
-REFERENCES: Registry[Callable[[Sample], str]] = Registry("reference response", tasks=True)
 
 
 @REFERENCES.register("boxed_explanation")
@@ -56,7 +53,7 @@ class SFTModule(PolicyModule):
         Args:
             policy: model to train.
             rewards: rewards reported in validation (not trained on).
-            reference: registered reference-response builder (``boxed_explanation``; the PhyX task's ``physics_tags``).
+            reference: registered reference-response builder (``boxed_explanation``, ``physics_tags``).
             sampling: evaluation sampling (temperature, ``max_completion_length``).
             evaluation: validation modes.
             optimizer, lr_scheduler: as in :class:`GRPOModule` (the scheduler steps every optimizer step).

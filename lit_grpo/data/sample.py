@@ -226,6 +226,9 @@ def check_prompt_lengths(encoded: dict[str, Any], samples: Sequence[Sample], lim
 Messages = list[dict]
 TEMPLATES: Registry[Callable[[Sample], tuple[str | None, str]]] = Registry("prompt template", tasks=True)
 """Template name -> function returning ``(default system prompt or None, user text)``."""
+REFERENCES: Registry[Callable[[Sample], str]] = Registry("reference response", tasks=True)
+"""Name -> the reference response (SFT target) of a sample, in the format a template asks for
+(:class:`lit_grpo.sft.SFTModule`'s ``reference``)."""
 
 SEED_SUFFIX = "Let's think step by step and output the final answer within \\boxed{}."
 R1V_INSTRUCTION = (

@@ -5,8 +5,7 @@ format (``physics_tags``). Registered into the core's ``TEMPLATES`` and ``REFERE
 
 from __future__ import annotations
 
-from lit_grpo.data.sample import TEMPLATES, Sample
-from lit_grpo.sft import REFERENCES
+from lit_grpo.data.sample import REFERENCES, TEMPLATES, Sample
 
 MC_INSTRUCTION = ("Please directly answer the question and provide the correct OPTION LETTER ONLY, "
                   "e.g., A, B, C, D. OPTION: ")
