@@ -93,10 +93,6 @@ class PolicyModule(ShardingHooks, EvaluationHooks, L.LightningModule):
         self.passes = PolicyPasses(engine, grpo, sampling.max_completion_length, providers=providers)
         self.strict_loading = False  # checkpoints hold only trainable weights; on_load_checkpoint checks them
 
-    @property
-    def engine(self):
-        return self.passes.engine
-
     # ----------------------------------------------------------------- rollout, log-probs, rewards
     def prompt_length(self, messages: list[dict], sample) -> int:
         """Prompt tokens of one sample, image tokens included (used to filter over-long samples)."""
@@ -109,7 +105,7 @@ class PolicyModule(ShardingHooks, EvaluationHooks, L.LightningModule):
         enc = encode_prompts(self.processor, batch.messages, [s.images for s in batch.samples])
         check_prompt_lengths(enc, batch.samples, prompt_limit(self.policy, self.sampling))
         enc = {k: v.to(self.device) if isinstance(v, Tensor) else v for k, v in enc.items()}
-        return self.engine.sample(self.policy, enc, group_size, greedy=greedy, temperature=temperature)
+        return self.passes.engine.sample(self.policy, enc, group_size, greedy=greedy, temperature=temperature)
 
     def logprob_pass(self, batch: PromptBatch, rollout: Rollout, group_size: int, train: bool = True) -> LogprobPass:
         """The no-grad log-prob pass (:meth:`PolicyPasses.logprob_pass`)."""
@@ -227,10 +223,6 @@ class GRPOModule(PolicyModule):
         if grpo.use_adaptive_entropy:  # (coefficient, last update's entropy): a buffer, so checkpoints keep it
             self.register_buffer("entropy_control", torch.tensor([grpo.entropy_coef, math.inf], dtype=torch.float64))
 
-    @property
-    def reference(self) -> ReferencePolicy | None:
-        return self.passes.reference
-
     # ----------------------------------------------------------------- training
     def training_step(self, batch: PromptBatch, batch_idx: int) -> dict[str, Any]:
         """One GRPO step over ``B`` prompts, ``G`` completions each (``N = B * G`` rows on this rank, ``W`` ranks)."""
@@ -294,7 +286,7 @@ class GRPOModule(PolicyModule):
         opt, sched = self.optimizers(), self.lr_schedulers()
         updates = self.passes.update_rows(rollout.num_completions) * self.cfg.num_iterations
         totals: dict[str, float] = {}
-        self.engine.release()  # no sampling until the next step's rollout
+        self.passes.engine.release()  # no sampling until the next step's rollout
         for i, rows in enumerate(updates):
             opt.zero_grad()
             coef = self._entropy_coef()
@@ -304,11 +296,11 @@ class GRPOModule(PolicyModule):
             root = getattr(self._trainer.strategy, "model", None) if self._trainer is not None else None
             stats["grad_norm"] = float(D.clip_grad_norm(root, self.trainable_parameters(), clip))
             self._optimizer_step(opt, last=i == len(updates) - 1)
-            self.engine.update_weights(self.policy)  # the next rollout samples from these weights
+            self.passes.engine.update_weights(self.policy)  # the next rollout samples from these weights
             self._control_entropy(stats, coef)
             for k, v in stats.items():
                 totals[k] = totals.get(k, 0.0) + v / len(updates)
-        self.engine.resume()
+        self.passes.engine.resume()
         if sched is not None:
             sched.step()
         return totals
