@@ -99,8 +99,8 @@ class FixedRollouts(GRPOModule):
             with gathered(root):
                 out["gathered_bytes"] = parameter_bytes(self.policy)
         out["bytes"] = parameter_bytes(self.policy)
-        if self.reference is not None and self.reference.frozen is not None:
-            out["reference_bytes"] = parameter_bytes(self.reference.frozen)
+        if self.passes.reference is not None and self.passes.reference.frozen is not None:
+            out["reference_bytes"] = parameter_bytes(self.passes.reference.frozen)
         self.record["start"] = out
 
     def on_train_batch_end(self, outputs, batch, batch_idx):
