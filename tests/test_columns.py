@@ -17,7 +17,7 @@ from lit_grpo.data.datamodule import PromptBatch
 from lit_grpo.data.sample import render_messages
 from lit_grpo.policy import PolicyConfig
 from lit_grpo.rewards import RewardSpec, required_columns
-from lit_grpo.rewards.registry import register_reward
+from lit_grpo.rewards.registry import INFO, REWARDS, register_reward
 from lit_grpo.rollout import SamplingConfig
 
 
@@ -63,12 +63,19 @@ class TokensSeen:
         return Seen(capture["mask"].sum(1).cpu())
 
 
-COLUMNS.register("toy_tokens_seen")(TokensSeen)
-
-
-@register_reward("toy_tokens_reward", columns=("toy_tokens_seen",))
 def toy_tokens_reward(completions, toy_tokens_seen, **_):
     return [float(t) for t in toy_tokens_seen]
+
+
+@pytest.fixture(autouse=True)
+def toy_registrations():
+    """The toy column and reward are registered for each test and taken out after it, so the registered names that
+    other tests' error messages list stay the package's."""
+    COLUMNS.register("toy_tokens_seen")(TokensSeen)
+    register_reward("toy_tokens_reward", columns=("toy_tokens_seen",))(toy_tokens_reward)
+    yield
+    COLUMNS._entries.pop("toy_tokens_seen")
+    REWARDS._entries.pop("toy_tokens_reward"), INFO.pop("toy_tokens_reward")
 
 
 def _module(tiny_model_dir, rewards, **grpo):

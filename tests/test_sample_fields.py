@@ -16,7 +16,7 @@ from lit_grpo.data.datamodule import READERS, PromptBatch
 from lit_grpo.data.sample import RECORD_COLUMNS, Sample
 from lit_grpo.policy import PolicyConfig
 from lit_grpo.rewards import RewardSpec, build_rewards, required_columns
-from lit_grpo.rewards.registry import register_reward
+from lit_grpo.rewards.registry import INFO, REWARDS, register_reward
 from lit_grpo.tasks.visualsphinx.reader import read_visualsphinx
 from tiny_runs import fit_args
 
@@ -24,7 +24,6 @@ LEVELS = {0: 0.25, 1: 0.5}
 """The toy reader's gold field ``toy_level`` by row index; rows from 2 on have none."""
 
 
-@READERS.register("toy_levels")
 def read_toy_levels(path, split="train", rows=None, on_bad_row="raise"):
     """VisualSphinx rows, each given the gold field ``toy_level`` (rows 0 and 1 only) and ``toy_colour`` (every
     row: ``red`` on even rows)."""
@@ -43,7 +42,6 @@ def read_toy_levels(path, split="train", rows=None, on_bad_row="raise"):
     return Levels()
 
 
-@register_reward("toy_level_reward", columns=("toy_level",))
 def toy_level_reward(completions, toy_level, **_):
     """The gold level itself; None (does not apply) where the row has no level."""
     return [None if v is None else float(v) for v in toy_level]
@@ -52,6 +50,18 @@ def toy_level_reward(completions, toy_level, **_):
 def toy_is_red(completions, toy_colour, bonus: float = 1.0, **_):
     """Named by its dotted path: ``bonus`` where the gold colour is red, else 0."""
     return [bonus * float(c == "red") for c in toy_colour]
+
+
+@pytest.fixture(autouse=True)
+def toy_registrations():
+    """The toy reader and reward are registered for each test and taken out after it (with the dotted-path reward
+    that naming it registers), so the registered names that other tests' error messages list stay the package's."""
+    READERS.register("toy_levels")(read_toy_levels)
+    register_reward("toy_level_reward", columns=("toy_level",))(toy_level_reward)
+    yield
+    READERS._entries.pop("toy_levels")
+    for name in ["toy_level_reward", *(k for k in REWARDS._entries if k.startswith(f"{__name__}."))]:
+        REWARDS._entries.pop(name), INFO.pop(name, None)
 
 
 def _sample(i: int, **fields) -> Sample:
