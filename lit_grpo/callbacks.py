@@ -1,5 +1,4 @@
-"""Callbacks that observe training and evaluation: completion samples as TensorBoard text, attention
-overlays as TensorBoard images, HF-format export, the validation at a run's last step, the validation curves,
+"""Callbacks that observe training and evaluation: completion samples as TensorBoard text, HF-format export, the validation at a run's last step, the validation curves,
 the test accuracy table (TensorBoard, Markdown, CSV) and prediction JSONL files."""
 
 from __future__ import annotations
@@ -11,14 +10,13 @@ from typing import Any
 
 import lightning as L
 import numpy as np
-import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 
 from lit_grpo import distributed as D
 from lit_grpo.evaluation import (CSV_COLUMNS, accuracy_table, prompt_text, scalar_name, table_csv, table_markdown,
                                  table_rows)
-from lit_grpo.loggers import log_histogram, log_images, log_table, log_text
+from lit_grpo.loggers import log_images, log_table, log_text
 
 
 def _code(text: str) -> str:
@@ -84,58 +82,6 @@ def side_by_side(images: list, side: int) -> np.ndarray:
     scale = side / max(width, height)
     size = (max(1, round(width * scale)), max(1, round(height * scale)))
     return np.asarray(row.resize(size, Image.NEAREST if scale >= 1 else Image.BICUBIC))
-
-
-class AttentionOverlays(L.Callback):
-    """At every ``every_n_steps``-th training step, log attention overlays of a few completions and the ASM histogram.
-
-    Each overlay is one labelled image per completion (and per image of its prompt): the prompt image, the
-    final layer's attention on it (the completion's mean over its tokens, resized to the image), the
-    attention blended over the image, and the foreground mask (black = foreground, i.e. some RGB channel
-    < 230), drawn ``side`` pixels along the longer side, with a colour bar on the right and the
-    completion's ASM and the ASM of uniform attention (the image's foreground share) on top, in two rows of two
-    tiles with letters ``side / 16`` px high, so that a TensorBoard card (about 400 px wide) shows the labels at
-    about 11 px. Attention is drawn in multiples of uniform attention on a log scale: ``scale="fixed"``
-    (default) from ``vmin`` to ``vmax`` for every image and step, so colours compare across images and checkpoints;
-    ``scale="image"`` stretches each map over its own range (the colour bar then shows that range). Tags:
-    ``train/rollout/attention/overlay/<j>`` (``<j>_<k>`` for a prompt's k-th image) and the histogram
-    ``train/rollout/attention/asm``. Needs the attention capture (the ``attention`` reward, or
-    ``model.attention.enabled: true``); logs nothing otherwise.
-    """
-
-    def __init__(self, every_n_steps: int = 10, num_completions: int = 4, side: int = 384, scale: str = "fixed",
-                 vmin: float = 0.125, vmax: float = 8.0):
-        from lit_grpo.tasks.attention.heatmap import HeatScale
-
-        self.every_n_steps, self.num_completions, self.side = every_n_steps, num_completions, side
-        self.scale = HeatScale(scale, vmin, vmax)
-
-    @rank_zero_only
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
-        if not isinstance(outputs, dict) or outputs.get("attention") is None \
-                or trainer.global_step % self.every_n_steps:
-            return
-        self.log_attention(trainer, outputs["attention"], batch.samples, outputs["group_size"], trainer.global_step)
-
-    def log_attention(self, trainer: L.Trainer, scores, samples, group_size: int, step: int) -> None:
-        """Write the overlays and the histogram of ``scores`` (:class:`~lit_grpo.tasks.attention.meter.AttentionScores`) to the
-        trainer's loggers."""
-        from lit_grpo.tasks.attention.analysis import foreground_share, image_panel
-
-        asm = scores.asm[~torch.isnan(scores.asm)]
-        if asm.numel():
-            log_histogram(trainer, "train/rollout/attention/asm", asm, step)
-        images, titles = {}, {}
-        for j in range(min(self.num_completions, len(scores.maps))):
-            pictures = samples[j // group_size].images
-            for k, image in enumerate(pictures):
-                tag = f"train/rollout/attention/overlay/{j}" + (f"_{k}" if len(pictures) > 1 else "")
-                titles[tag] = (f"step {step}, completion {j}" + (f", image {k}" if len(pictures) > 1 else "")
-                               + f": ASM {float(scores.asm[j]):.3f} (uniform attention: {foreground_share(image):.3f})")
-                images[tag] = image_panel(image, scores.maps[j], scores.grids[j], k, self.side, scale=self.scale,
-                                          title=titles[tag], columns=2, font_px=max(12, self.side // 16))
-        log_images(trainer, images, step, captions=titles)
 
 
 class FinalValidation(L.Callback):

@@ -231,3 +231,47 @@ def objective_problems(grpo: GRPOConfig) -> list[str]:
     need(grpo.sampler_correction_min is None or grpo.sampler_correction_min < grpo.sampler_correction_max,
          "sampler_correction_min", "null or below sampler_correction_max")
     return problems
+
+
+BACKGROUND = 230
+"""A pixel is background when all three RGB channels are >= this value."""
+ROWS = ("own", "final")
+"""Which attention rows score a completion (:attr:`AttentionConfig.row`)."""
+
+
+@dataclasses.dataclass
+class AttentionConfig(Checked):
+    """Attention capture in the no-grad log-prob pass: the ``asm`` reward column and the attention overlays."""
+
+    # The options of the ``asm`` column's provider (lit_grpo.columns), which the attention task registers; the group
+    # stays the module's ``attention`` block, so configs and the command line keep their keys.
+    column: ClassVar[str] = "asm"
+    block: ClassVar[str] = "attention"
+
+    enabled: bool | None = None
+    """Capture even when no reward reads ``asm`` (for the overlay callback); None = only when one does."""
+    grid: str | None = None
+    """Patch grid(s) the ASM uses: ``base`` (LLaVA-NeXT's base grid, Idefics3's global image), ``tiles``
+    (high-resolution tiles), ``all``; None = the family's default (``base``; ``all`` for Idefics3/SmolVLM). The
+    paper reads one grid per image: "Attention over image tokens is reshaped into a 2D grid (H_img/p x W_img/p),
+    then normalized and resized to the original image resolution"; for a multi-crop (LLaVA-NeXT anyres) image
+    that is the base grid (the whole image at one tile's resolution, the default), or the tiles (the image at
+    its own resolution, H_img/p x W_img/p patches), or both (each grid's fraction counted with its share of the
+    image attention: :func:`grid_fractions`)."""
+    row: str = "own"
+    """Which attention row scores a completion: ``own`` = each generated token's own row (the token as query),
+    scored and averaged over the completion ("we average Equation 7 across all T generated tokens [...] the
+    Attention Score Mask"); ``final`` = the row of the completion's last valid token alone ("the resulting
+    attention tensor is averaged across all heads, and the final token's attention row is extracted, yielding a
+    per-token attention vector over the full input sequence for each rollout"). Both sentences are the paper's;
+    they disagree, so the choice is visible (:func:`token_weights`)."""
+    background_threshold: Annotated[int, Range(ge=0, le=256, note="256 = no pixel is background")] = BACKGROUND
+    """A pixel is background when all RGB channels are >= this."""
+    chunk_scores: Annotated[int, Range(ge=1)] = 2 ** 22
+    """Attention scores (rows x heads x queries x keys) the reconstruction makes per step (16 MiB in
+    float32, twice that with their softmax); it sets how many query rows each step covers."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.row not in ROWS:
+            raise ValueError(f"attention.row must be one of {list(ROWS)}, got {self.row!r}")

@@ -137,7 +137,7 @@ def build_records(samples: list[Sample], messages: list[list[dict]], completions
         records.append({
             "id": s.id, "mode": mode, "prompt": prompt_text(messages[i // group_size]), "completion": text,
             "extracted": extracted_answer(scorer, text, s.answer_format), "answer": s.answer,
-            "answer_format": s.answer_format, "domain": s.domain,
+            "answer_format": s.answer_format, "domain": s.fields.get("domain"),
             "reasoning_type": list(s.meta.get("reasoning_type", [])),
             "rewards": {k: float(v[i]) for k, v in rewards.items()}, "total": float(total[i]),
             "correct": float(correct[i]) if correct is not None else math.nan,
@@ -310,7 +310,7 @@ class Evaluator:
                 if self.cfg.seed is not None:
                     torch.manual_seed(self.cfg.seed + batch_idx)
                 rollout = module.rollout(batch, n, greedy=greedy, temperature=temp)
-            extra = module.logprob_pass(batch, rollout, n, train=False).columns() if module.wants_asm else {}
+            extra = module.logprob_pass(batch, rollout, n, train=False).columns() if module.pass_columns else {}
             reward_metrics, call_metrics = {}, {}
             per_reward, total = module.rewards(batch, rollout, n, self.fns, metrics=reward_metrics, extra=extra)
             correct = self.correctness(rollout.completions, module.columns(batch, rollout, n, extra), per_reward,

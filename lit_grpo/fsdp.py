@@ -146,8 +146,8 @@ class ShardedEngine(RolloutEngine):
               entropy: bool = False) -> tuple[Tensor, Tensor | None]:
         return self._call(model, lambda m: self.inner.logps(m, rollout, rows, grad=grad, entropy=entropy))
 
-    def attention_logps(self, model: nn.Module, rollout: Rollout, rows: slice, meter, images: list[list]):
-        return self._call(model, lambda m: self.inner.attention_logps(m, rollout, rows, meter, images))
+    def measured_logps(self, model: nn.Module, rollout: Rollout, rows: slice, providers: dict, images: list[list]):
+        return self._call(model, lambda m: self.inner.measured_logps(m, rollout, rows, providers, images))
 
 
 class ShardingHooks:

@@ -3,9 +3,10 @@ evaluation, checkpoints; the policy side of a GRPO step, the log-prob and update
 :class:`lit_grpo.passes.PolicyPasses`) and :class:`GRPOModule`: one training step = rollout -> log-probs -> rewards ->
 advantages -> policy update -> log.
 
-The no-grad log-prob pass is one forward per micro-batch over prompt + completion; when the attention
-reward is configured it runs even with ``num_iterations == 1`` and ``beta == 0``, and hooks on the final
-decoder layer turn that same forward into the ASM column of the rewards (no second forward).
+The no-grad log-prob pass is one forward per micro-batch over prompt + completion; when a reward reads a column
+that only the policy's forward can give (the attention reward's ``asm``), it runs even with ``num_iterations == 1``
+and ``beta == 0``, under that column's registered provider (:mod:`lit_grpo.columns`), whose hooks turn the same
+forward into the column (no second forward).
 
 Manual optimisation: every training step samples G completions for each of its B prompts and then makes
 ``num_iterations * steps_per_generation`` optimizer updates on them (``num_iterations`` passes, like PPO epochs, each
@@ -34,8 +35,8 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
 from lit_grpo import distributed as D
-from lit_grpo.tasks.attention.meter import AttentionConfig, AttentionMeter
-from lit_grpo.config import EvalConfig, GRPOConfig, PerfConfig, check_settings
+from lit_grpo.columns import build_providers
+from lit_grpo.config import AttentionConfig, EvalConfig, GRPOConfig, PerfConfig, check_settings
 from lit_grpo.data.datamodule import PromptBatch
 from lit_grpo.data.sample import check_prompt_lengths, prompt_limit
 from lit_grpo.evaluation import EvaluationHooks, Evaluator
@@ -81,26 +82,16 @@ class PolicyModule(ShardingHooks, EvaluationHooks, L.LightningModule):
         if self.dropout_free:
             disable_dropout(self.policy, policy)
         self.layout = row_layout(self.policy, self.processor)
-        self.wants_asm = "asm" in required_columns(self.reward_specs + list(evaluation.metrics))
-        meter = AttentionMeter(self.policy, self.processor, attention) \
-            if (attention.enabled if attention.enabled is not None else self.wants_asm) else None
-        if self.wants_asm and meter is None:
-            raise ValueError("the attention reward needs attention.enabled true (or unset)")
+        read = required_columns(self.reward_specs + list(evaluation.metrics))  # task fields, log-prob-pass columns
+        providers = build_providers(self.policy, self.processor, read, {AttentionConfig.column: attention})
+        self.pass_columns = sorted(read & providers.keys())  # what the rewards read from the log-prob pass
+        self.read_columns = read - providers.keys()  # the samples' task fields the rewards read
         self.stop_ids = stop_token_ids(self.policy, self.processor, policy.extra_stop_tokens)
         suppress = image_token_ids(self.policy, self.processor)
         self.register_buffer("suppress_ids", torch.tensor(suppress), persistent=False)
         engine = build_engine(self.processor, self.layout, sampling, self.stop_ids, suppress, perf)
-        self.passes = PolicyPasses(engine, grpo, sampling.max_completion_length,
-                                   attention_meter=meter)
+        self.passes = PolicyPasses(engine, grpo, sampling.max_completion_length, providers=providers)
         self.strict_loading = False  # checkpoints hold only trainable weights; on_load_checkpoint checks them
-
-    @property
-    def engine(self):
-        return self.passes.engine
-
-    @property
-    def attention_meter(self) -> AttentionMeter | None:
-        return self.passes.attention_meter
 
     # ----------------------------------------------------------------- rollout, log-probs, rewards
     def prompt_length(self, messages: list[dict], sample) -> int:
@@ -114,7 +105,7 @@ class PolicyModule(ShardingHooks, EvaluationHooks, L.LightningModule):
         enc = encode_prompts(self.processor, batch.messages, [s.images for s in batch.samples])
         check_prompt_lengths(enc, batch.samples, prompt_limit(self.policy, self.sampling))
         enc = {k: v.to(self.device) if isinstance(v, Tensor) else v for k, v in enc.items()}
-        return self.engine.sample(self.policy, enc, group_size, greedy=greedy, temperature=temperature)
+        return self.passes.engine.sample(self.policy, enc, group_size, greedy=greedy, temperature=temperature)
 
     def logprob_pass(self, batch: PromptBatch, rollout: Rollout, group_size: int, train: bool = True) -> LogprobPass:
         """The no-grad log-prob pass (:meth:`PolicyPasses.logprob_pass`)."""
@@ -123,10 +114,13 @@ class PolicyModule(ShardingHooks, EvaluationHooks, L.LightningModule):
 
     def columns(self, batch: PromptBatch, rollout: Rollout, group_size: int,
                 extra: dict[str, list] | None = None) -> dict[str, list]:
-        """Reward columns: every Sample field repeated ``group_size`` times, plus ``truncated``,
-        ``completion_length`` (tokens) and the log-prob pass's ``extra`` columns (``asm``)."""
+        """Reward columns: every sample column (:meth:`~lit_grpo.data.sample.Sample.columns`: the record's and its
+        task fields) repeated ``group_size`` times, plus ``truncated``, ``completion_length`` (tokens) and the log-prob
+        pass's ``extra`` columns (``asm``). A field that a sample lacks, or that a reward reads and no sample has, is
+        None there (the reward's "does not apply")."""
         per_sample = [s.columns() for s in batch.samples]
-        columns = {k: [c[k] for c in per_sample for _ in range(group_size)] for k in per_sample[0]}
+        names = dict.fromkeys([k for c in per_sample for k in c] + sorted(self.read_columns))
+        columns = {k: [c.get(k) for c in per_sample for _ in range(group_size)] for k in names}
         columns["truncated"] = rollout.truncated.tolist()
         columns["completion_length"] = rollout.completion_mask.sum(1).tolist()
         columns.update(extra or {})
@@ -229,10 +223,6 @@ class GRPOModule(PolicyModule):
         if grpo.use_adaptive_entropy:  # (coefficient, last update's entropy): a buffer, so checkpoints keep it
             self.register_buffer("entropy_control", torch.tensor([grpo.entropy_coef, math.inf], dtype=torch.float64))
 
-    @property
-    def reference(self) -> ReferencePolicy | None:
-        return self.passes.reference
-
     # ----------------------------------------------------------------- training
     def training_step(self, batch: PromptBatch, batch_idx: int) -> dict[str, Any]:
         """One GRPO step over ``B`` prompts, ``G`` completions each (``N = B * G`` rows on this rank, ``W`` ranks)."""
@@ -267,7 +257,7 @@ class GRPOModule(PolicyModule):
         return {"prompts": [m for m in batch.messages], "completions": rollout.completions,
                 "rewards": {k: v.tolist() for k, v in per_reward.items()}, "total": total.tolist(),
                 "advantages": local_adv.tolist(), "answers": [s.answer for s in batch.samples], "group_size": g,
-                "attention": logprobs.attention}
+                "measured": logprobs.measured}
 
     def advantages(self, per_reward: dict[str, Tensor], all_total: Tensor) -> tuple[Tensor, dict[str, float]]:
         """Advantages ``[W * N]`` of every rank's completions: of the weighted total (``sum_then_normalize``), or
@@ -296,7 +286,7 @@ class GRPOModule(PolicyModule):
         opt, sched = self.optimizers(), self.lr_schedulers()
         updates = self.passes.update_rows(rollout.num_completions) * self.cfg.num_iterations
         totals: dict[str, float] = {}
-        self.engine.release()  # no sampling until the next step's rollout
+        self.passes.engine.release()  # no sampling until the next step's rollout
         for i, rows in enumerate(updates):
             opt.zero_grad()
             coef = self._entropy_coef()
@@ -306,11 +296,11 @@ class GRPOModule(PolicyModule):
             root = getattr(self._trainer.strategy, "model", None) if self._trainer is not None else None
             stats["grad_norm"] = float(D.clip_grad_norm(root, self.trainable_parameters(), clip))
             self._optimizer_step(opt, last=i == len(updates) - 1)
-            self.engine.update_weights(self.policy)  # the next rollout samples from these weights
+            self.passes.engine.update_weights(self.policy)  # the next rollout samples from these weights
             self._control_entropy(stats, coef)
             for k, v in stats.items():
                 totals[k] = totals.get(k, 0.0) + v / len(updates)
-        self.engine.resume()
+        self.passes.engine.resume()
         if sched is not None:
             sched.step()
         return totals

@@ -1,6 +1,6 @@
 """The policy side of a GRPO step (:class:`PolicyPasses`): the no-grad log-prob pass (old and reference log-probs,
-the attention capture) and the update pass (micro-batched forward + backward of the loss), over a rollout of the
-policy through the rollout engine; :class:`LogprobPass` is what the first gives the step."""
+the column providers' measurements) and the update pass (micro-batched forward + backward of the loss), over a
+rollout of the policy through the rollout engine; :class:`LogprobPass` is what the first gives the step."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from lit_grpo import distributed as D
-from lit_grpo.tasks.attention.meter import AttentionMeter, AttentionScores
+from lit_grpo.columns import ColumnProvider
 from lit_grpo.config import GRPOConfig
 from lit_grpo.grpo import grpo_loss
 from lit_grpo.objectives import entropy_threshold, high_entropy_mask, sampler_correction
@@ -26,29 +26,31 @@ __all__ = ["LogprobPass", "PolicyPasses"]
 class LogprobPass:
     """What the no-grad log-prob pass gives a step: log-probs ``[N, T]`` of the sampling policy
     (``num_iterations > 1``, ``steps_per_generation > 1`` or a sampler that is not the policy) and of the reference
-    (``beta > 0``), the attention scores (when captured) and, for a sampler that is not the policy, its log-probs
+    (``beta > 0``), the column providers' measurements (:mod:`lit_grpo.columns`; column -> measurement, e.g. ``asm``
+    -> the attention scores) and, for a sampler that is not the policy, its log-probs
     ``[N, T]`` and the correction ``pi_old / mu`` (``[N, T]`` or ``[N, 1]``; None with ``sampler_correction`` off)."""
 
     old_logps: Tensor | None = None
     ref_logps: Tensor | None = None
-    attention: AttentionScores | None = None
+    measured: dict = dataclasses.field(default_factory=dict)
     sampling_logps: Tensor | None = None
     sampler_ratio: Tensor | None = None
 
     def columns(self) -> dict[str, list]:
-        """Extra reward columns (``asm``)."""
-        return {} if self.attention is None else {"asm": self.attention.asm.tolist()}
+        """Extra reward columns (``asm``): every measurement's."""
+        return {k: v for m in self.measured.values() for k, v in m.columns().items()}
 
 
 class PolicyPasses:
     """The passes of one step over a rollout of ``policy`` (given per call: the strategy may wrap it), through
-    ``engine``: the log-prob pass (policy, attention capture, reference) and the update's forward + backward.
-    ``max_completion_length``: the ``dr_grpo`` normaliser."""
+    ``engine``: the log-prob pass (policy, column providers, reference) and the update's forward + backward.
+    ``max_completion_length``: the ``dr_grpo`` normaliser; ``providers``: column -> its provider
+    (:func:`lit_grpo.columns.build_providers`)."""
 
     def __init__(self, engine: RolloutEngine, cfg: GRPOConfig, max_completion_length: int,
-                 reference: ReferencePolicy | None = None, attention_meter: AttentionMeter | None = None):
+                 reference: ReferencePolicy | None = None, providers: dict[str, ColumnProvider] | None = None):
         self.engine, self.cfg, self.reference = engine, cfg, reference
-        self.max_completion_length, self.attention_meter = max_completion_length, attention_meter
+        self.max_completion_length, self.providers = max_completion_length, dict(providers or {})
 
     def micro_batches(self, n: int, rows: slice = slice(None)) -> list[slice]:
         """The micro-batches of rows ``rows`` of ``n``."""
@@ -74,23 +76,24 @@ class PolicyPasses:
     def logprob_pass(self, policy: nn.Module, rollout: Rollout, images: list[list], train: bool = True) -> LogprobPass:
         """The no-grad log-prob pass: one forward of the policy per micro-batch gives the sampling policy's
         log-probs (``num_iterations > 1``, ``steps_per_generation > 1``, or a rollout whose sampler is not the policy)
-        and, with the attention capture on, the ASM from the same forward (a full-sequence forward, whatever the
-        engine); then the reference pass (``beta > 0``), then an off-policy sampler's weights (:meth:`sampler_weights`).
-        ``images[n]``: row ``n``'s images. ``train=False`` (evaluation) skips log-probs."""
+        and, with column providers, their measurements from the same forward (a full-sequence forward, whatever the
+        engine: ``measured_logps``); then the reference pass (``beta > 0``), then an off-policy sampler's weights
+        (:meth:`sampler_weights`). ``images[n]``: row ``n``'s images. ``train=False`` (evaluation) skips log-probs."""
         out = LogprobPass()
         want_old = train and (self.cfg.num_iterations > 1 or self.cfg.steps_per_generation > 1
                               or not rollout.sampler_is_policy)
-        if want_old or self.attention_meter is not None:
-            old, attention = [], []
+        if want_old or self.providers:
+            old, parts = [], {k: [] for k in self.providers}
             for s in self.micro_batches(rollout.num_completions):
-                if self.attention_meter is None:
+                if not self.providers:
                     old.append(self.engine.logps(policy, rollout, s)[0])
                     continue
-                logps, scores = self.engine.attention_logps(policy, rollout, s, self.attention_meter, images[s])
+                logps, measured = self.engine.measured_logps(policy, rollout, s, self.providers, images[s])
                 old.append(logps)
-                attention += [scores] if scores is not None else []
+                for k, m in measured.items():
+                    parts[k].append(m)
             out.old_logps = torch.cat(old) if want_old else None
-            out.attention = AttentionScores.cat(attention) if attention else None
+            out.measured = {k: type(v[0]).cat(v) for k, v in parts.items() if v}
         if train and self.reference is not None:
             with self.reference.model_context(policy) as ref_model:
                 out.ref_logps = torch.cat([self.engine.logps(ref_model, rollout, s)[0]

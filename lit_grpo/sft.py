@@ -2,29 +2,26 @@
 
 The loss is the token-mean negative log-likelihood of the reference response; prompt tokens (image
 tokens included) and padding are outside the loss because only response tokens are scored. A
-reference response is built from the sample by a registered function (``REFERENCES``). Evaluation,
-checkpointing (trainable weights only with LoRA) and the CLI are shared with :class:`GRPOModule` (through their
-common base, :class:`lit_grpo.module.PolicyModule`).
+reference response is built from the sample by a registered function (``REFERENCES``,
+:mod:`lit_grpo.data.sample`). Evaluation, checkpointing (trainable weights only with LoRA) and the CLI are shared
+with :class:`GRPOModule` (through their common base, :class:`lit_grpo.module.PolicyModule`).
 """
 
 from __future__ import annotations
 
-from typing import Callable
 
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import Tensor
 
 from lit_grpo.data.datamodule import PromptBatch
-from lit_grpo.data.sample import Sample
+from lit_grpo.data.sample import REFERENCES, Sample
 from lit_grpo.config import EvalConfig, GRPOConfig
 from lit_grpo.policy import PolicyConfig
 from lit_grpo.module import PolicyModule
-from lit_grpo.registry import Registry
 from lit_grpo.rewards import RewardSpec
 from lit_grpo.rollout import Rollout, SamplingConfig, completion_logps, encode_prompts
 
-REFERENCES: Registry[Callable[[Sample], str]] = Registry("reference response", tasks=True)
 
 
 @REFERENCES.register("boxed_explanation")
@@ -32,18 +29,6 @@ def boxed_explanation(sample: Sample) -> str:
     """Puzzles: the rule from ``meta["explanation"]``, then the gold label boxed (``\\boxed{C}``)."""
     rule = str(sample.meta.get("explanation", "")).strip()
     return f"{rule} The answer is \\boxed{{{sample.answer}}}.".strip()
-
-
-@REFERENCES.register("physics_tags")
-def physics_tags(sample: Sample) -> str:
-    """Physics items in the rubric format: ``<think>``, ``<answer>``, ``<unit>``, ``<principle>``.
-
-    The reasoning is ``meta["solution"]`` (or ``meta["explanation"]``) when the dataset has one.
-    """
-    reasoning = str(sample.meta.get("solution") or sample.meta.get("explanation") or
-                    f"Apply {sample.principle or 'the relevant law'} to the quantities in the figure.").strip()
-    return (f"<think>{reasoning}</think><answer>{sample.answer}</answer>"
-            f"<unit>{sample.unit or 'none'}</unit><principle>{sample.principle or ''}</principle>")
 
 
 class SFTModule(PolicyModule):

@@ -83,25 +83,25 @@ class FixedRollouts(GRPOModule):
         batch = self.trainer.datamodule.fixed_batch()
         out = {}
         for gather in (True, False):
-            if hasattr(self.engine, "gather_rollout"):
-                self.engine.gather_rollout = gather
-                for unit in units(self.engine.roots[id(self.policy)]):
+            if hasattr(self.passes.engine, "gather_rollout"):
+                self.passes.engine.gather_rollout = gather
+                for unit in units(self.passes.engine.roots[id(self.policy)]):
                     unit.reshard()
             before = GATHERS.count
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(1)  # the same draws with and without sharding
                 ro = super().rollout(batch, 2)
             out[f"gather={gather}"] = {"all_gathers": GATHERS.count - before, "tokens": ro.completion_ids.tolist()}
-        if hasattr(self.engine, "gather_rollout"):
-            self.engine.gather_rollout = True
-            root = self.engine.roots[id(self.policy)]
+        if hasattr(self.passes.engine, "gather_rollout"):
+            self.passes.engine.gather_rollout = True
+            root = self.passes.engine.roots[id(self.policy)]
             out["units"] = len(units(root))
             out["decoder_units"] = len(self.layout.language_model(self.policy).layers)
             with gathered(root):
                 out["gathered_bytes"] = parameter_bytes(self.policy)
         out["bytes"] = parameter_bytes(self.policy)
-        if self.reference is not None and self.reference.frozen is not None:
-            out["reference_bytes"] = parameter_bytes(self.reference.frozen)
+        if self.passes.reference is not None and self.passes.reference.frozen is not None:
+            out["reference_bytes"] = parameter_bytes(self.passes.reference.frozen)
         self.record["start"] = out
 
     def on_train_batch_end(self, outputs, batch, batch_idx):

@@ -36,7 +36,7 @@ def test_image_panel_draws_the_map_on_its_box():
 
 
 def test_group_key_and_puzzle_rule():
-    s = _sample(domain="Optics", meta={"reasoning_type": ["Spatial Relation Reasoning", "Numerical Reasoning"],
+    s = _sample(fields={"domain": "Optics"}, meta={"reasoning_type": ["Spatial Relation Reasoning", "Numerical Reasoning"],
                                        "explanation": "The arrow turns 90 degrees clockwise in each panel."})
     assert analysis.group_key("domain")(s) == "Optics"
     assert analysis.group_key("meta.reasoning_type")(s) == "Spatial Relation Reasoning+Numerical Reasoning"

@@ -10,8 +10,8 @@ from PIL import Image
 
 from lit_grpo import GRPOConfig, GRPOModule
 from lit_grpo.tasks.attention.analysis import foreground_share, image_panel
-from lit_grpo.tasks.attention.meter import AttentionConfig
-from lit_grpo.callbacks import AttentionOverlays
+from lit_grpo.tasks.attention.meter import AttentionConfig, AttentionMeter
+from lit_grpo.tasks.attention.overlays import AttentionOverlays
 from lit_grpo.data.datamodule import PromptBatch
 from lit_grpo.data.sample import render_messages
 from lit_grpo.config import PerfConfig
@@ -73,9 +73,10 @@ def test_training_step_scores_asm_in_the_one_scoring_forward(with_attention, sha
     assert len(calls) == (1 if with_attention else 0) + (0 if share_prefix else 1)
     assert module.policy.config._attn_implementation == "sdpa"
     if not with_attention:
-        assert out["attention"] is None and module.attention_meter is None
+        assert out["measured"] == {} and module.passes.providers == {} and module.pass_columns == []
         return
-    asm = out["attention"].asm
+    assert module.pass_columns == ["asm"] and isinstance(module.passes.providers["asm"], AttentionMeter)
+    asm = out["measured"]["asm"].asm
     assert asm.shape == (8,) and ((asm >= 0) & (asm <= 1)).all()
     assert out["rewards"]["attention"] == pytest.approx(asm.tolist())
     fmt, binary = np.array(out["rewards"]["format"]), np.array(out["rewards"]["binary"])
@@ -89,7 +90,8 @@ def test_attention_can_be_captured_for_logging_without_the_reward(tiny_model_dir
     batch = _batch(puzzle_samples[:2])
     rollout = module.rollout(batch, 2)
     logprobs = module.logprob_pass(batch, rollout, 2)
-    assert logprobs.old_logps is None and logprobs.attention.asm.shape == (4,)
+    assert logprobs.old_logps is None and logprobs.measured["asm"].asm.shape == (4,)
+    assert module.pass_columns == [] and logprobs.columns().keys() == {"asm"}  # no reward reads it
     with pytest.raises(ValueError, match="enabled"):
         GRPOModule(policy=PolicyConfig(name_or_path=tiny_model_dir), rewards=REWARDS,
                    attention=AttentionConfig(enabled=False))
@@ -103,7 +105,7 @@ def test_micro_batched_scoring_gives_the_same_asm(tiny_model_dir, puzzle_samples
     whole = module.logprob_pass(batch, rollout, 4)
     module.cfg.micro_batch_size = 3
     parts = module.logprob_pass(batch, rollout, 4)
-    torch.testing.assert_close(parts.attention.asm, whole.attention.asm, atol=1e-5, rtol=0)
+    torch.testing.assert_close(parts.measured["asm"].asm, whole.measured["asm"].asm, atol=1e-5, rtol=0)
     torch.testing.assert_close(parts.old_logps, whole.old_logps, atol=1e-5, rtol=0)
 
 
@@ -125,7 +127,7 @@ def test_overlays_are_logged_as_the_panels_read_back_from_tensorboard(tiny_model
     module = _module(tiny_model_dir)
     batch = _batch(puzzle_samples[:2])
     torch.manual_seed(0)
-    scores = module.logprob_pass(batch, module.rollout(batch, 4), 4).attention
+    scores = module.logprob_pass(batch, module.rollout(batch, 4), 4).measured["asm"]
     logger = TensorBoardLogger(save_dir=str(tmp_path), name="", version="")  # writes into tmp_path
     AttentionOverlays(num_completions=2, side=200).log_attention(SimpleNamespace(loggers=[logger]), scores,
                                                                  batch.samples, 4, step=3)

@@ -118,7 +118,7 @@ def test_module_shares_the_prefix_under_gradient_checkpointing(tiny_model_dir):
     for perf, shared in ((PerfConfig(), True), (PerfConfig(engine="plain"), False)):
         module = GRPOModule(policy=PolicyConfig(name_or_path=tiny_model_dir, gradient_checkpointing=True),
                             rewards=[RewardSpec("binary")], perf=perf)
-        assert isinstance(module.engine, SharedPrefixEngine if shared else PlainEngine)
+        assert isinstance(module.passes.engine, SharedPrefixEngine if shared else PlainEngine)
 
 
 @pytest.mark.parametrize("family", ["llava_next", "qwen2_vl", "idefics3"])

@@ -258,11 +258,11 @@ def test_fmt_acc_asm_demo_trains_with_the_attention_reward(tmp_path):
     del cfg["model"]["init_args"]["rewards"]  # keep the condition's Fmt + Acc + ASM list
     over.write_text(yaml.safe_dump(cfg))
     cli = main(["fit", "--config", "configs/demo_phyx_mcq.yaml", "--config", "configs/demo_phyx_mcq_asm.yaml",
-                "--config", str(over), "--trainer.callbacks+=lit_grpo.callbacks.AttentionOverlays",
+                "--config", str(over), "--trainer.callbacks+=lit_grpo.tasks.attention.overlays.AttentionOverlays",
                 "--trainer.callbacks.every_n_steps=1", "--trainer.callbacks.num_completions=2"])
     assert cli.trainer.global_step == 2
     assert cli.model.reward_weights == {"format": 1.0, "accuracy": 1.0, "attention": 100.0}
-    assert cli.model.attention_meter is not None and cli.model.policy.config._attn_implementation == "sdpa"
+    assert cli.model.pass_columns == ["asm"] and cli.model.policy.config._attn_implementation == "sdpa"
     logged = cli.trainer.logged_metrics
     assert 0.0 <= float(logged["train/reward/attention"]) <= 1.0
     assert 0.0 <= float(logged["val/greedy/reward/attention"]) <= 1.0

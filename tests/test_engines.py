@@ -65,15 +65,15 @@ def test_a_config_names_the_registered_engine_and_the_step_drives_its_lifecycle(
     """Two steps of two optimizer updates each (``steps_per_generation=2``): per step one sample, one release, an
     ``update_weights`` after each update, one resume; after each step the sampler's copy equals the policy."""
     module = _module(tiny_model_dir, steps_per_generation=2)
-    assert isinstance(module.engine, CopyEngine)
+    assert isinstance(module.passes.engine, CopyEngine)
     batch = PromptBatch(puzzle_samples[:2], [render_messages(s, "visualsphinx_seed") for s in puzzle_samples[:2]])
     torch.manual_seed(0)
     for step in range(2):
         module.training_step(batch, step)
-        copied = module.engine.copy.state_dict()
+        copied = module.passes.engine.copy.state_dict()
         for name, value in module.policy.state_dict().items():
             torch.testing.assert_close(copied[name], value, rtol=0, atol=0, msg=name)
-    assert module.engine.calls == ["sample", "release", "update_weights", "update_weights", "resume"] * 2
+    assert module.passes.engine.calls == ["sample", "release", "update_weights", "update_weights", "resume"] * 2
 
 
 def test_an_unknown_engine_is_refused_naming_the_registered_ones():

@@ -124,7 +124,7 @@ def test_scorer_reuses_a_configured_reward_with_the_same_kwargs():
 
 
 def test_build_records_one_per_completion():
-    s = Sample(id="7", images=[], question="Q", options={"A": "1", "B": "2"}, answer="B", domain="Optics",
+    s = Sample(id="7", images=[], question="Q", options={"A": "1", "B": "2"}, answer="B", fields={"domain": "Optics"},
                meta={"reasoning_type": ["Numerical Reasoning"]})
     msgs = [[{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Q"}]}]]
     recs = build_records([s], msgs, ["<answer>B</answer>", "<answer>A</answer>"], {"accuracy": [1.0, 0.0]},

@@ -106,8 +106,8 @@ def scripted(sample, k: int) -> str:
     mcq = sample.answer_format == "mcq"
     right = (int(sample.id) + k) % 2 == 0 if mcq else int(sample.id) % 3 == 0
     answer = sample.answer if right else ("ABCD"[("ABCD".index(sample.answer) + 1) % 4] if mcq else "9999 J")
-    return (f"<think>reading the figure</think><answer>{answer}</answer><unit>{sample.unit}</unit>"
-            f"<principle>{sample.principle}</principle>")
+    return (f"<think>reading the figure</think><answer>{answer}</answer><unit>{sample.fields['unit']}</unit>"
+            f"<principle>{sample.fields['principle']}</principle>")
 
 
 @pytest.fixture

@@ -38,7 +38,7 @@ def test_runs_hand_table():
 
 def test_images_by_tokens_hand_table():
     """Images fill the rows' image tokens in order: 5 | (none) | 4 + 8; counts that do not line up name the row."""
-    from lit_grpo.rollout.engine import images_by_tokens
+    from lit_grpo.families import images_by_tokens
 
     assert images_by_tokens([5, 0, 12], [5, 4, 8]) == [1, 0, 2]
     assert images_by_tokens([16, 16, 48], [16] * 5) == [1, 1, 3]
@@ -300,7 +300,7 @@ def test_a_model_outside_the_families_refuses_prompts_it_cannot_split():
     """The per-row default (a model type without an adapter) gives each row its own image only with one image per
     prompt (or none at all); anything else is refused naming the sample and the model type. Families take any
     number of images per prompt."""
-    from lit_grpo.rollout.engine import RowLayout
+    from lit_grpo.families import RowLayout
 
     layout = RowLayout("gemma3")
     layout.check_images({"a": 1, "b": 1})

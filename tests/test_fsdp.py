@@ -59,9 +59,9 @@ def test_a_module_that_calls_the_policy_outside_the_engine_is_refused_under_shar
 
     policy, rewards = PolicyConfig(name_or_path=tiny_model_dir), [RewardSpec("binary")]
     for module in (SFTModule(policy=policy, rewards=rewards), GRPOModule(policy=policy, rewards=rewards)):
-        engine = module.engine
+        engine = module.passes.engine
         module.configure_model()
-        assert module.engine is engine
+        assert module.passes.engine is engine
     module = SFTModule(policy=policy, rewards=rewards)
     module._device_mesh = object()  # what ModelParallelStrategy sets before configure_model
     with pytest.raises(UserError, match=r"^SFTModule does not run under a sharded strategy \(FSDP2\); train it on one "

@@ -47,7 +47,7 @@ def small(folder: Path, **extra) -> Path:
                                                     "enable_version_counter": False}},
                                      {"class_path": "lit_grpo.callbacks.CompletionSamples",
                                       "init_args": {"every_n_steps": 1}},
-                                     {"class_path": "lit_grpo.callbacks.AttentionOverlays",
+                                     {"class_path": "lit_grpo.tasks.attention.overlays.AttentionOverlays",
                                       "init_args": {"every_n_steps": 2, "num_completions": 1}},
                                      {"class_path": "lit_grpo.callbacks.EvalSummary"},
                                      {"class_path": "test_loggers.RecordLogged"}]},

@@ -69,7 +69,7 @@ def lagging(tiny_model_dir, puzzle_samples):
     stale = copy.deepcopy(module.policy)
     torch.manual_seed(0)
     _train(module, batch, 2)
-    module.passes.engine = LaggingSampler(module.engine, stale)
+    module.passes.engine = LaggingSampler(module.passes.engine, stale)
     torch.manual_seed(1)
     rollout = module.rollout(batch, G)
     return module, stale, batch, rollout, module.logprob_pass(batch, rollout, G)
@@ -77,7 +77,7 @@ def lagging(tiny_model_dir, puzzle_samples):
 
 def _hand_logps(module, model, rollout):
     with torch.no_grad():
-        return completion_logps(model, rollout, **module.engine.warped())[0].double()
+        return completion_logps(model, rollout, **module.passes.engine.warped())[0].double()
 
 
 def test_stale_sampler_correction_equals_hand_computed(lagging):
@@ -121,7 +121,7 @@ def test_a_sampler_with_the_current_weights_gets_weights_of_exactly_one(mode, ti
     """The same external sampler holding the current weights (k = 0): every weight is exactly 1.0, and the update's
     loss is exactly the one without the correction."""
     module = _module(tiny_model_dir, sampler_correction_mode=mode, sampler_correction_min=0.5)
-    module.passes.engine = LaggingSampler(module.engine, copy.deepcopy(module.policy))
+    module.passes.engine = LaggingSampler(module.passes.engine, copy.deepcopy(module.policy))
     batch = _batch(puzzle_samples[2:4])
     torch.manual_seed(2)
     rollout = module.rollout(batch, G)

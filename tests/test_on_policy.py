@@ -231,7 +231,7 @@ def test_first_iteration_ratio_is_one_with_lora_dropout(tiny_model_dir, puzzle_s
     adv = torch.tensor([1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 0.3, -0.3])
     stats = module.accumulate_gradients(ro, adv, old, None)
     assert stats["clip_ratio"] == 0.0
-    new, _ = module.engine.logps(module.policy, ro, slice(0, 8))
+    new, _ = module.passes.engine.logps(module.policy, ro, slice(0, 8))
     assert (new - old)[ro.completion_mask].abs().max() < 1e-5
 
 

@@ -112,6 +112,6 @@ def test_written_layouts_read_back_through_the_phyx_reader(tmp_path, name):
         options = parse_option_list(items[i]["options"])
         assert mcq[i].options == options and mcq[i].answer == items[i]["answer"]
         assert oe[i].answer == options[items[i]["answer"]].strip() and oe[i].options == {}
-        assert mcq[i].principle == items[i]["subfield"] and mcq[i].meta["reasoning_type"] == items[i]["reasoning_type"]
+        assert mcq[i].fields["principle"] == items[i]["subfield"] and mcq[i].meta["reasoning_type"] == items[i]["reasoning_type"]
         assert mcq[i].images[0].size == (360, 270)
     assert (tmp_path / "images").is_dir() == name.endswith(".jsonl")

@@ -12,7 +12,7 @@ from lit_grpo.tasks.phyx.reader import DOMAINS, parse_option_list, read_phyx
 from lit_grpo.tasks.phyx.physics import READABLE, generate_items, write_physics
 from lit_grpo.tasks.phyx.rubric import principle_match
 from lit_grpo.rewards.registry import REWARDS, RewardSpec, build_reward
-from lit_grpo.sft import physics_tags
+from lit_grpo.tasks.phyx.templates import physics_tags
 from lit_grpo.tasks.phyx.units import split_quantity
 
 NUM = r"(\d+(?:\.\d+)?)"

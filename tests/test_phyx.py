@@ -83,7 +83,7 @@ def test_first_item_fields_by_hand(layouts):
     assert s.id == "0" and s.answer == "A" and s.answer_format == "mcq"
     assert s.question == "A patient is put into the traction apparatus shown. How large should these pulls be?"
     assert s.options == TRICKY
-    assert (s.domain, s.principle, s.unit) == ("Mechanics", "Statics", "N")
+    assert s.fields == {"domain": "Mechanics", "principle": "Statics", "unit": "N"}
     assert s.meta == {"reasoning_type": ["Spatial Relation Reasoning"], "unit_parsed": "newton", "answer_raw": "A"}
     o = read_phyx(layouts["raw"], answer_format="open")[0]
     assert (o.options, o.answer, o.meta["answer_raw"]) == ({}, "7.55N", "7.55N ")  # OE gold stripped; stored kept
@@ -91,15 +91,15 @@ def test_first_item_fields_by_hand(layouts):
 
 def test_domains_are_canonical_and_units_derived(layouts):
     samples = [read_phyx(layouts["default"])[i] for i in range(3)]
-    assert [s.domain for s in samples] == ["Mechanics", "Optics", "Wave/Acoustics"]
-    assert [s.unit for s in samples] == ["N", "°", "Hz"]
+    assert [s.fields["domain"] for s in samples] == ["Mechanics", "Optics", "Wave/Acoustics"]
+    assert [s.fields["unit"] for s in samples] == ["N", "°", "Hz"]
     assert samples[2].question == "What frequency is heard?"  # empty simplified description: question only
 
 
 def test_pre_rendered_files_keep_their_own_form(layouts):
     assert read_phyx(layouts["mc.tsv"])[1].answer_format == "mcq"
     oe = read_phyx(layouts["oe.tsv"])[1]
-    assert (oe.answer_format, oe.answer, oe.unit) == ("open", r"\( 22.3^{\circ} \)", "°")
+    assert (oe.answer_format, oe.answer, oe.fields["unit"]) == ("open", r"\( 22.3^{\circ} \)", "°")
 
 
 def test_jpeg_bytes_under_a_png_name_decode(layouts):
@@ -153,8 +153,8 @@ def test_hand_written_raw_line_in_the_published_format(tmp_path):
     (tmp_path / "x.jsonl").write_text(json.dumps(line) + "\n")
     s = read_phyx(str(tmp_path / "x.jsonl"))[0]
     assert s.options == {"A": "7.55N", "B": "5.55N", "C": "7.65N", "D": "6.65N"}
-    assert (s.id, s.question, s.domain, s.meta["reasoning_type"]) == ("7", "Two pulls. How large?", "Wave/Acoustics",
-                                                                      ["Numerical Reasoning"])
+    assert (s.id, s.question, s.fields["domain"], s.meta["reasoning_type"]) == (
+        "7", "Two pulls. How large?", "Wave/Acoustics", ["Numerical Reasoning"])
 
 
 def test_hub_id_goes_to_load_dataset(monkeypatch):
@@ -167,7 +167,7 @@ def test_hub_id_goes_to_load_dataset(monkeypatch):
 
     monkeypatch.setattr(datasets, "load_dataset", fake)
     ds = read_phyx("Cloudriver/PhyX", split="test_mini")
-    assert calls == [("Cloudriver/PhyX", "test_mini")] and len(ds) == 3 and ds[2].domain == "Wave/Acoustics"
+    assert calls == [("Cloudriver/PhyX", "test_mini")] and len(ds) == 3 and ds[2].fields["domain"] == "Wave/Acoustics"
 
 
 OPTION_STRINGS = [  # (one-string options field, parsed)  # what it exercises

@@ -48,16 +48,17 @@ CONDITIONS = {  # condition -> the documented --config stack
 def scripted_completion(sample, kind: int) -> str:
     """Completion ``kind`` (0 perfect, 1 wrong, 2 none, 3 terse) for ``sample``; see the module docstring."""
     mcq = sample.answer_format == "mcq"
-    wrong = "ABCD"[("ABCD".index(sample.answer) + 1) % 4] if mcq else f"9999 {sample.unit}"
-    tags = f"<unit>{sample.unit}</unit><principle>{sample.principle}</principle>"
+    unit = sample.fields["unit"]
+    wrong = "ABCD"[("ABCD".index(sample.answer) + 1) % 4] if mcq else f"9999 {unit}"
+    tags = f"<unit>{unit}</unit><principle>{sample.fields['principle']}</principle>"
     if kind == 0:
         return f"<think>{THINK}</think><answer>{sample.answer}</answer>{tags}{FILL}"
     if kind == 1:
         return f"<think></think><answer>{wrong}</answer>{tags}{FILL}"
     if kind == 2:
         return FILL
-    assert mcq or sample.answer.endswith(sample.unit), sample.answer
-    number = sample.answer if mcq else sample.answer[: -len(sample.unit)].strip()
+    assert mcq or sample.answer.endswith(unit), sample.answer
+    number = sample.answer if mcq else sample.answer[: -len(unit)].strip()
     return f"<think>short</think><answer>{number}</answer>{FILL}"
 
 

@@ -169,7 +169,7 @@ def test_module_passes_equal_plain_path(lora, tiny_model_dir, puzzle_samples):
     from lit_grpo.data.sample import render_messages
 
     module = _module(tiny_model_dir, lora)
-    assert isinstance(module.engine, SharedPrefixEngine)
+    assert isinstance(module.passes.engine, SharedPrefixEngine)
     plain_engine = PlainEngine(module.processor, module.layout, module.sampling, module.stop_ids,
                                module.suppress_ids.tolist())
     samples = puzzle_samples[:2]
@@ -178,7 +178,7 @@ def test_module_passes_equal_plain_path(lora, tiny_model_dir, puzzle_samples):
     ro = module.rollout(batch, 4)
     assert ro.memo and ro.num_completions == 8 and ro.num_prompts == 2
     ro.completion_mask[:, 4:] &= torch.arange(8)[:, None] % 3 != 0  # different lengths per row
-    engines = (module.engine, plain_engine)
+    engines = (module.passes.engine, plain_engine)
     got = module.logprob_pass(batch, ro, 4)
     module.passes.engine = plain_engine
     want = module.logprob_pass(batch, ro, 4)
@@ -198,7 +198,7 @@ def test_module_passes_equal_plain_path(lora, tiny_model_dir, puzzle_samples):
 
 
 def test_plain_path_when_off(tiny_model_dir):
-    assert isinstance(_module(tiny_model_dir, True, engine="plain").engine, PlainEngine)
+    assert isinstance(_module(tiny_model_dir, True, engine="plain").passes.engine, PlainEngine)
 
 
 def test_perf_options_are_config_parameters(capsys):

@@ -13,7 +13,8 @@ from lit_grpo.data.sample import Sample
 from lit_grpo.data.sample import render_messages
 from lit_grpo.policy import PolicyConfig, load_policy
 from lit_grpo.rewards import RewardSpec
-from lit_grpo.sft import SFTModule, boxed_explanation, physics_tags
+from lit_grpo.sft import SFTModule, boxed_explanation
+from lit_grpo.tasks.phyx.templates import physics_tags
 
 ROOT = Path(__file__).parents[1]
 
@@ -28,7 +29,7 @@ def _sample(**kw):
 def test_reference_responses():
     assert boxed_explanation(_sample()) == (
         "Each panel has 1 red shape, so the missing panel has 1. The answer is \\boxed{B}.")
-    s = _sample(answer="C", unit="m/s^2", principle="Kinematics", meta={"solution": "v = at"})
+    s = _sample(answer="C", fields={"unit": "m/s^2", "principle": "Kinematics"}, meta={"solution": "v = at"})
     assert physics_tags(s) == ("<think>v = at</think><answer>C</answer><unit>m/s^2</unit>"
                                "<principle>Kinematics</principle>")
 

@@ -16,28 +16,20 @@ from test_imports import import_graph, modules
 TASK_ONLY = ("pint", "httpx", "math_verify")
 """The PhyX task's packages (the ``phyx`` extra). ``num2words`` stays in the core's requirements: transformers'
 SmolVLM / Idefics3 processor imports it, and the families load that processor."""
-ATTENTION_EDGES = {
-    ("lit_grpo.module", "lit_grpo.tasks.attention.meter"),
-    ("lit_grpo.passes", "lit_grpo.tasks.attention.meter"),
-    ("lit_grpo.callbacks", "lit_grpo.tasks.attention.heatmap"),
-    ("lit_grpo.callbacks", "lit_grpo.tasks.attention.analysis"),
-}
-"""The core's imports of a task that remain: the attention meter, wired into the module's log-prob pass and its
-``attention:`` option until it becomes a registered provider of a log-prob-pass column, and the overlay callback.
-No other edge may appear."""
-ATTENTION_LOADS = {"lit_grpo.tasks", "lit_grpo.tasks.attention", "lit_grpo.tasks.attention.meter",
-                   "lit_grpo.tasks.attention.reward"}
-
-
 def core_modules() -> list[str]:
     return sorted(m for m in modules() if not m.startswith(("lit_grpo.tasks", "lit_grpo.testing"))
                and not m.endswith("__main__"))
 
 
-def test_no_core_module_imports_a_task_beyond_the_attention_meter():
+ALLOWED: set[tuple[str, str]] = set()
+"""The core's imports of a task: none (the attention reward's column and overlays plug in through registries and a
+class path)."""
+
+
+def test_no_core_module_imports_a_task():
     graph = import_graph()
     edges = {(m, t) for m in core_modules() for t in graph[m] if t.startswith("lit_grpo.tasks")}
-    assert edges == ATTENTION_EDGES
+    assert edges == ALLOWED
 
 
 def fresh(code: str) -> dict:
@@ -57,24 +49,38 @@ def loaded():
 
 
 def test_importing_the_core_loads_no_task_and_no_task_package():
-    """Every core module but the three that import the attention meter loads no task; those three add the
-    attention task's meter and reward only, never PhyX, VisualSphinx, pint, httpx or math-verify."""
-    graph, reach = import_graph(), {m for m, _ in ATTENTION_EDGES}
-    while grown := {m for m in core_modules() if m not in reach and graph[m] & reach}:  # what imports them, anywhere
-        reach |= grown
-    first = [m for m in core_modules() if m not in reach]
+    """Every core module (the module, its passes and the callbacks included) loads no task, and none of PhyX's
+    packages."""
+    first = core_modules()
     out = fresh(LOADED + f"""
 for m in {first!r}:
     importlib.import_module(m)
-before = loaded()
-for m in {sorted(reach)!r}:
-    importlib.import_module(m)
-print(json.dumps([before, loaded()]))
+print(json.dumps(loaded()))
 """)
     assert {"lit_grpo.grpo", "lit_grpo.rewards.registry", "lit_grpo.data.datamodule", "lit_grpo.config",
-            "lit_grpo.evaluation"} <= set(first)
-    assert out[0] == {"tasks": [], "packages": []}
-    assert set(out[1]["tasks"]) <= ATTENTION_LOADS and out[1]["packages"] == []
+            "lit_grpo.evaluation", "lit_grpo.module", "lit_grpo.passes", "lit_grpo.callbacks"} <= set(first)
+    assert out == {"tasks": [], "packages": []}
+
+
+def test_a_module_without_log_prob_pass_columns_imports_no_task(tiny_model_dir):
+    """The demo's rewards read sample and rollout fields only: building the module looks up no column provider, so
+    no task is imported for it (a fresh interpreter); a reward reading ``asm`` imports the attention task alone and
+    runs its pass under the meter."""
+    out = fresh(LOADED + f"""
+from lit_grpo import GRPOModule
+from lit_grpo.policy import PolicyConfig
+from lit_grpo.rewards import RewardSpec
+steps = []
+m = GRPOModule(policy=PolicyConfig(name_or_path={str(tiny_model_dir)!r}), rewards=[RewardSpec("boxed_format")])
+steps.append([loaded(), m.pass_columns, sorted(m.passes.providers)])
+m = GRPOModule(policy=PolicyConfig(name_or_path={str(tiny_model_dir)!r}), rewards=[RewardSpec("attention")])
+steps.append([loaded(), m.pass_columns, type(m.passes.providers["asm"]).__module__])
+print(json.dumps(steps))
+""")
+    assert out[0] == [{"tasks": [], "packages": []}, [], []]
+    assert sorted({".".join(t.split(".")[:3]) for t in out[1][0]["tasks"]}) == ["lit_grpo.tasks",
+                                                                              "lit_grpo.tasks.attention"]
+    assert out[1][0]["packages"] == [] and out[1][1:] == [["asm"], "lit_grpo.tasks.attention.meter"]
 
 
 def test_import_of_the_maths_loads_only_the_maths():

@@ -65,7 +65,8 @@ def test_fields_by_hand(files):
     assert s.meta["difficulty"] == 5 and s.meta["explanation"] == "colour cycles"
     assert s.meta["accuracy"] == pytest.approx(0.125)
     assert s.images[0].size == (64, 32) and s.images[0].getpixel((0, 0)) == (0, 0, 255)
-    assert s.domain is None and s.unit is None
+    assert s.fields == {}  # no task fields: the columns are the record's own
+    assert s.columns().keys() == {"id", "images", "question", "options", "answer", "answer_format", "meta"}
 
 
 def test_benchmark_folder_split_by_name(files):

@@ -3,8 +3,8 @@ turn a sample into chat messages (system turn + a user turn with image and text 
 :mod:`lit_grpo.data.images`.
 
 The model's processor turns the messages into tokens with its own chat template. Templates (``TEMPLATES``):
-``visualsphinx_official`` and ``visualsphinx_seed`` (puzzles), ``physics_rubric`` (the reward-design
-paper's tag format) and ``phyx_official`` (PhyX's own MC and OE evaluation prompts).
+``visualsphinx_official`` and ``visualsphinx_seed`` (puzzles) here; a task registers its own (the PhyX task's
+``physics_rubric`` and ``phyx_official``, :mod:`lit_grpo.tasks.phyx.templates`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,13 @@ class Sample:
     """One prompt's worth of data, whatever the dataset.
 
     ``options`` maps label -> text (empty for open-ended); ``answer`` is the gold letter (``mcq``) or the
-    gold text (``open``); ``domain``/``principle``/``unit`` are the physics labels (``None`` for puzzles).
+    gold text (``open``). ``fields``: the task's own gold fields, each a reward column of its name (PhyX's
+    ``domain``, ``principle``, ``unit``; as TRL passes every dataset column to a reward and verl keeps
+    ``extra_info``): a reader that returns a new field makes it readable by a reward with no other change.
+    ``meta``: what else a row carries (explanations, reasoning types, the stored answer), one column ``meta``.
+
+    Raises:
+        ValueError: a task field named like one of the record's own columns (it would hide it).
     """
 
     id: str
@@ -45,14 +51,22 @@ class Sample:
     options: dict[str, str]
     answer: str
     answer_format: str = "mcq"
-    domain: str | None = None
-    principle: str | None = None
-    unit: str | None = None
+    fields: dict[str, Any] = dataclasses.field(default_factory=dict)
     meta: dict[str, Any] = dataclasses.field(default_factory=dict)
 
+    def __post_init__(self):
+        clash = sorted(set(self.fields) & set(RECORD_COLUMNS))
+        if clash:
+            raise ValueError(f"sample {self.id!r}: task field(s) {clash} are named like the record's own columns "
+                             f"{list(RECORD_COLUMNS)}; rename them")
+
     def columns(self) -> dict[str, Any]:
-        """Fields as reward columns (everything, images included)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        """The sample as reward columns: the record's own (images included) and each task field by its name."""
+        return {**{name: getattr(self, name) for name in RECORD_COLUMNS}, **self.fields}
+
+
+RECORD_COLUMNS = ("id", "images", "question", "options", "answer", "answer_format", "meta")
+"""The columns every sample gives, whatever its task (:meth:`Sample.columns`)."""
 
 
 BAD_BYTES_COLUMN = "__bad_row__"
@@ -209,21 +223,12 @@ def check_prompt_lengths(encoded: dict[str, Any], samples: Sequence[Sample], lim
 
 
 # ----------------------------------------------------------------- prompt templates
-MC_INSTRUCTION = ("Please directly answer the question and provide the correct OPTION LETTER ONLY, "
-                  "e.g., A, B, C, D. OPTION: ")
-"""Official MC instruction, appended right after the question, followed by ``A: ... B: ...``."""
-OE_INSTRUCTION = " Please answer the question with step by step reasoning."
-"""Official OE instruction, appended right after the question."""
-
-
-def render_options(options: dict[str, str]) -> str:
-    """``{"A": "x", "B": "y"}`` -> ``"A: x B: y"`` (the official MC prompt's option list)."""
-    return " ".join(f"{k}: {v}" for k, v in options.items())
-
-
 Messages = list[dict]
 TEMPLATES: Registry[Callable[[Sample], tuple[str | None, str]]] = Registry("prompt template", tasks=True)
 """Template name -> function returning ``(default system prompt or None, user text)``."""
+REFERENCES: Registry[Callable[[Sample], str]] = Registry("reference response", tasks=True)
+"""Name -> the reference response (SFT target) of a sample, in the format a template asks for
+(:class:`lit_grpo.sft.SFTModule`'s ``reference``)."""
 
 SEED_SUFFIX = "Let's think step by step and output the final answer within \\boxed{}."
 R1V_INSTRUCTION = (
@@ -247,41 +252,6 @@ def visualsphinx_official(sample: Sample) -> tuple[str | None, str]:
 def visualsphinx_seed(sample: Sample) -> tuple[str | None, str]:
     """The seed paper's suffix: "Let's think step by step and output the final answer within \\boxed{}."."""
     return None, f"{sample.question}\n\n{_choices(sample)}\n\n{SEED_SUFFIX}"
-
-
-RUBRIC_INSTRUCTION = (
-    "Think through the problem step by step inside <think> </think>. Then give {answer} inside "
-    "<answer> </answer>, the unit of your answer inside <unit> </unit>, and the physics principle you "
-    "applied inside <principle> </principle>."
-)
-RUBRIC_ANSWER = {"mcq": "only the letter of the correct option", "open": "the final answer as a number with its unit"}
-
-
-@TEMPLATES.register("physics_rubric")
-def physics_rubric(sample: Sample) -> tuple[str | None, str]:
-    """The reward-design paper's format: asks for ``<think>``, ``<answer>``, ``<unit>``, ``<principle>``.
-
-    MCQ samples list their options (``A: ...`` lines) and ask for the letter; open-ended ones ask for a
-    value with its unit. These are the tags the ``format`` reward checks.
-    """
-    instruction = RUBRIC_INSTRUCTION.format(answer=RUBRIC_ANSWER[sample.answer_format])
-    if sample.answer_format == "mcq":
-        options = "\n".join(f"{k}: {v}" for k, v in sample.options.items())
-        return None, f"{sample.question}\n\nOptions:\n{options}\n\n{instruction}"
-    return None, f"{sample.question}\n\n{instruction}"
-
-
-@TEMPLATES.register("phyx_official")
-def phyx_official(sample: Sample) -> tuple[str | None, str]:
-    """PhyX's evaluation prompts, as the pre-rendered MC and OE files hold them.
-
-    MCQ: the problem text, then "Please directly answer the question and provide the correct OPTION
-    LETTER ONLY, e.g., A, B, C, D. OPTION: " and ``A: ... B: ...``; open-ended: the problem text, then
-    " Please answer the question with step by step reasoning.". No system prompt.
-    """
-    if sample.answer_format == "mcq":
-        return None, f"{sample.question}{MC_INSTRUCTION}{render_options(sample.options)}"
-    return None, f"{sample.question}{OE_INSTRUCTION}"
 
 
 def render_messages(sample: Sample, template: str, system_prompt: str | None = None) -> Messages:

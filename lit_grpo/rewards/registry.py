@@ -1,8 +1,9 @@
 """Reward registry, reward specs from the config, and the weighted sum that makes the total reward.
 
 A reward is a callable ``(completions: list[str], **columns) -> list[float | None]`` where every column
-is a list aligned with ``completions`` (``answer``, ``answer_format``, ``options``, ``principle``,
-``unit``, ``domain``, ``id``, ``meta``, ``images`` and any extras of the log-prob pass). Two values are
+is a list aligned with ``completions`` (``answer``, ``answer_format``, ``options``, ``id``, ``meta``, ``images``,
+each task field of the samples, e.g. PhyX's ``principle``, ``unit``, ``domain``, and any extras of the log-prob
+pass). Two values are
 not numbers, as in TRL: ``None`` means "does not apply" (``accuracy`` on an open-ended row, a missing
 gold): the term is left out of that completion's total. NaN means "failed" (a judge call that failed, a
 jury without quorum): that completion's total cannot be scored, it gets advantage 0 and is counted in
@@ -30,7 +31,7 @@ from typing import Any, Callable
 import torch
 from lightning.pytorch.utilities import rank_zero_only
 
-from lit_grpo.data.sample import Sample
+from lit_grpo.data.sample import RECORD_COLUMNS
 from lit_grpo.errors import InputError, UserError
 from lit_grpo.ranges import Checked, Keys, argument_types, check_value
 from lit_grpo.registry import Registry
@@ -391,9 +392,10 @@ def _warn_gameable(label: str, note: str) -> None:
 
 
 def required_columns(specs: list[RewardSpec]) -> set[str]:
-    """Columns of the log-prob pass the rewards read (``asm``): the columns their registrations list that are neither
-    a :class:`~lit_grpo.data.sample.Sample` field nor a rollout column (``truncated``, ``completion_length``)."""
-    given = {f.name for f in dataclasses.fields(Sample)} | {"truncated", "completion_length"}
+    """Columns the rewards read that neither every sample (:data:`~lit_grpo.data.sample.RECORD_COLUMNS`) nor the
+    rollout (``truncated``, ``completion_length``) gives: a task's sample fields (``unit``) and the log-prob pass's
+    columns (``asm``, :mod:`lit_grpo.columns`)."""
+    given = set(RECORD_COLUMNS) | {"truncated", "completion_length"}
     return {c for spec in specs for c in reward_info(spec.name).columns if c not in given}
 
 

@@ -5,17 +5,15 @@ A step needs three things from the policy model, and asks an engine for each:
 1. :meth:`RolloutEngine.sample`: G completions per prompt (a :class:`Rollout`);
 2. :meth:`RolloutEngine.logps`: per-token log-probs of a range of the rollout's rows, with or without grad,
    with the per-token entropy on request (the log-prob pass: old and reference log-probs; the update pass);
-3. :meth:`RolloutEngine.attention_logps`: the same log-probs from one full-sequence forward that the
-   attention capture (:class:`lit_grpo.tasks.attention.meter.AttentionMeter`) watches, and the ASM it reads from it.
+3. :meth:`RolloutEngine.measured_logps`: the same log-probs from one full-sequence forward that column providers
+   (:mod:`lit_grpo.columns`, e.g. the attention reward's meter) watch, and what they measure from it.
 
 Two engines implement it: :class:`~lit_grpo.rollout.plain.PlainEngine` (``transformers``' ``generate``, a
 full forward per pass) and :class:`~lit_grpo.rollout.shared.SharedPrefixEngine` (each prompt prefilled once
 for its group, image features reused across passes). :func:`lit_grpo.rollout.build_engine` chooses one, once,
 from the config and the model family; the module never asks which.
 
-The rollout's data lives here too: how a processor's tensors map to prompt rows (:class:`RowLayout`, the
-default for models whose tensors are all per row; :mod:`lit_grpo.families` overrides it), the sampling settings
-(:class:`SamplingConfig`), the :class:`Rollout` (G completions per prompt with their prompts), prompt encoding,
+The rollout's data lives here too: the sampling settings (:class:`SamplingConfig`), the :class:`Rollout` (G completions per prompt with their prompts), prompt encoding,
 stop-token masks, and the full forward over every row's prompt + completion (:func:`completion_logps`, what every
 engine's log-probs must equal).
 
@@ -34,73 +32,9 @@ import torch
 from torch import Tensor, nn
 from transformers import GenerationConfig
 
+from lit_grpo.families import RowLayout
 from lit_grpo.grpo import selective_log_softmax
 from lit_grpo.ranges import Checked, Range
-
-
-# ----------------------------------------------------------------- rows: how processor tensors map to prompt rows
-
-
-class RowLayout:
-    """How a processor's tensors map to prompt rows; the default for models whose tensors are all per row.
-
-    Default: every tensor whose first dim is the number of rows is per row (batch dim first), the rest
-    pass through, and nothing but ``input_ids``/``attention_mask`` covers the completion. Families whose
-    tensors differ (Qwen-VL's flattened ``pixel_values``, its ``mm_token_type_ids``) override
-    :meth:`select` and :meth:`extend` (see :mod:`lit_grpo.families`).
-    """
-
-    def __init__(self, model_type: str | None = None):
-        self.model_type = model_type
-
-    def select(self, inputs: dict[str, Any], idx: Tensor, num_rows: int) -> dict[str, Any]:
-        """Rows ``idx`` of ``inputs`` (``num_rows`` rows)."""
-        return select_rows(inputs, idx, num_rows)
-
-    def check_images(self, images_per_prompt: dict[str, int]) -> None:
-        """Refuse prompts whose images this layout cannot give to the right rows: per-row indexing gives every row
-        its own images only when every prompt has exactly one (or none has any). ``images_per_prompt``: sample
-        id -> number of images. Families that split per-image tensors by row take any number.
-
-        Raises:
-            ValueError: naming the sample, its image count and the model type.
-        """
-        counts = set(images_per_prompt.values())
-        if counts <= {1} or counts <= {0}:
-            return
-        sample, n = next((k, v) for k, v in images_per_prompt.items() if v != 1)
-        raise ValueError(f"sample {sample!r} has {n} image(s) in a batch of prompts with one: model type "
-                         f"{self.model_type!r} is outside the supported families, whose images can be split by row "
-                         "only with exactly one image per prompt; use one image per prompt or a supported family")
-
-    def extend(self, inputs: dict[str, Any], completion_mask: Tensor) -> dict[str, Any]:
-        """Forward inputs other than ids/mask, extended over a completion with mask ``[N, T]``."""
-        return inputs
-
-
-def select_rows(inputs: dict[str, Any], idx: Tensor, num_rows: int) -> dict[str, Any]:
-    """Rows ``idx`` of every per-row tensor (first dim == ``num_rows``); other entries pass through."""
-    return {k: (v[idx.to(v.device)] if isinstance(v, Tensor) and v.dim() and v.shape[0] == num_rows else v)
-            for k, v in inputs.items()}
-
-
-def images_by_tokens(tokens_per_row: list[int], tokens_per_image: list[int]) -> list[int]:
-    """Images per row, when the images (in row order) fill the rows' image tokens one after another.
-
-    Raises:
-        ValueError: the counts do not line up (names the row).
-    """
-    out, k = [], 0
-    for row, want in enumerate(tokens_per_row):
-        start, got = k, 0
-        while got < want and k < len(tokens_per_image):
-            got, k = got + tokens_per_image[k], k + 1
-        if got != want:
-            raise ValueError(f"row {row}: {want} image tokens, but its images (from image {start} on) make {got}")
-        out.append(k - start)
-    if k != len(tokens_per_image):
-        raise ValueError(f"{len(tokens_per_image)} images for {k} images' worth of image tokens")
-    return out
 
 
 # ----------------------------------------------------------------- a rollout
@@ -316,9 +250,9 @@ class RolloutEngine:
       Must equal :func:`completion_logps` (one full forward of prompt + completion) up to
       float rounding, whatever the row range, and, for the sampling policy, the log-probs of the distribution the
       tokens were sampled from (the first importance ratio is 1).
-    - ``attention_logps(model, rollout, rows, meter, images)``: ``logps(..., grad=False)`` computed by one
-      full-sequence forward with the meter's hooks on it, and the rows' :class:`~lit_grpo.tasks.attention.meter.AttentionScores`
-      (``images[k]``: row ``k``'s PIL images); no second forward.
+    - ``measured_logps(model, rollout, rows, providers, images)``: ``logps(..., grad=False)`` computed by one
+      full-sequence forward under every provider's capture (:mod:`lit_grpo.columns`), and each provider's measurement
+      of the rows (``images[k]``: row ``k``'s PIL images); no second forward.
 
     The lifecycle around the update (as verl's ``BaseRollout``), for a sampler that is not the trained model (a
     server, a copy of the weights); the built-in engines sample from the trained model itself, so for them each
@@ -371,8 +305,12 @@ class RolloutEngine:
         """The update is over: the next call may be :meth:`sample`."""
 
     @torch.no_grad()
-    def attention_logps(self, model: nn.Module, rollout: Rollout, rows: slice, meter, images: list[list]):
+    def measured_logps(self, model: nn.Module, rollout: Rollout, rows: slice, providers: dict,
+                       images: list[list]) -> tuple[Tensor, dict]:
+        """``[n, T]`` log-probs of rows ``rows`` from one full forward with every provider's hooks on it (removed
+        on exit, errors included), and ``{column: measurement}`` of the rows, measured after the hooks are off."""
         sub = rollout.rows(rows)
-        with meter.capture(model, sub) as cap:
+        with contextlib.ExitStack() as stack:
+            captures = {k: stack.enter_context(p.capture(model, sub)) for k, p in providers.items()}
             logps = completion_logps(model, sub, **self.warped())[0]
-        return logps, (meter.score(cap, sub, images) if cap is not None else None)
+        return logps, {k: providers[k].score(cap, sub, images) for k, cap in captures.items()}

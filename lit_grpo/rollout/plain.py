@@ -10,9 +10,9 @@ import torch
 from torch import Tensor, nn
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
+from lit_grpo.families import RowLayout
 from lit_grpo.grpo import warp
-from lit_grpo.rollout.engine import (Rollout, RolloutEngine, RowLayout, SamplingConfig, build_rollout,
-                                     completion_logps, repeat_rows)
+from lit_grpo.rollout.engine import Rollout, RolloutEngine, SamplingConfig, build_rollout, completion_logps, repeat_rows
 
 
 class WarpLogits(LogitsProcessor):

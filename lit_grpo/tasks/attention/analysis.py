@@ -152,7 +152,7 @@ def group_values(sample: Sample, group_by: str | Callable[[Sample], str]) -> lis
     ``meta.<key>`` (e.g. ``meta.reasoning_type``); a list-valued field gives one group per element."""
     if callable(group_by):
         return [str(group_by(sample))]
-    value = sample.meta.get(group_by[5:]) if group_by.startswith("meta.") else getattr(sample, group_by)
+    value = sample.meta.get(group_by[5:]) if group_by.startswith("meta.") else sample.columns().get(group_by)
     return [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
 
 

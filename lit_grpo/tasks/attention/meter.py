@@ -22,19 +22,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Annotated
 import numpy as np
 import torch
 import torch.nn.functional as F
 from PIL import Image
 from torch import Tensor, nn
 
+from lit_grpo.columns import COLUMNS
+from lit_grpo.config import BACKGROUND, ROWS, AttentionConfig
 from lit_grpo.families import AttentionParts, Family, ImageGrid, family_for
-from lit_grpo.ranges import Checked, Range
-
-BACKGROUND = 230
-"""A pixel is background when all three RGB channels are >= this value."""
-
 
 class AttentionCapture:
     """Context manager hooking the final decoder layer's ``q_proj``/``k_proj`` outputs and the rotary
@@ -235,10 +231,6 @@ def cell_table(grids: list[ImageGrid], weights: list[GridWeights], num_grids: in
     return index, table
 
 
-ROWS = ("own", "final")
-"""Which attention rows score a completion (:attr:`AttentionConfig.row`)."""
-
-
 def token_weights(valid: Tensor, row: str = "own") -> Tensor:
     """How much each completion token's attention row counts in its completion's ASM: ``own`` = every valid token
     equally (``1 / T_valid``), ``final`` = the last valid token alone (1); a row without valid tokens is all 0.
@@ -305,39 +297,6 @@ def captured_rows(capture: AttentionCapture, attention_mask: Tensor, chunk_score
 
 # ----------------------------------------------------------------------------------------- in the trainer
 @dataclasses.dataclass
-class AttentionConfig(Checked):
-    """Attention capture in the no-grad log-prob pass: the ``asm`` reward column and the attention overlays."""
-
-    enabled: bool | None = None
-    """Capture even when no reward reads ``asm`` (for the overlay callback); None = only when one does."""
-    grid: str | None = None
-    """Patch grid(s) the ASM uses: ``base`` (LLaVA-NeXT's base grid, Idefics3's global image), ``tiles``
-    (high-resolution tiles), ``all``; None = the family's default (``base``; ``all`` for Idefics3/SmolVLM). The
-    paper reads one grid per image: "Attention over image tokens is reshaped into a 2D grid (H_img/p x W_img/p),
-    then normalized and resized to the original image resolution"; for a multi-crop (LLaVA-NeXT anyres) image
-    that is the base grid (the whole image at one tile's resolution, the default), or the tiles (the image at
-    its own resolution, H_img/p x W_img/p patches), or both (each grid's fraction counted with its share of the
-    image attention: :func:`grid_fractions`)."""
-    row: str = "own"
-    """Which attention row scores a completion: ``own`` = each generated token's own row (the token as query),
-    scored and averaged over the completion ("we average Equation 7 across all T generated tokens [...] the
-    Attention Score Mask"); ``final`` = the row of the completion's last valid token alone ("the resulting
-    attention tensor is averaged across all heads, and the final token's attention row is extracted, yielding a
-    per-token attention vector over the full input sequence for each rollout"). Both sentences are the paper's;
-    they disagree, so the choice is visible (:func:`token_weights`)."""
-    background_threshold: Annotated[int, Range(ge=0, le=256, note="256 = no pixel is background")] = BACKGROUND
-    """A pixel is background when all RGB channels are >= this."""
-    chunk_scores: Annotated[int, Range(ge=1)] = 2 ** 22
-    """Attention scores (rows x heads x queries x keys) the reconstruction makes per step (16 MiB in
-    float32, twice that with their softmax); it sets how many query rows each step covers."""
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.row not in ROWS:
-            raise ValueError(f"attention.row must be one of {list(ROWS)}, got {self.row!r}")
-
-
-@dataclasses.dataclass
 class AttentionScores:
     """ASM of ``N`` completions, and what the overlays need: each completion's grids and its attention on
     them averaged over its valid tokens (each token's image attention normalised to sum 1 first)."""
@@ -352,6 +311,10 @@ class AttentionScores:
     token_maps: list[list[Tensor]] | None = None
     """With ``keep_tokens``: ``token_maps[n][g]`` ``[T_n, h, w]``, each valid token's attention on grid ``g``."""
 
+    def columns(self) -> dict[str, list]:
+        """The reward column it gives: ``asm``."""
+        return {"asm": self.asm.tolist()}
+
     @classmethod
     def cat(cls, parts: list["AttentionScores"]) -> "AttentionScores":
         keep = all(p.token_asm is not None for p in parts)
@@ -361,8 +324,10 @@ class AttentionScores:
                    [t for p in parts for t in p.token_maps] if keep else None)
 
 
+@COLUMNS.register("asm")
 class AttentionMeter:
-    """Measures each completion's ASM from a capture made during the log-prob pass's forward (no second forward).
+    """Measures each completion's ASM from a capture made during the log-prob pass's forward (no second forward): the
+    provider of the ``asm`` column (:mod:`lit_grpo.columns`), built from the module's ``attention`` options.
 
     >>> with meter.capture(policy, rollout) as cap:            # doctest: +SKIP
     ...     logps, _ = completion_logps(policy, rollout, temperature)

@@ -32,6 +32,3 @@ def attention_reward(completions: list[str], asm: list[float] | None = None, **_
     if len(asm) != len(completions):
         raise ValueError(f"'asm' has {len(asm)} values for {len(completions)} completions")
     return [None if a is None or math.isnan(a) else float(a) for a in asm]
-
-
-"""Log-prob-pass columns this reward reads (see :func:`lit_grpo.rewards.registry.required_columns`)."""

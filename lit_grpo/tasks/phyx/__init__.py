@@ -1,7 +1,8 @@
 """The physical-reasoning paper on PhyX: reader and writer, physics generators, rewards (format, accuracy,
 rubric, judge, PhyX's official scorer), units and the experiments that make its table. Importing it registers
-the ``phyx`` reader, the ``physics`` generator, the accuracy table's fields and the rewards ``open_accuracy``,
-``rubric`` and ``phyx_official`` (``format`` and ``accuracy`` are the core's, :mod:`lit_grpo.rewards.basic`)."""
+the ``phyx`` reader, the ``physics`` generator, the accuracy table's fields, the templates ``physics_rubric`` and
+``phyx_official``, the SFT reference ``physics_tags`` and the rewards ``open_accuracy``, ``rubric`` and
+``phyx_official`` (``format`` and ``accuracy`` are the core's, :mod:`lit_grpo.rewards.basic`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from lit_grpo.data.datamodule import GENERATORS, READERS
 from lit_grpo.evaluation import TABLE_GROUPS
 from lit_grpo.ranges import Range
 from lit_grpo.tasks.phyx import equivalence, judged, official  # noqa: F401  (they register the rewards)
+from lit_grpo.tasks.phyx import templates  # noqa: F401  (registers the templates and the SFT reference)
 from lit_grpo.tasks.phyx.physics import write_physics
 from lit_grpo.tasks.phyx.reader import DOMAINS, REASONING_TYPES, read_phyx
 

@@ -33,8 +33,8 @@ from torch.utils.data import ConcatDataset
 
 from lit_grpo.data.io import open_table
 from lit_grpo.data.images import DEFAULT_MAX_PIXELS, decode_image
-from lit_grpo.data.sample import (MC_INSTRUCTION, OE_INSTRUCTION, BadRowError, Sample, SampleDataset, load_rows,
-                                  render_options)
+from lit_grpo.data.sample import BadRowError, Sample, SampleDataset, load_rows
+from lit_grpo.tasks.phyx.templates import MC_INSTRUCTION, OE_INSTRUCTION, render_options
 from lit_grpo.tasks.phyx.units import derive_unit
 
 DOMAINS = ("Mechanics", "Electromagnetism", "Thermodynamics", "Wave/Acoustics", "Optics", "Modern Physics")
@@ -221,9 +221,7 @@ def phyx_fields(row: dict[str, Any], index: int, *, layout: str, where: str, ans
         "options": dict(options) if mcq else {},
         "answer": stored.strip() if mcq else gold_text.strip(),
         "answer_format": fmt,
-        "domain": domain,
-        "principle": _text(row, "subfield").strip() or None,
-        "unit": unit,
+        "fields": {"domain": domain, "principle": _text(row, "subfield").strip() or None, "unit": unit},
         "meta": {"reasoning_type": parse_reasoning_types(row.get("reasoning_type")),
                  "unit_parsed": None if parsed is None else str(parsed),
                  "answer_raw": stored if (mcq or options is None) else gold_text,

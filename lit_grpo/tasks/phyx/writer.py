@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from lit_grpo.tasks.phyx.reader import parse_option_list, problem_text
-from lit_grpo.data.sample import MC_INSTRUCTION, OE_INSTRUCTION, render_options
+from lit_grpo.tasks.phyx.templates import MC_INSTRUCTION, OE_INSTRUCTION, render_options
 
 PRERENDERED = ("mc", "oe")
 
