@@ -29,7 +29,8 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lit_grpo.callbacks import FinalValidation
 from lit_grpo.checkpoint_io import with_atomic_io
-from lit_grpo.cli_args import SUBCOMMANDS, ConfigError, iter_options, model_class_of, prepare_args, short_error
+from lit_grpo.cli_args import (BASE_KEY, SUBCOMMANDS, ConfigError, expand_bases, iter_options, model_class_of,
+                               prepare_args, short_error)
 from lit_grpo.cli_help import extra_help, help_args
 from lit_grpo.data.datamodule import VLMDataModule
 from lit_grpo.data.sample import prompt_limit
@@ -266,11 +267,37 @@ def main(args: list[str] | None = None) -> GRPOCLI:
         fail(with_notes(exc), status=1)
 
 
+def _loader_without_base_key() -> None:
+    """Make jsonargparse's ``omegaconf+`` loader drop a config file's top-level ``_base_`` key: the files it names
+    are already given before the file (:func:`lit_grpo.cli_args.expand_bases`), and jsonargparse has no option of
+    that name. ``omegaconf+`` loads a file with jsonargparse's YAML loader (interpolations are resolved once every
+    file and override is merged), so that loader is the one wrapped. Idempotent."""
+    import yaml as pyyaml
+    from jsonargparse import get_loader, set_loader
+
+    try:
+        load = get_loader("omegaconf+")
+    except KeyError:  # registered by jsonargparse on first use: its YAML loader
+        load = get_loader("yaml")
+    if getattr(load, "drops_base_key", False):
+        return
+
+    def without_base(text: str):
+        value = load(text)
+        if isinstance(value, dict):
+            value.pop(BASE_KEY, None)
+        return value
+
+    without_base.drops_base_key = True
+    set_loader("omegaconf+", without_base, (pyyaml.YAMLError,))
+
+
 def _main(args: list[str] | None) -> GRPOCLI:
     from jsonargparse import set_parsing_settings
 
     set_parsing_settings(docstring_parse_attribute_docstrings=True)
-    given = sys.argv[1:] if args is None else list(args)
+    _loader_without_base_key()
+    given = expand_bases(sys.argv[1:] if args is None else list(args))
     model_class = model_class_of(given)
     given = help_args(prepare_args(_comment_print_config(given)), model_class)
     if args is None:

@@ -9,6 +9,10 @@ silently drop some of them under a ``class_path`` model). Below a ``dict`` optio
 A model override whose value is ``null`` (or holds one) is passed as a nested dict, which jsonargparse
 parses without the string round trip that turns ``null`` into ``"None"``.
 
+A config file may extend others: its top-level ``_base_`` key (a path, or a list of paths, relative to the file's
+own folder, as in mmengine's configs) names them, and ``--config F`` reads as ``--config <F's bases> --config F``
+(:func:`expand_bases`), so a base and its overlay compose exactly as files given one after the other do.
+
 :func:`short_error` turns a jsonargparse message (a union of attempts, the parsed namespace) into one line
 naming the key.
 """
@@ -20,6 +24,7 @@ import difflib
 import importlib
 import inspect
 import json
+import os
 import re
 import types
 import typing
@@ -33,6 +38,8 @@ class ConfigError(ValueError):
     """A mistake in the configuration or the command line: shown as one ``error:`` line, exit status 2."""
 
 
+BASE_KEY = "_base_"
+"""The top-level key of a config file that names the config files it extends (:func:`config_with_bases`)."""
 ROOT_KEYS = ("seed_everything", "trainer", "model", "data", "ckpt_path", "weights_only", "verbose",
              "return_predictions")
 """Top-level keys of a ``fit`` / ``validate`` / ``test`` / ``predict`` config."""
@@ -178,6 +185,10 @@ def check_config_file(path: str, model_class: Any) -> Any:
         return model_class
     if not isinstance(tree, dict):
         raise ConfigError(f"{path}: a config is a mapping of {', '.join(ROOT_KEYS)}")
+    if BASE_KEY in tree and inline:
+        raise ConfigError(f"{BASE_KEY} needs a config file (its paths are relative to the file's folder), "
+                          "not config text")
+    tree = {k: v for k, v in tree.items() if k != BASE_KEY}  # the bases: expand_bases
     if set(tree) & set(SUBCOMMANDS):
         for sub in set(tree) & set(SUBCOMMANDS):
             model_class = _check_tree(tree[sub] or {}, model_class, f"{path}: {sub}.")
@@ -217,6 +228,59 @@ def _check_mapping(tree: dict, tp: Any, root: bool, where: str) -> None:
             raise _unknown(where, str(key), list(options), tp)
         if isinstance(value, dict):
             _check_mapping(value, options[key], False, f"{where}.{key}")
+
+
+def config_with_bases(path: str, _seen: tuple[str, ...] = ()) -> list[str]:
+    """``path`` preceded by the config files its ``_base_`` key names (each preceded by its own bases, in the order
+    given; a base's path is relative to the folder of the file naming it). A file that cannot be read or parsed is
+    returned alone (:func:`check_config_file` reports it).
+
+    >>> config_with_bases("configs/demo.yaml")
+    ['configs/demo.yaml']
+
+    Raises:
+        ConfigError: a ``_base_`` that is not a path or a list of paths, names a file that does not exist, or
+            names a file that extends the file naming it (a cycle).
+    """
+    if path in _seen:
+        raise ConfigError(f"{path}: {BASE_KEY} makes a cycle: {' -> '.join([*_seen, path])}")
+    try:
+        tree = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return [path]
+    bases = tree.get(BASE_KEY) if isinstance(tree, dict) else None
+    if bases is None:
+        return [path]
+    bases = [bases] if isinstance(bases, str) else bases
+    if not isinstance(bases, list) or not all(isinstance(b, str) and b for b in bases):
+        raise ConfigError(f"{path}: {BASE_KEY} must be a config file's path or a list of them, got {bases!r}")
+    out: list[str] = []
+    for base in bases:
+        full = os.path.normpath(os.path.join(os.path.dirname(path), base))
+        if not Path(full).is_file():
+            raise ConfigError(f"{path}: {BASE_KEY} {base} does not exist ({full}; a base's path is relative to "
+                              "the folder of the file naming it)")
+        out += config_with_bases(full, (*_seen, path))
+    return out + [path]
+
+
+def expand_bases(args: list[str]) -> list[str]:
+    """``args`` with every ``--config F`` (``--config=F``, ``-c F``) of a file that has a ``_base_`` key preceded by
+    ``--config B`` for each of its bases (:func:`config_with_bases`).
+
+    Raises:
+        ConfigError: see :func:`config_with_bases`.
+    """
+    out: list[str] = []
+    last = 0
+    for key, value, (start, end) in iter_options(args):
+        if key in ("config", "c") and value and Path(value).is_file():
+            out += args[last:start]
+            last = end
+            for base in config_with_bases(value)[:-1]:
+                out += ["--config", base]
+            out += args[start:end]
+    return out + args[last:]
 
 
 def model_class_of(args: list[str]) -> Any:
