@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import sys
 import warnings
 from pathlib import Path
 
 import yaml
-from jsonargparse import ArgumentError
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -37,7 +35,6 @@ from lit_grpo.data.sample import prompt_limit
 from lit_grpo.errors import UserError
 from lit_grpo.loggers import RunFolder, continue_run_folder, logger_lines
 from lit_grpo.progress import with_progress_bar
-from lit_grpo.rollout import refuse_sampling_option
 from lit_grpo.run_lock import RunLock
 from lit_grpo.runs import (StopAndResume, check_checkpoint_file, check_checkpoint_folders, remove_unused_folders,
                            written_checkpoints)
@@ -45,10 +42,6 @@ from lit_grpo.save_on_failure import SaveOnFailure
 from lit_grpo.api_keys import find_credentials, redact
 
 PROG = "python -m lit_grpo"
-UNKNOWN_SAMPLING_OPTION = re.compile(r"--sampling\.(\w+)|Group 'sampling' does not accept option '(\w+)'")
-"""How jsonargparse reports a ``sampling`` key the config class lacks (command line, config file)."""
-REFUSED_SAMPLING_OPTION = re.compile(r"sampling\.\w+ is (?:refused|not an option)[^\n]*")
-"""A refusal already written by the model's own (nested) parser."""
 
 
 def fail(message: str, status: int = 2) -> None:
@@ -59,9 +52,9 @@ def fail(message: str, status: int = 2) -> None:
 
 
 class GRPOArgumentParser(LightningArgumentParser):
-    """jsonargparse's parser, with errors as one line (no usage screen, no dump of the parsed config), a
-    ``sampling`` option the loss cannot model (``repetition_penalty``, ``min_p``, ...) refused by name with the
-    reason, and a config that holds an API key refused before it is printed (``--print_config``) or saved.
+    """jsonargparse's parser, with errors as one line (no usage screen, no dump of the parsed config; a ``sampling``
+    option the loss cannot model is refused by name with the reason before parsing, :mod:`lit_grpo.cli_args`), and a
+    config that holds an API key refused before it is printed (``--print_config``) or saved.
     A subcommand's ``--help`` ends with the options of ``model_class`` (the configured model), of a dataset and
     of every registered reward (:func:`lit_grpo.cli_help.extra_help`)."""
 
@@ -76,15 +69,9 @@ class GRPOArgumentParser(LightningArgumentParser):
         return text
 
     def error(self, message: str, ex: Exception | None = None):
-        refused, unknown = REFUSED_SAMPLING_OPTION.search(message), UNKNOWN_SAMPLING_OPTION.search(message)
-        if refused is not None or unknown is not None:
-            refusal = refused.group(0) if refused else refuse_sampling_option(unknown.group(1) or unknown.group(2))
-            if not self.exit_on_error:
-                raise ArgumentError(None, refusal) from ex
-            fail(refusal)
         if not self.exit_on_error or os.environ.get("JSONARGPARSE_DEBUG"):
             return super().error(message, ex)
-        fail(short_error(message))
+        fail(short_error(message, ex, self.model_class))
 
     def dump(self, cfg, *args, **kwargs) -> str:
         text = super().dump(cfg, *args, **kwargs)
