@@ -1,10 +1,14 @@
 import sys
 
+from lit_grpo.cli_args import ConfigError, expand_bases
 from lit_grpo.errors import fail
 from lit_grpo.paths import refuse_before_imports
 
 if __name__ == "__main__":
-    early = refuse_before_imports(sys.argv[1:])  # a path from another folder: one line before the slow imports
+    try:  # a path from another folder: one line before the slow imports (a config's bases read as the CLI reads them)
+        early = refuse_before_imports(expand_bases(sys.argv[1:]))
+    except ConfigError:  # a wrong _base_: the full check says so
+        early = None
     if early:
         fail(early)
     from lit_grpo.cli import main

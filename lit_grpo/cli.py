@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import sys
 import warnings
 from pathlib import Path
 
 import yaml
-from jsonargparse import ArgumentError
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -30,14 +28,14 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lit_grpo.callbacks import FinalValidation
 from lit_grpo.checkpoint_io import with_atomic_io
 from lit_grpo.argv import iter_options
-from lit_grpo.cli_args import SUBCOMMANDS, ConfigError, model_class_of, prepare_args, short_error
+from lit_grpo.cli_args import (BASE_KEY, SUBCOMMANDS, ConfigError, expand_bases, model_class_of, prepare_args,
+                               short_error)
 from lit_grpo.cli_help import extra_help, help_args
 from lit_grpo.data.datamodule import VLMDataModule
 from lit_grpo.data.sample import prompt_limit
 from lit_grpo.errors import UserError, fail
 from lit_grpo.loggers import RunFolder, continue_run_folder, logger_lines
 from lit_grpo.progress import with_progress_bar
-from lit_grpo.rollout import refuse_sampling_option
 from lit_grpo.run_lock import RunLock
 from lit_grpo.runs import (StopAndResume, check_checkpoint_file, check_checkpoint_folders, remove_unused_folders,
                            written_checkpoints)
@@ -45,16 +43,12 @@ from lit_grpo.save_on_failure import SaveOnFailure
 from lit_grpo.api_keys import find_credentials
 
 PROG = "python -m lit_grpo"
-UNKNOWN_SAMPLING_OPTION = re.compile(r"--sampling\.(\w+)|Group 'sampling' does not accept option '(\w+)'")
-"""How jsonargparse reports a ``sampling`` key the config class lacks (command line, config file)."""
-REFUSED_SAMPLING_OPTION = re.compile(r"sampling\.\w+ is (?:refused|not an option)[^\n]*")
-"""A refusal already written by the model's own (nested) parser."""
 
 
 class GRPOArgumentParser(LightningArgumentParser):
-    """jsonargparse's parser, with errors as one line (no usage screen, no dump of the parsed config), a
-    ``sampling`` option the loss cannot model (``repetition_penalty``, ``min_p``, ...) refused by name with the
-    reason, and a config that holds an API key refused before it is printed (``--print_config``) or saved.
+    """jsonargparse's parser, with errors as one line (no usage screen, no dump of the parsed config; a ``sampling``
+    option the loss cannot model is refused by name with the reason before parsing, :mod:`lit_grpo.cli_args`), and a
+    config that holds an API key refused before it is printed (``--print_config``) or saved.
     A subcommand's ``--help`` ends with the options of ``model_class`` (the configured model), of a dataset and
     of every registered reward (:func:`lit_grpo.cli_help.extra_help`)."""
 
@@ -69,15 +63,9 @@ class GRPOArgumentParser(LightningArgumentParser):
         return text
 
     def error(self, message: str, ex: Exception | None = None):
-        refused, unknown = REFUSED_SAMPLING_OPTION.search(message), UNKNOWN_SAMPLING_OPTION.search(message)
-        if refused is not None or unknown is not None:
-            refusal = refused.group(0) if refused else refuse_sampling_option(unknown.group(1) or unknown.group(2))
-            if not self.exit_on_error:
-                raise ArgumentError(None, refusal) from ex
-            fail(refusal)
         if not self.exit_on_error or os.environ.get("JSONARGPARSE_DEBUG"):
             return super().error(message, ex)
-        fail(short_error(message))
+        fail(short_error(message, ex, self.model_class))
 
     def dump(self, cfg, *args, **kwargs) -> str:
         text = super().dump(cfg, *args, **kwargs)
@@ -260,11 +248,37 @@ def main(args: list[str] | None = None) -> GRPOCLI:
         fail(with_notes(exc), status=1)
 
 
+def _loader_without_base_key() -> None:
+    """Make jsonargparse's ``omegaconf+`` loader drop a config file's top-level ``_base_`` key: the files it names
+    are already given before the file (:func:`lit_grpo.cli_args.expand_bases`), and jsonargparse has no option of
+    that name. ``omegaconf+`` loads a file with jsonargparse's YAML loader (interpolations are resolved once every
+    file and override is merged), so that loader is the one wrapped. Idempotent."""
+    import yaml as pyyaml
+    from jsonargparse import get_loader, set_loader
+
+    try:
+        load = get_loader("omegaconf+")
+    except KeyError:  # registered by jsonargparse on first use: its YAML loader
+        load = get_loader("yaml")
+    if getattr(load, "drops_base_key", False):
+        return
+
+    def without_base(text: str):
+        value = load(text)
+        if isinstance(value, dict):
+            value.pop(BASE_KEY, None)
+        return value
+
+    without_base.drops_base_key = True
+    set_loader("omegaconf+", without_base, (pyyaml.YAMLError,))
+
+
 def _main(args: list[str] | None) -> GRPOCLI:
     from jsonargparse import set_parsing_settings
 
     set_parsing_settings(docstring_parse_attribute_docstrings=True)
-    given = sys.argv[1:] if args is None else list(args)
+    _loader_without_base_key()
+    given = expand_bases(sys.argv[1:] if args is None else list(args))
     model_class = model_class_of(given)
     given = help_args(prepare_args(_comment_print_config(given)), model_class)
     if args is None:

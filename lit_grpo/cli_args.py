@@ -9,8 +9,12 @@ silently drop some of them under a ``class_path`` model). Below a ``dict`` optio
 A model override whose value is ``null`` (or holds one) is passed as a nested dict, which jsonargparse
 parses without the string round trip that turns ``null`` into ``"None"``.
 
-:func:`short_error` turns a jsonargparse message (a union of attempts, the parsed namespace) into one line
-naming the key.
+A config file may extend others: its top-level ``_base_`` key (a path, or a list of paths, relative to the file's
+own folder, as in mmengine's configs) names them, and ``--config F`` reads as ``--config <F's bases> --config F``
+(:func:`expand_bases`), so a base and its overlay compose exactly as files given one after the other do.
+
+:func:`short_error` turns a jsonargparse error (a union of attempts, the parsed namespace) into one line naming the
+key, from the chain of errors it was raised from.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import difflib
 import importlib
 import inspect
 import json
-import re
+import os
 import types
 import typing
 from pathlib import Path
@@ -29,12 +33,15 @@ from typing import Any, Union
 import yaml
 
 from lit_grpo.argv import iter_options
+from lit_grpo.ranges import type_name
 
 
 class ConfigError(ValueError):
     """A mistake in the configuration or the command line: shown as one ``error:`` line, exit status 2."""
 
 
+BASE_KEY = "_base_"
+"""The top-level key of a config file that names the config files it extends (:func:`config_with_bases`)."""
 ROOT_KEYS = ("seed_everything", "trainer", "model", "data", "ckpt_path", "weights_only", "verbose",
              "return_predictions")
 """Top-level keys of a ``fit`` / ``validate`` / ``test`` / ``predict`` config."""
@@ -134,8 +141,9 @@ def _roots(model_class: Any) -> dict[str, Any]:
     return {"trainer": Trainer, "data": VLMDataModule, "model": model_class}
 
 
-def check_override(key: str, model_class: Any) -> None:
-    """Check one ``--key`` of the command line (without the dashes).
+def check_override(key: str, model_class: Any, value: str | None = None) -> None:
+    """Check one ``--key`` of the command line (without the dashes), and the keys of its ``value`` when that is a
+    mapping given whole (``--model.init_args.sampling='{min_p: 0.1}'``), as the keys of a config file are.
 
     Raises:
         ConfigError: an unknown key, or a top-level ``--optimizer`` / ``--lr_scheduler``.
@@ -144,6 +152,11 @@ def check_override(key: str, model_class: Any) -> None:
     head, *rest = key.split(".")
     if head in ("optimizer", "lr_scheduler"):
         raise ConfigError(f"--{key}: {OPTIMIZER_HINT}")
+    given = _mapping(value)
+    if given is not None and head in ("model", "data", "trainer") and not key.endswith(".dict_kwargs"):
+        for part in reversed(key.split(".")):
+            given = {part: given}
+        _check_tree(given, model_class, "--")
     root_type = _roots(model_class).get(head)
     if root_type is None or not rest:
         return
@@ -154,6 +167,17 @@ def check_override(key: str, model_class: Any) -> None:
         if model_class is None:
             return
     check_key(root_type, rest, f"--{key}")
+
+
+def _mapping(value: str | None) -> dict | None:
+    """``value`` read as YAML when it is a mapping, else ``None``."""
+    if value is None or not value.lstrip().startswith("{"):
+        return None
+    try:
+        parsed = yaml.safe_load(value)
+    except yaml.YAMLError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
 
 
 def check_config_file(path: str, model_class: Any) -> Any:
@@ -183,6 +207,10 @@ def check_config_file(path: str, model_class: Any) -> Any:
         return model_class
     if not isinstance(tree, dict):
         raise ConfigError(f"{path}: a config is a mapping of {', '.join(ROOT_KEYS)}")
+    if BASE_KEY in tree and inline:
+        raise ConfigError(f"{BASE_KEY} needs a config file (its paths are relative to the file's folder), "
+                          "not config text")
+    tree = {k: v for k, v in tree.items() if k != BASE_KEY}  # the bases: expand_bases
     if set(tree) & set(SUBCOMMANDS):
         for sub in set(tree) & set(SUBCOMMANDS):
             model_class = _check_tree(tree[sub] or {}, model_class, f"{path}: {sub}.")
@@ -224,6 +252,59 @@ def _check_mapping(tree: dict, tp: Any, root: bool, where: str) -> None:
             _check_mapping(value, options[key], False, f"{where}.{key}")
 
 
+def config_with_bases(path: str, _seen: tuple[str, ...] = ()) -> list[str]:
+    """``path`` preceded by the config files its ``_base_`` key names (each preceded by its own bases, in the order
+    given; a base's path is relative to the folder of the file naming it). A file that cannot be read or parsed is
+    returned alone (:func:`check_config_file` reports it).
+
+    >>> config_with_bases("configs/demo.yaml")
+    ['configs/demo.yaml']
+
+    Raises:
+        ConfigError: a ``_base_`` that is not a path or a list of paths, names a file that does not exist, or
+            names a file that extends the file naming it (a cycle).
+    """
+    if path in _seen:
+        raise ConfigError(f"{path}: {BASE_KEY} makes a cycle: {' -> '.join([*_seen, path])}")
+    try:
+        tree = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return [path]
+    bases = tree.get(BASE_KEY) if isinstance(tree, dict) else None
+    if bases is None:
+        return [path]
+    bases = [bases] if isinstance(bases, str) else bases
+    if not isinstance(bases, list) or not all(isinstance(b, str) and b for b in bases):
+        raise ConfigError(f"{path}: {BASE_KEY} must be a config file's path or a list of them, got {bases!r}")
+    out: list[str] = []
+    for base in bases:
+        full = os.path.normpath(os.path.join(os.path.dirname(path), base))
+        if not Path(full).is_file():
+            raise ConfigError(f"{path}: {BASE_KEY} {base} does not exist ({full}; a base's path is relative to "
+                              "the folder of the file naming it)")
+        out += config_with_bases(full, (*_seen, path))
+    return out + [path]
+
+
+def expand_bases(args: list[str]) -> list[str]:
+    """``args`` with every ``--config F`` (``--config=F``, ``-c F``) of a file that has a ``_base_`` key preceded by
+    ``--config B`` for each of its bases (:func:`config_with_bases`).
+
+    Raises:
+        ConfigError: see :func:`config_with_bases`.
+    """
+    out: list[str] = []
+    last = 0
+    for key, value, (start, end) in iter_options(args):
+        if key in ("config", "c") and value and Path(value).is_file():
+            out += args[last:start]
+            last = end
+            for base in config_with_bases(value)[:-1]:
+                out += ["--config", base]
+            out += args[start:end]
+    return out + args[last:]
+
+
 def model_class_of(args: list[str]) -> Any:
     """The model class the arguments configure (the last ``class_path`` given), default ``GRPOModule``."""
     from lit_grpo.module import GRPOModule
@@ -262,7 +343,7 @@ def prepare_args(args: list[str]) -> list[str]:
         if key in ("config", "c") and value:
             current = check_config_file(value, current)
         elif key not in ("print_config", "help", "h") and not key.endswith(".help"):  # help: lit_grpo.cli_help
-            check_override(key, current)
+            check_override(key, current, value)
         out += _as_nested(key, value) or args[start:end]
     return out + args[last:]
 
@@ -296,37 +377,76 @@ def _holds_none(value: Any) -> bool:
     return False
 
 
-_KEY = re.compile(r'(?:Parser key|Key) "([^"]+)"')
-_CLASS = re.compile(r"<class '(?:[\w.]+\.)?(\w+)'>")
-_BOILERPLATE = re.compile(r"^(Does not validate against any of the Union subtypes|Subtypes:|Errors:|Given value"
-                          r"|- Expected a NoneType|Expected a NoneType|Problem with given class_path)")
+_KEY_PREFIX = 'Parser key "'
+"""How jsonargparse names the key of a value it refused: only as this prefix of the message of the error that wraps
+the cause (its exceptions carry no key, value or type attribute)."""
+_NAMED_TYPES = (bool, int, float, str, list, dict, tuple, type(None))
 
 
-def short_error(message: str) -> str:
-    """One line from a jsonargparse error: the full key, then the innermost explanation.
+def _causes(ex: BaseException) -> list[BaseException]:
+    """``ex`` and the errors it was raised from, outermost first."""
+    out: list[BaseException] = []
+    while ex is not None and len(out) < 64 and ex not in out:
+        out.append(ex)
+        ex = ex.__cause__ or ex.__context__
+    return out
 
-    >>> short_error('Parser key "model":\\n  Errors:\\n    - Problem with given class_path \\'x.M\\':\\n'
-    ...             '      Parser key "grpo.beta":\\n        Expected a <class \\'float\\'>. Got value: abc')
+
+def _text(ex: BaseException) -> str:
+    return str(getattr(ex, "message", None) or ex)
+
+
+def declared_type(key: str, model_class: Any) -> Any:
+    """The type the option at the dotted ``key`` (``model.init_args.grpo.beta``, ``trainer.max_steps``) declares, or
+    ``None`` where it cannot be resolved (a ``class_path`` value, a list item, an unknown key)."""
+    head, *rest = key.split(".")
+    if head == "model" and rest[:1] == ["init_args"]:
+        rest = rest[1:]
+    root = _roots(model_class).get(head) if head != "model" or model_class is not None else None
+    tp, is_root = root, True
+    for part in rest:
+        options = options_of(tp, root=is_root) if tp is not None else None
+        if options is None or part not in options or options[part] is _OPAQUE:
+            return None
+        tp, is_root = options[part], False
+    return tp if rest else None
+
+
+def short_error(message: str, ex: BaseException | None = None, model_class: Any = None) -> str:
+    """One line from a jsonargparse error ``ex`` (``message`` when there is none): the full key, then the innermost
+    explanation.
+
+    The errors ``ex`` was raised from (jsonargparse chains each wrapper to its cause) give the structure: every
+    wrapper names one part of the key (``model``, then ``grpo.beta`` of the model's own parser, which is under
+    ``init_args``), and the last cause is the explanation; the option's declared type names the classes in it.
+
+    >>> cause = ValueError("Expected a <class 'float'>. Got value: abc")
+    >>> inner = TypeError('Parser key "grpo.beta":\\n  ' + str(cause)); inner.__cause__ = cause
+    >>> outer = TypeError('Parser key "model":\\n  Does not validate ...'); outer.__cause__ = inner
+    >>> from lit_grpo.module import GRPOModule
+    >>> short_error(str(outer), outer, GRPOModule)
     'model.init_args.grpo.beta: expected a float. Got value: abc'
     """
-    keys, detail = [], ""
-    for raw in message.splitlines():
-        line = raw.strip().lstrip("- ").strip()
-        if not line:
-            continue
-        found = _KEY.search(line)
-        if found and line.rstrip().endswith(":"):
-            keys.append(found.group(1))
-            continue
-        if line.startswith("Problem with given class_path") and keys and keys[-1] == "model":
-            keys.append("init_args")
-            continue
-        if _BOILERPLATE.match(_CLASS.sub(r"\1", line)):
-            continue
-        if not detail:
-            detail = line
-    detail = _CLASS.sub(r"\1", detail or message.strip().splitlines()[0])
-    detail = detail[0].lower() + detail[1:] if detail[:1].isupper() and not detail[1:2].isupper() else detail
+    causes = _causes(ex) if ex is not None else []
+    keys: list[str] = []
+    for cause in causes:
+        text = _text(cause)
+        if text.startswith(_KEY_PREFIX):
+            part = text[len(_KEY_PREFIX):].partition('"')[0]
+            if not keys or keys[-1] != part:
+                keys.append(part)
+    if keys[:1] == ["model"] and len(keys) > 1 and keys[1] not in ("class_path", "init_args", "dict_kwargs"):
+        keys.insert(1, "init_args")  # the model's own parser reports keys below its init_args
     key = ".".join(keys)
+    root = _text(causes[-1]) if causes else message
+    detail = next((line.strip() for line in root.splitlines() if line.strip()), message.strip())
+    declared = declared_type(key, model_class) if key else None
+    if typing.get_origin(declared) in (Union, types.UnionType):  # jsonargparse's cause: the first member's failure
+        got = detail.partition("Got value: ")[2]
+        detail = f"expected {type_name(declared, None)}" + (f". Got value: {got}" if got else "")
+    for tp in (declared, *_NAMED_TYPES):
+        if isinstance(tp, type):
+            detail = detail.replace(str(tp), "None" if tp is type(None) else tp.__name__)
+    detail = detail[0].lower() + detail[1:] if detail[:1].isupper() and not detail[1:2].isupper() else detail
     text = f"{key}: {detail}" if key else detail
     return text if len(text) <= 300 else text[:297] + "..."

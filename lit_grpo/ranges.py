@@ -248,3 +248,39 @@ def _has_parameter(fn: Any, name: str) -> bool:
         return name in inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return False
+
+
+def type_name(tp: Any, value: Any) -> str:
+    """A declared type as an error message names it, ranges left out (``value``: the value refused): ``str``;
+    ``list`` for a ``list[str]`` given a non-list (``list[str]`` for a list); ``one of dict[str, float], None`` for a
+    union.
+
+    >>> type_name(typing.Optional[dict[str, typing.Annotated[float, Range(ge=0)]]], "x")
+    'one of dict[str, float], None'
+    """
+    tp = _without_ranges(tp)
+    members = typing.get_args(tp)
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return "one of " + ", ".join(_member_name(_without_ranges(m)) for m in members)
+    origin = typing.get_origin(tp)
+    if origin is not None and not isinstance(value, origin):
+        return origin.__name__
+    return _member_name(tp)
+
+
+def _without_ranges(tp: Any) -> Any:
+    """``tp`` with every ``Annotated`` range replaced by the type it constrains."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is typing.Annotated:
+        return _without_ranges(args[0])
+    if origin in (list, dict, tuple, set) and args:
+        return types.GenericAlias(origin, tuple(_without_ranges(a) for a in args))
+    return tp
+
+
+def _member_name(tp: Any) -> str:
+    if tp is type(None):
+        return "None"
+    if typing.get_origin(tp) is None and isinstance(tp, type):
+        return tp.__name__
+    return str(tp).replace("typing.", "")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tiny_runs import composed
 
 ROOT = Path(__file__).parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -14,9 +15,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 @pytest.mark.parametrize("config", sorted(ROOT.glob("configs/granite_vision_*.yaml")), ids=lambda p: p.name)
 def test_the_paper_configs_take_128_completions_a_step(config):
-    cfg = yaml.safe_load(config.read_text())
-    if "data" not in cfg:  # an overlay (the rubric or ASM reward): its base sets the step
+    if "data" not in yaml.safe_load(config.read_text()):  # an overlay (the rubric or ASM reward): its base sets the step
         return
+    cfg = composed(config)  # with the files it extends (_base_)
     g = cfg["model"]["init_args"]["sampling"]["num_generations"]
     assert (cfg["data"]["batch_size"], g) == (16, 8)
 

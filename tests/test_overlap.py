@@ -8,8 +8,8 @@ import random
 from pathlib import Path
 
 import pytest
-import yaml
 from PIL import Image
+from tiny_runs import composed
 from torch.utils.data import Subset
 
 from lit_grpo.data import DatasetSpec, VLMDataModule
@@ -105,7 +105,7 @@ def hub(tmp_path):
 
 
 def _paper_data(config: str, path: str) -> dict:
-    data = yaml.safe_load(Path(config).read_text())["data"]
+    data = composed(config)["data"]  # with the file it extends (_base_)
     for split in ("train", "val", "test"):
         data[split]["path"] = path
     return data
@@ -115,7 +115,7 @@ def _paper_data(config: str, path: str) -> dict:
 def test_paper_configs_train_on_test_without_test_mini(hub, config, caplog):
     root, mini_questions = hub
     data = _paper_data(config, str(root))
-    assert data["on_overlap"] == "drop" and data["train"]["split"] == "test" and "rows" not in data["train"]
+    assert data["on_overlap"] == "drop" and data["train"]["split"] == "test" and data["train"]["rows"] is None
     assert data["val"]["split"] == data["test"]["split"] == "test_mini"
     dm = VLMDataModule(**{k: DatasetSpec(**v) if k in ("train", "val", "test") else v for k, v in data.items()})
     with caplog.at_level(logging.WARNING):

@@ -18,6 +18,23 @@ def set_key(cfg: dict, key: str, value: Any) -> None:
     node[leaf] = value
 
 
+def composed(*configs: str | Path, subcommand: str = "fit") -> dict:
+    """The configuration ``python -m lit_grpo <subcommand> --config <each of configs> --print_config`` prints
+    (bases, overlays and defaults merged as the CLI merges them), as a dict."""
+    import contextlib
+    import io
+
+    import pytest
+
+    from lit_grpo.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exc:
+        main([subcommand, *[a for c in configs for a in ("--config", str(c))], "--print_config"])
+    assert exc.value.code == 0, out.getvalue()
+    return yaml.safe_load(out.getvalue())
+
+
 def fit_args(tmp_path: Path, *, checkpoint: dict | None = None, callbacks: list | None = None,
              logs: Path | None = None, **overrides: Any) -> list[str]:
     """``fit`` arguments for :mod:`lit_grpo.cli` ``main``: ``checkpoint`` is the ``ModelCheckpoint``'s ``init_args``

@@ -24,7 +24,6 @@ import importlib
 import inspect
 import logging
 import math
-import re
 import typing
 from typing import Any, Callable
 
@@ -33,7 +32,7 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from lit_grpo.data.sample import RECORD_COLUMNS
 from lit_grpo.errors import InputError, UserError
-from lit_grpo.ranges import Checked, Keys, argument_types, check_value
+from lit_grpo.ranges import Checked, Keys, argument_types, check_value, type_name
 from lit_grpo.registry import Registry
 
 log = logging.getLogger(__name__)
@@ -171,8 +170,8 @@ def check_options(spec: "RewardSpec") -> None:
         hint = f" (did you mean {close[0]}?)" if close else ""
         raise ValueError(f"reward {who} has no option {', '.join(map(repr, unknown))}{hint}; "
                          f"its options: {', '.join(valid) or 'none'}")
-    types = reward_option_types(spec.name)
-    problems = [p for key, value in spec.kwargs.items() for p in check_value(value, types.get(key, Any), key)]
+    declared = reward_option_types(spec.name)
+    problems = [p for key, value in spec.kwargs.items() for p in check_value(value, declared.get(key, Any), key)]
     if problems:  # non-finite or out of its declared range (lit_grpo.ranges)
         raise ValueError(f"reward {who} option {problems[0]}")
     for key, value in spec.kwargs.items():
@@ -190,25 +189,45 @@ def check_options(spec: "RewardSpec") -> None:
         try:
             parser.parse_object(value if settings is not None else {key: value}, defaults=False)
         except Exception as exc:
-            raise ValueError(f"reward {who} option {type_error(exc, key, value, settings is not None)}") from None
+            why = type_error(exc, key, value, declared.get(key, Any), settings)
+            raise ValueError(f"reward {who} option {why}") from None
 
 
-def type_error(exc: Exception, key: str, value: Any, nested: bool) -> str:
-    """jsonargparse's message, short: ``'mode': expected str, got 3`` (a union: ``expected one of ...``)."""
-    text = " ".join(str(exc).split())
-    found = re.search(r'Parser key "([^"]+)"', text)
-    name = f"{key}.{found.group(1)}" if nested and found else key
-    got = re.search(r"Got value: (.*?)(?: - |$)", text) if nested else None
-    got = f", got {got.group(1)}" if got else "" if nested else f", got {value!r}"
-    if "Subtypes:" in text:
-        members = text.split("Subtypes: [", 1)[1].split("] Errors", 1)[0]
-        names = [cls.rsplit(".", 1)[-1] if cls else generic.replace("typing.", "")
-                 for cls, generic in re.findall(r"<class '([\w.]+)'>|(\w+\[[^\]]*\])", members)]
-        return f"{name!r}: expected one of {', '.join(n.replace('NoneType', 'None') for n in names)}{got}"
-    expected = re.search(r"Expected a <class '([\w.]+)'>", text)
-    if expected:
-        return f"{name!r}: expected {expected.group(1).rsplit('.', 1)[-1]}{got}"
-    return f"{name!r}: {text}"
+def type_error(exc: Exception, key: str, value: Any, declared: Any, settings: type | None = None) -> str:
+    """Why ``value`` of option ``key`` failed jsonargparse's check, short, from the option's declared type rather
+    than jsonargparse's wording: ``'mode': expected str, got 3``, ``'weights': expected one of dict[str, float],
+    None, got {...}``. For a mapping given to a dataclass option (``settings``, a judge's), the first field that
+    fails on its own, named by its dotted key: ``'judge.timeout_s': expected float, got slow``.
+
+    >>> type_error(TypeError(), "mode", 3, str)
+    "'mode': expected str, got 3"
+    """
+    if settings is not None:
+        found = _failing_field(settings, value, key)
+        if found is not None:
+            name, tp, got = found
+            return f"{name!r}: expected {type_name(tp, got)}, got {got}"
+        return f"{key!r}: {' '.join(str(exc).split())}"
+    return f"{key!r}: expected {type_name(declared, value)}, got {value!r}"
+
+
+def _failing_field(settings: type, value: dict, prefix: str) -> tuple[str, Any, Any] | None:
+    """``(dotted key, declared type, value)`` of the first field of ``value`` that ``settings`` refuses on its own
+    (a mapping given to a dataclass field is searched in turn), or ``None``."""
+    hints = typing.get_type_hints(settings)
+    for field, item in value.items():
+        tp = hints.get(field, Any)
+        inner = next((t for t in typing.get_args(tp) or (tp,) if dataclasses.is_dataclass(t)), None)
+        if isinstance(item, dict) and inner is not None:
+            found = _failing_field(inner, item, f"{prefix}.{field}")
+            if found is not None:
+                return found
+            continue
+        try:
+            option_parser(settings).parse_object({field: item}, defaults=False)
+        except Exception:
+            return f"{prefix}.{field}", tp, item
+    return None
 
 
 def config_value(value: Any) -> bool:

@@ -28,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from lit_grpo.cli_args import config_with_bases
 from lit_grpo.tasks.phyx.experiments.sweep import Sweep, sweep_runs
 
 
@@ -285,6 +286,9 @@ class LoadSampler:
 
 
 def _stamp(args: list[str], files: list[str], weights: str) -> str:
+    """What a run's reuse is keyed on: its config files and the files they extend (``_base_``), the start weights
+    and the arguments."""
+    files = [f for path in files for f in config_with_bases(path)]
     return _file_hash([*files, str(Path(weights, "model.safetensors"))]) + "|" + " ".join(args)
 
 

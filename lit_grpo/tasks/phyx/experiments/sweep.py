@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 import yaml
 
+from lit_grpo.cli_args import config_with_bases
 from lit_grpo.tasks.phyx.experiments.report import Cell, cell, fmt_cell, fmt_change, paired_change, pooled
 
 # The runner's Format, Condition, Run and PhyxExperiment (lit_grpo.tasks.phyx.experiments.phyx, which imports this module)
@@ -68,13 +69,14 @@ class Sweep:
 
 
 def config_value(files: list[str], keys: tuple[str, ...], args: list[str] = (), default: Any = None) -> Any:
-    """The value the last of ``files`` (YAML, given in this order) or of ``args`` (``--a.b=value``) sets at ``keys``.
+    """The value the last of ``files`` (YAML, given in this order, each after the files it extends: ``_base_``) or of
+    ``args`` (``--a.b=value``) sets at ``keys``.
 
     >>> config_value([], ("trainer", "max_steps"), ["--trainer.max_steps=30"])
     30
     """
     value = default
-    for f in files:
+    for f in [f for path in files for f in config_with_bases(path)]:
         node = yaml.safe_load(Path(f).read_text()) if Path(f).is_file() else None
         for k in keys:
             node = node.get(k) if isinstance(node, dict) else None

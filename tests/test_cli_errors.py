@@ -1,0 +1,86 @@
+"""Config mistakes that reach jsonargparse, or that are caught before it, as one line built from structure: the key
+from the chain of errors jsonargparse raised, the expected type from the option's declaration, and a mapping given
+whole on the command line checked key by key like a config file."""
+
+import pytest
+
+from lit_grpo.cli import main
+from lit_grpo.cli_args import declared_type, short_error
+from lit_grpo.module import GRPOModule
+from lit_grpo.ranges import type_name
+from lit_grpo.rewards import RewardSpec, build_reward
+
+
+def _error(capsys, *args):
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "--config", "configs/demo.yaml", *args, "--print_config"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1, err
+    return err.strip()
+
+
+@pytest.mark.parametrize("arg, line", [
+    ("--model.init_args.grpo.beta=abc", "error: model.init_args.grpo.beta: expected a float. Got value: abc"),
+    ("--data.batch_size=x", "error: data.batch_size: expected a int. Got value: x"),
+    ("--model.init_args.policy.lora.r=x", "error: model.init_args.policy.lora.r: expected a int. Got value: x"),
+    # a union names all its members (jsonargparse's cause holds only the first member's failure)
+    ("--model.init_args.grpo.max_grad_norm=abc",
+     "error: model.init_args.grpo.max_grad_norm: expected one of float, None. Got value: abc"),
+    ("--model.init_args.evaluation.temperature=hot",
+     "error: model.init_args.evaluation.temperature: expected one of float, None. Got value: hot"),
+])
+def test_a_wrong_value_is_named_by_its_full_key_and_declared_type(capsys, arg, line):
+    assert _error(capsys, arg) == line
+
+
+@pytest.mark.parametrize("arg, line", [
+    ("--model.init_args.sampling={repetition_penalty: 1.05}",
+     "error: sampling.repetition_penalty is refused: the loss cannot model it"),
+    ("--model={init_args: {sampling: {min_p: 0.1}}}", "error: sampling.min_p is refused: the loss cannot model it"),
+    ("--model.init_args.sampling={temperature: 1.0, temprature: 0.5}",
+     "error: sampling.temprature is not an option; sampling options: num_generations, temperature, top_p, top_k, "
+     "max_completion_length"),
+    ("--model.init_args={grpo: {betta: 0.1}}",
+     "error: --model.init_args.grpo: unknown option 'betta' (did you mean beta?)"),
+    ("--data.train={pth: x.parquet}",
+     "error: --data.train: unknown option 'pth' (did you mean path?); valid: generate, path, reader, reader_args, "
+     "rows, split"),
+])
+def test_a_mapping_given_whole_is_checked_key_by_key(capsys, arg, line):
+    assert _error(capsys, arg).startswith(line)
+
+
+def test_a_chain_of_errors_gives_the_key_and_the_last_cause_the_explanation():
+    cause = ValueError("Expected a <class 'int'>. Got value: x")
+    inner = TypeError('Parser key "policy.lora.r":\n  ' + str(cause))
+    inner.__cause__ = cause
+    union = ValueError("Does not validate against any of the Union subtypes\nSubtypes: [...]")
+    union.__cause__ = inner
+    outer = TypeError('Parser key "model":\n  Does not validate against any of the Union subtypes')
+    outer.__cause__ = union
+    assert short_error(str(outer), outer, GRPOModule) == "model.init_args.policy.lora.r: expected a int. Got value: x"
+    assert short_error("Unrecognized arguments: --x") == "unrecognized arguments: --x"  # no chain: the message
+
+
+def test_declared_types_resolve_through_the_option_groups():
+    assert type_name(declared_type("model.init_args.grpo.beta", GRPOModule), "x") == "float"
+    assert type_name(declared_type("model.init_args.grpo.max_grad_norm", GRPOModule), "x") == "one of float, None"
+    assert type_name(declared_type("data.batch_size", None), "x") == "int"
+    assert declared_type("model.init_args.no_such.key", GRPOModule) is None
+    assert declared_type("trainer.callbacks", None) is not None and declared_type("seed_everything", None) is None
+
+
+@pytest.mark.parametrize("kwargs, expected", [
+    ({"tags": [1, 2]}, "option 'tags': expected list[str], got [1, 2]"),   # a list, with items of the wrong type
+    ({"tags": "think"}, "option 'tags': expected list, got 'think'"),
+])
+def test_a_reward_option_is_named_by_its_declared_type(kwargs, expected):
+    with pytest.raises(ValueError) as err:
+        build_reward(RewardSpec("format", kwargs=kwargs))
+    assert str(err.value) == f"reward 'format' {expected}"
+
+
+def test_a_judge_setting_is_found_field_by_field():
+    with pytest.raises(ValueError) as err:
+        build_reward(RewardSpec("rubric", kwargs={"judge": {"model": "m", "num_judges": "three"}}))
+    assert str(err.value) == "reward 'rubric' option 'judge.num_judges': expected int, got three"
