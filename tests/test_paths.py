@@ -171,19 +171,22 @@ def test_a_hub_id_the_hub_cannot_serve_is_one_line_after_one_request(key, value,
     assert not (tmp_path / "logs").exists()
 
 
-@pytest.mark.parametrize("config", ["configs/demo.yaml", str(ROOT / "configs" / "demo.yaml")])
-def test_the_real_command_from_another_folder_exits_2_with_one_line_within_5_s(config, tmp_path):
-    """README's command (the config as README gives it, and by its full path) from another folder, online, the hub
-    at a closed port: one line naming the clone, status 2, no traceback, nothing written where it ran, within 5 s
-    of starting Python (found before the imports of Lightning, torch and transformers, which take about 5 s)."""
+@pytest.mark.parametrize("config,what", [
+    ("configs/demo.yaml", "config file 'configs/demo.yaml'"),
+    (str(ROOT / "configs" / "demo.yaml"), "model.init_args.policy.name_or_path 'checkpoints/demo'"),
+    (str(ROOT / "configs" / "demo_phyx_mcq.yaml"), "model.init_args.policy.name_or_path 'checkpoints/demo_phyx'"),
+])
+def test_the_real_command_from_another_folder_exits_2_with_one_line_within_5_s(config, what, tmp_path):
+    """README's command (the config as README gives it, and by its full path; a physics config, whose model folder
+    is set in the base it extends) from another folder, online, the hub at a closed port: one line naming the
+    clone, status 2, no traceback, nothing written where it ran, within 5 s of starting Python (found before the
+    imports of Lightning, torch and transformers, which take about 5 s)."""
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
     env["HF_ENDPOINT"] = "http://127.0.0.1:9"  # the discard port: nothing listens there
     start = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "lit_grpo", "fit", "--config", config],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     seconds = time.monotonic() - start
-    what = "config file 'configs/demo.yaml'" if config.startswith("configs") else \
-        "model.init_args.policy.name_or_path 'checkpoints/demo'"
     one_line(done.returncode, done.stderr, f"{what} is not in {tmp_path}", f"run the command from {ROOT}")
     assert seconds < 5 and "lightning" not in done.stderr
     assert list(tmp_path.iterdir()) == []
@@ -233,11 +236,12 @@ def test_the_early_check_says_what_the_full_check_says(case, tmp_path, monkeypat
     imports Lightning: each case it finds gives the full check's line word for word (``ckpt_and_model``: two
     problems, the first and the count); a path an argument sets in a form it does not read, a fixed path, a hub
     id and ``--print_config`` are left to the full check."""
+    from lit_grpo.cli_args import expand_bases
     from lit_grpo.paths import refuse_before_imports
 
     folder, args = _cases(tmp_path)[case]
     monkeypatch.chdir(folder)
-    early = refuse_before_imports(args)
+    early = refuse_before_imports(expand_bases(args))  # as python -m lit_grpo calls it
     if case not in EARLY:
         assert early is None
         return
