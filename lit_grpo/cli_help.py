@@ -11,6 +11,7 @@ a nested ``--model.init_args.<key>.help`` (``--model.init_args.policy.lora.help`
 
 from __future__ import annotations
 
+import argparse
 import inspect
 import textwrap
 from typing import Any
@@ -34,12 +35,38 @@ def help_args(args: list[str], model_class: Any) -> list[str]:
             out += [f"--{MODEL_HELP}", value or path]
         elif key.startswith("model.") and key.endswith(".help"):
             nested = key.removeprefix("model.").removeprefix("init_args.")
+            group = _option_group(model_class, nested.removesuffix(".help").split("."))
+            if group is not None and value is None:  # an option group (grpo, sampling): no help action of its own
+                from jsonargparse import ArgumentParser
+
+                parser = ArgumentParser(prog="python -m lit_grpo fit", usage=argparse.SUPPRESS)
+                parser.add_class_arguments(group, f"model.init_args.{nested.removesuffix('.help')}",
+                                           fail_untyped=False, sub_configs=True)
+                print(parser.format_help())
+                raise SystemExit(0)
             out += ([] if model_help else [f"--{MODEL_HELP}", path]) + [f"--model.{nested}"]
             out += [value] if value is not None else []
             model_help = True
         else:
             out += args[start:end]
     return out + args[last:]
+
+
+def _option_group(model_class: Any, parts: list[str]) -> type | None:
+    """The dataclass option group at ``parts`` below ``model_class``'s ``__init__`` (``["grpo"]`` -> ``GRPOConfig``),
+    which jsonargparse gives no ``.help`` flag of its own; None for anything else (a class given by ``class_path``,
+    an optional group, a plain option: jsonargparse's own help flag, or its error, stands)."""
+    import dataclasses
+
+    from lit_grpo.cli_args import options_of
+
+    tp: Any = model_class
+    for i, part in enumerate(parts):
+        options = options_of(tp, root=i == 0)
+        if options is None or part not in options:
+            return None
+        tp = options[part]
+    return tp if isinstance(tp, type) and dataclasses.is_dataclass(tp) else None
 
 
 def extra_help(parser_class: type, model_class: Any) -> str:

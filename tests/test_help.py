@@ -176,3 +176,21 @@ def test_every_help_flag_the_help_names_works(fit_help, parser):
     assert code == 0 and "--model.grpo.epsilon_low" in text
     code, text = parse(parser, ["fit", "--model.help"], SFTModule)  # no class: the configured one
     assert code == 0 and "Help for --model.help=lit_grpo.SFTModule" in text
+
+
+@pytest.mark.parametrize("group,option,doc", [
+    ("grpo", "beta", "Weight of the k3 KL to the reference policy"),
+    ("sampling", "num_generations", "type: int"),
+    ("evaluation", "before_fit", "type: bool"),
+    ("policy", "name_or_path", "type: str"),
+    ("evaluation.judge", "base_url", "type:"),  # an optional group: jsonargparse's own help (its short keys)
+])
+def test_the_help_flag_of_every_option_group_works(group, option, doc):
+    """``--model.init_args.<group>.help``, as the help's header names it, for the option groups jsonargparse gives
+    no help flag of their own (``grpo``, ``sampling``, ...; it answered "unrecognized arguments") and one it does:
+    exit 0 and the group's options, each with its doc."""
+    code, text = run(["fit", "--config", "configs/demo.yaml", f"--model.init_args.{group}.help"])
+    help_of = entries(text)
+    assert code == 0, text
+    key = f"--model.{'' if group == 'evaluation.judge' else 'init_args.'}{group}.{option}"
+    assert doc in help_of[key], help_of.keys()
