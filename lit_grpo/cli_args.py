@@ -344,7 +344,8 @@ def prepare_args(args: list[str]) -> list[str]:
             current = check_config_file(value, current)
         elif key not in ("print_config", "help", "h") and not key.endswith(".help"):  # help: lit_grpo.cli_help
             check_override(key, current, value)
-        out += _as_nested(key, value) or args[start:end]
+        joined = [f"--{key}={value}"] if value and value.startswith("-") and end - start == 2 else None
+        out += _as_nested(key, value) or joined or args[start:end]  # "--k -1e-5": a negative number, not a flag
     return out + args[last:]
 
 

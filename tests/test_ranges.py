@@ -325,3 +325,18 @@ def test_python_callers_meet_the_same_ranges(case):
     with pytest.raises(ValueError) as err:
         build()
     assert str(err.value) == message
+
+
+@pytest.mark.parametrize("key,value,text", [
+    ("model.init_args.optimizer.init_args.lr", "-1e-5", "must be >= 0, got -1e-05"),
+    ("model.init_args.lr_scheduler.init_args.end_factor", "-0.5", "must be in [0, 1], got -0.5"),
+    ("model.init_args.grpo.beta", "-0.5", "must be >= 0, got -0.5"),
+    ("model.init_args.sampling.temperature", "-1", "must be > 0"),
+])
+def test_a_negative_number_after_a_space_is_the_option_s_value(key, value, text, capsys):
+    """``--key -1e-5`` as README writes options (a space, not ``=``): the value, refused by its range in one line;
+    an optimizer's option once read ``-1e-5`` as a flag ("argument --model: expected one argument")."""
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "--config", "configs/demo.yaml", f"--{key}", value])
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and err.startswith(f"error: {key} {text}"), err
