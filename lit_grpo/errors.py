@@ -29,3 +29,12 @@ def fail(message: str, status: int = 2) -> None:
     line = " ".join(redact(message).split())
     sys.stderr.write(f"error: {line}\n")
     sys.exit(status)
+
+
+def first_and_more(problems: list[str]) -> str:
+    """Several problems as one line: the first in full, then the key each other one names (its first word), e.g.
+    ``data.batch_size must be >= 1, got 0 (and 2 more problems: data.num_workers, model.init_args.grpo.beta)``."""
+    rest = [p.split(maxsplit=1)[0].rstrip(":") for p in problems[1:] if p.strip()]
+    if not rest:
+        return problems[0]
+    return f"{problems[0]} (and {len(rest)} more problem{'s' * (len(rest) > 1)}: {', '.join(rest)})"

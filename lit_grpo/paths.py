@@ -152,8 +152,9 @@ def refuse_before_imports(args: list[str]) -> str | None:
     problems = [wrong_folder(name, path, roots) for name, path in _checked_paths(tree, subcommand, opaque)]
     if not problems or None in problems:  # a path found nowhere may be a hub id: the full check asks the hub
         return None
-    more = len(problems) - 1
-    return problems[0] + (f" (and {more} more problem{'s' * (more > 1)})" if more else "")
+    from lit_grpo.errors import first_and_more
+
+    return first_and_more(problems)
 
 
 def _checked_paths(tree: dict[str, Any], subcommand: str, opaque: set[tuple[str, ...]]) -> list[tuple[str, str]]:

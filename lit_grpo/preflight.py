@@ -19,7 +19,7 @@ import os
 import re
 from typing import Any
 
-from lit_grpo.errors import InputError
+from lit_grpo.errors import InputError, first_and_more
 from lit_grpo.cli_args import ConfigError
 from lit_grpo.paths import SPLITS
 from lit_grpo.ranges import check_arguments
@@ -39,7 +39,7 @@ def check_config(config: dict[str, Any], subcommand: str | None, config_files: l
                           "export it and set the judge's api_key_env to the variable's NAME (value not shown)")
     problems = check_ranges(config)
     if problems:  # before anything builds an object that would refuse the same number less clearly
-        raise ConfigError(problems[0] + _more(problems))
+        raise ConfigError(first_and_more(problems))
     ckpt = config.get("ckpt_path")
     roots = search_roots(config_files)
     if ckpt and ckpt not in ("last", "best", "hpc", "registry") and not os.path.exists(ckpt):
@@ -55,11 +55,7 @@ def check_config(config: dict[str, Any], subcommand: str | None, config_files: l
         except (ValueError, KeyError, FileNotFoundError, TypeError) as exc:
             problems.append(str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc))
     if problems:
-        raise ConfigError(problems[0] + _more(problems))
-
-
-def _more(problems: list[str]) -> str:
-    return f" (and {len(problems) - 1} more problem{'s' * (len(problems) > 2)})" if len(problems) > 1 else ""
+        raise ConfigError(first_and_more(problems))
 
 
 def check_ranges(config: dict[str, Any]) -> list[str]:

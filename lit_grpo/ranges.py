@@ -146,8 +146,9 @@ def check_arguments(fn: Any, values: Mapping[str, Any], where: str) -> list[str]
 def raise_problems(problems: list[str]) -> None:
     """Raise ``ValueError`` with the first problem (and how many more) when there are any."""
     if problems:
-        more = f" (and {len(problems) - 1} more problem{'s' * (len(problems) > 2)})" if len(problems) > 1 else ""
-        raise ValueError(problems[0] + more)
+        from lit_grpo.errors import first_and_more
+
+        raise ValueError(first_and_more(problems))
 
 
 @dataclasses.dataclass

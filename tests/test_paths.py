@@ -234,8 +234,8 @@ EARLY = {"config_file": "config file 'configs/demo.yaml' is not in",
 def test_the_early_check_says_what_the_full_check_says(case, tmp_path, monkeypatch, hub):
     """``python -m lit_grpo`` looks for paths from the wrong folder in the arguments and config files before it
     imports Lightning: each case it finds gives the full check's line word for word (``ckpt_and_model``: two
-    problems, the first and the count); a path an argument sets in a form it does not read, a fixed path, a hub
-    id and ``--print_config`` are left to the full check."""
+    problems, the first and the key of the other); a path an argument sets in a form it does not read, a fixed
+    path, a hub id and ``--print_config`` are left to the full check."""
     from lit_grpo.cli_args import expand_bases
     from lit_grpo.paths import refuse_before_imports
 
@@ -249,7 +249,7 @@ def test_the_early_check_says_what_the_full_check_says(case, tmp_path, monkeypat
     hub("close")
     code, err, _ = run(*args)
     assert err.strip() == f"error: {' '.join(early.split())}"
-    assert case != "ckpt_and_model" or early.endswith("(and 1 more problem)")
+    assert case != "ckpt_and_model" or early.endswith("(and 1 more problem: model.init_args.policy.name_or_path)")
 
 
 def test_a_run_refused_while_setting_up_leaves_no_log_folder(tmp_path):

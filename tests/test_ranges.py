@@ -223,11 +223,12 @@ def test_another_optimizer_or_scheduler_is_checked_by_its_parameters_and_by_torc
     assert str(err.value) == text
 
 
-def test_several_problems_name_the_first_and_count_the_rest(parsed):
+def test_several_problems_name_the_first_in_full_and_the_keys_of_the_rest(parsed):
     cfg = _set(_set(_set(parsed, "model.init_args.grpo.beta", -1.0), "data.batch_size", 0), "data.num_workers", -2)
     with pytest.raises(ConfigError) as err:
         check_config(cfg, "fit")
-    assert str(err.value) == "model.init_args.grpo.beta must be >= 0, got -1.0 (and 2 more problems)"
+    assert str(err.value) == ("model.init_args.grpo.beta must be >= 0, got -1.0 (and 2 more problems: data.batch_size, "
+                              "data.num_workers)")
 
 
 # ----------------------------------------------------------------- through the command line: YAML, ${oc.env}, flags
