@@ -93,7 +93,8 @@ def check_hub(repo_id: str, repo_type: str, name: str, here: Path | None = None)
 SPLITS = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("predict",)}
 """The splits each subcommand reads (``test`` falls back to ``val``, ``predict`` to ``test`` then ``val``)."""
 _POLICY = ("model", "init_args", "policy", "name_or_path")
-_SPECIAL_CKPT = ("last", "best", "hpc", "registry")
+SPECIAL_CKPT = ("last", "best", "hpc", "registry")
+"""``ckpt_path`` values Lightning resolves itself (not files)."""
 
 
 def refuse_before_imports(args: list[str]) -> str | None:
@@ -169,7 +170,7 @@ def _checked_paths(tree: dict[str, Any], subcommand: str, opaque: set[tuple[str,
 
     out = []
     ckpt = tree.get("ckpt_path")
-    if ckpt not in _SPECIAL_CKPT and not set_otherwise(("ckpt_path",)) and missing(ckpt):
+    if ckpt not in SPECIAL_CKPT and not set_otherwise(("ckpt_path",)) and missing(ckpt):
         out.append(("ckpt_path", ckpt))
     data = tree.get("data") if isinstance(tree.get("data"), dict) else {}
     specs = {k: (data.get(k), k) if isinstance(data.get(k), dict) else None for k in ("train", "val", "test",

@@ -21,7 +21,7 @@ from typing import Any
 
 from lit_grpo.errors import InputError, first_and_more
 from lit_grpo.cli_args import ConfigError
-from lit_grpo.paths import SPLITS
+from lit_grpo.paths import SPECIAL_CKPT, SPLITS
 from lit_grpo.ranges import check_arguments
 from lit_grpo.api_keys import find_credentials
 
@@ -42,7 +42,7 @@ def check_config(config: dict[str, Any], subcommand: str | None, config_files: l
         raise ConfigError(first_and_more(problems))
     ckpt = config.get("ckpt_path")
     roots = search_roots(config_files)
-    if ckpt and ckpt not in ("last", "best", "hpc", "registry") and not os.path.exists(ckpt):
+    if ckpt and ckpt not in SPECIAL_CKPT and not os.path.exists(ckpt):
         problems.append(wrong_folder("ckpt_path", ckpt, roots)
                         or f"ckpt_path {ckpt} does not exist (a checkpoint file, or a sharded checkpoint's folder)")
     model = config.get("model") or {}
