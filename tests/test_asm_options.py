@@ -6,7 +6,8 @@ import pytest
 import torch
 from PIL import Image, ImageDraw
 
-from lit_grpo.tasks.attention.meter import AttentionConfig, AttentionMeter, GridWeights, grid_maps, token_scores, token_weights
+from lit_grpo.tasks.attention.meter import (AttentionConfig, AttentionMeter, GridWeights, completion_asm, grid_maps,
+                                           token_scores, token_weights)
 from lit_grpo.families import ImageGrid, family_for
 from lit_grpo.policy import PolicyConfig, load_policy
 from lit_grpo.rollout import encode_prompts, model_inputs
@@ -22,6 +23,23 @@ def test_row_weights_by_hand():
     with pytest.raises(ValueError, match=r"attention.row must be one of \['own', 'final'\]"):
         AttentionConfig(row="mean")
     assert AttentionConfig().row == "own" and AttentionConfig().grid is None  # today's choices are the defaults
+
+
+def test_completion_asm_by_hand():
+    """``own`` is the mean over the valid tokens taken as sum / count: three tokens scoring 0.1 give float32 0.1
+    exactly (summing 0.1 x 1/3 three times gives 0.10000000894, a last-bit change that trains another policy over
+    120 steps at weight 100); ``final`` is the last valid token's score; no valid token gives NaN."""
+    scores = torch.tensor([[0.1, 0.1, 0.1, 0.9], [0.2, 0.4, 0.6, 0.8], [0.5, 0.5, 0.5, 0.5]])
+    valid = torch.tensor([[True, True, True, False], [True, True, False, False], [False] * 4])
+    own = completion_asm(scores, valid)
+    assert own[0].item() == torch.tensor(0.1).item()  # bit for bit
+    assert own[0].item() != (scores[0] * token_weights(valid)[0]).sum().item()  # the other order differs here
+    torch.testing.assert_close(own[1], torch.tensor(0.3))
+    assert torch.isnan(own[2])
+    final = completion_asm(scores, valid, "final")
+    assert final[:2].tolist() == [torch.tensor(0.1).item(), torch.tensor(0.4).item()] and torch.isnan(final[2])
+    with pytest.raises(ValueError, match="row must be one of"):
+        completion_asm(scores, valid, "last")
 
 
 def test_grid_choice_by_hand():

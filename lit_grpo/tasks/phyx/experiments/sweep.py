@@ -189,7 +189,8 @@ def sweep_sections(exp: Any, runs: list[Any], data: dict[str, dict[str, Any]],
     out = []
     for sw in exp.sweeps:
         out += [f"## {sw.title}", "",
-                f"`{sw.condition}` at each setting of `{sw.reward}` against SFT and against `{sw.reference}` trained "
+                f"{_name(exp, sw.condition)} at each setting of `{sw.reward}` against SFT and against "
+                f"{_name(exp, sw.reference)} trained "
                 f"with the same aggregation. Cells: mean ± standard error over problems (per problem: the mean over "
                 f"its sampled completions, then over the seeds); Δ: paired change on the same problems. Last column: "
                 f"held-out ASM up (> +{Z:g} SE vs SFT) / accuracy kept vs SFT / vs the reference (> −{Z:g} SE).", ""]
@@ -198,7 +199,13 @@ def sweep_sections(exp: Any, runs: list[Any], data: dict[str, dict[str, Any]],
     return out
 
 
+def _name(exp: Any, key: str) -> str:
+    """A condition's name as the tables print it (its key when no condition has it)."""
+    return next((c.name for c in exp.conditions if c.key == key), key)
+
+
 def _format_tables(exp, sw: Sweep, f, runs, data, steps, caption) -> list[str]:
+    ref_name = _name(exp, sw.reference)
     mine = [r for r in runs if r.format == f.key and r.tags.get("sweep") == sw.title]
     sft = next(r for r in runs if r.format == f.key and r.fit_args is None)
     if not mine or sft.name not in data:
@@ -206,8 +213,8 @@ def _format_tables(exp, sw: Sweep, f, runs, data, steps, caption) -> list[str]:
     base = data[sft.name]
     by_seed_ref = {(r.tags["aggregation"], r.seed): r for r in mine if r.tags["role"] == "reference" and r.name in data}
     rows = list(dict.fromkeys((r.label, r.tags["role"], r.tags["aggregation"], r.tags["weight"]) for r in mine))
-    head = ["Run", "aggregation", f"{sw.reward} weight", "seeds", "accuracy", "Δ vs SFT", f"Δ vs {sw.reference}",
-            "ASM", "ASM Δ vs SFT", f"ASM Δ vs {sw.reference}", "accuracy per seed (spread)", "ASM up / kept / kept"]
+    head = ["Run", "aggregation", f"{sw.reward} weight", "seeds", "accuracy", "Δ vs SFT", f"Δ vs {ref_name}",
+            "ASM", "ASM Δ vs SFT", f"ASM Δ vs {ref_name}", "accuracy per seed (spread)", "ASM up / kept / kept"]
     table = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
              f"| SFT | | | | {fmt_cell(_overall(base['correct']))} | | | {fmt_cell(_overall(base['asm']), 4)} | | | | |"]
     for label, role, agg, weight in rows:
@@ -234,8 +241,8 @@ def _format_tables(exp, sw: Sweep, f, runs, data, steps, caption) -> list[str]:
                  "" if role == "reference" else _verdict(asm_sft, vs_sft, vs_ref)]
         table.append("| " + " | ".join(cells) + " |")
     out = [f"### {sw.title}: {f.title}", "", caption(sft), "", *table, "", f"**Per seed** ({f.title})", ""]
-    head = ["Run", "seed", "steps", "accuracy", "Δ vs SFT", f"Δ vs {sw.reference}", "ASM", "ASM Δ vs SFT",
-            f"ASM Δ vs {sw.reference}", "format reward"]
+    head = ["Run", "seed", "steps", "accuracy", "Δ vs SFT", f"Δ vs {ref_name}", "ASM", "ASM Δ vs SFT",
+            f"ASM Δ vs {ref_name}", "format reward"]
     out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     controls = [r for r in runs if r.format == f.key and r.fit_args is not None and not r.tags
                 and r.label not in {c.name for c in exp.conditions}]
