@@ -14,8 +14,8 @@ from lightning.pytorch.callbacks import BasePredictionWriter
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 
 from lit_grpo import distributed as D
-from lit_grpo.evaluation import (CSV_COLUMNS, accuracy_table, prompt_text, scalar_name, table_csv, table_markdown,
-                                 table_rows)
+from lit_grpo.evaluation import (CSV_COLUMNS, TABLE_GROUPS, accuracy_table, prompt_text, scalar_name, table_csv,
+                                 table_markdown, table_rows)
 from lit_grpo.loggers import log_images, log_table, log_text
 
 
@@ -230,8 +230,8 @@ def _run_dir(trainer: L.Trainer) -> Path:
 
 
 class AccuracyTable(L.Callback):
-    """At the end of ``test``: the paper's accuracy table, overall, per PhyX domain and per reasoning type, each
-    accuracy with its standard error over problems (:func:`~lit_grpo.evaluation.accuracy_table`).
+    """At the end of ``test``: the paper's accuracy table, overall and per value of each field a task groups it by
+    (PhyX: per domain and per reasoning type), each accuracy with its standard error over problems (:func:`~lit_grpo.evaluation.accuracy_table`).
 
     Reads the ``id`` and ``correct`` fields of the records ``test_step`` returns (the module's
     ``evaluation.scorer``). For each evaluation mode (``greedy``, ``sampled``) it writes
@@ -251,7 +251,8 @@ class AccuracyTable(L.Callback):
     def on_test_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                           batch_idx: int, dataloader_idx: int = 0) -> None:
         if isinstance(outputs, list):
-            self.records += [{k: r[k] for k in ("id", "mode", "domain", "reasoning_type", "correct")} for r in outputs]
+            keep = ("id", "mode", "correct", *TABLE_GROUPS.entries())  # the fields the table groups by
+            self.records += [{k: r[k] for k in keep if k in r} for r in outputs]
 
     def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         records = D.gather_objects(self.records)
@@ -295,7 +296,8 @@ class PredictionsJSONL(BasePredictionWriter):
     """During ``predict``: one JSON line per completion in ``<run folder>/<filename>`` (``path`` overrides).
 
     Fields: ``id``, ``mode``, ``prompt``, ``completion``, ``extracted`` (the answer the configured scorer
-    reads), ``answer``, ``answer_format``, ``domain``, ``reasoning_type``, ``rewards`` (each reward),
+    reads), ``answer``, ``answer_format``, the table's group fields (PhyX: ``domain``, ``reasoning_type``),
+    ``rewards`` (each reward),
     ``total``, ``correct`` (NaN written as ``null``). With several ranks each writes ``<stem>.rank<r>.jsonl``.
     """
 

@@ -3,7 +3,8 @@
 
 A *record* is one completion of one evaluation prompt: ``id``, ``mode`` (``greedy`` | ``sampled``),
 ``prompt``, ``completion``, ``extracted`` (the answer the scorer reads), ``answer``, ``answer_format``,
-``domain``, ``reasoning_type``, ``rewards`` (each reward), ``total`` and ``correct`` (the scorer's 0/1,
+the fields the accuracy table groups by (:func:`table_fields`; PhyX: ``domain``, ``reasoning_type``), ``rewards``
+(each reward), ``total`` and ``correct`` (the scorer's 0/1,
 NaN when it cannot score). The scorer is any registered reward (``accuracy`` for the paper's MCQ
 protocol, ``open_accuracy`` with a pass threshold for its open-ended protocol, ``phyx_official`` for
 PhyX's rule-mode scorer, ``binary`` for VisualSphinx); :func:`correctness` turns its values into 0/1.
@@ -127,6 +128,16 @@ def prompt_text(messages: list[dict]) -> str:
     return "\n".join(parts)
 
 
+def table_fields(sample: Sample) -> dict[str, Any]:
+    """The sample's value of each field the accuracy table groups by (:data:`TABLE_GROUPS`; PhyX: ``domain``, one
+    value, and ``reasoning_type``, a list), read from its task fields, then its metadata; None when it has none."""
+    out = {}
+    for field in TABLE_GROUPS.entries():
+        value = sample.fields.get(field, sample.meta.get(field))
+        out[field] = list(value) if isinstance(value, (list, tuple)) else value
+    return out
+
+
 def build_records(samples: list[Sample], messages: list[list[dict]], completions: list[str],
                   rewards: dict[str, list[float]], total: list[float], correct: list[float] | None,
                   group_size: int, mode: str, scorer: str | None) -> list[dict[str, Any]]:
@@ -137,8 +148,7 @@ def build_records(samples: list[Sample], messages: list[list[dict]], completions
         records.append({
             "id": s.id, "mode": mode, "prompt": prompt_text(messages[i // group_size]), "completion": text,
             "extracted": extracted_answer(scorer, text, s.answer_format), "answer": s.answer,
-            "answer_format": s.answer_format, "domain": s.fields.get("domain"),
-            "reasoning_type": list(s.meta.get("reasoning_type", [])),
+            "answer_format": s.answer_format, **table_fields(s),
             "rewards": {k: float(v[i]) for k, v in rewards.items()}, "total": float(total[i]),
             "correct": float(correct[i]) if correct is not None else math.nan,
         })
@@ -210,11 +220,13 @@ def _cell(row: dict[str, Any]) -> str:
 
 
 def table_markdown(rows: list[dict[str, Any]], title: str, caption: str | None = None) -> str:
-    """The paper's layout: one line of accuracies (Overall + the domains that have problems) with their standard
-    errors and a line of problem counts, then the reasoning types; what the figures are is said under the title,
+    """The paper's layout: one line of accuracies (Overall + the values of the first table group that have
+    problems; PhyX: the domains) with their standard errors and a line of problem counts, then one table per other
+    group (PhyX: the reasoning types); what the figures are is said under the title,
     then ``caption`` (how correctness was decided: :func:`protocol_caption`)."""
     overall = next(r for r in rows if r["group"] == "overall")
-    cells = [overall] + [r for r in rows if r["group"] == "domain"]
+    groups = list(dict.fromkeys(r["group"] for r in rows if r["group"] != "overall"))  # in the table's order
+    cells = [overall] + [r for r in rows if groups and r["group"] == groups[0]]
     per = sorted({r["completions"] // max(r["problems"], 1) for r in cells})
     each = f"{per[0]} completion{'s' * (per[0] != 1)} each" if len(per) == 1 else "completions per problem vary"
     out = [f"### {title}", "",
@@ -223,10 +235,9 @@ def table_markdown(rows: list[dict[str, Any]], title: str, caption: str | None =
            "| " + " | ".join(["Overall"] + [r["name"] for r in cells[1:]]) + " |", "|" + "---|" * len(cells),
            "| " + " | ".join(_cell(c) for c in cells) + " |",
            "| " + " | ".join(_problems(c["problems"]) for c in cells) + " |"]
-    types = [r for r in rows if r["group"] == "reasoning_type"]
-    if types:
-        out += ["", "| Reasoning type | Accuracy | Problems |", "|---|---|---|"]
-        out += [f"| {r['name']} | {_cell(r)} | {r['problems']} |" for r in types]
+    for group in groups[1:]:
+        out += ["", f"| {group.replace('_', ' ').capitalize()} | Accuracy | Problems |", "|---|---|---|"]
+        out += [f"| {r['name']} | {_cell(r)} | {r['problems']} |" for r in rows if r["group"] == group]
     if overall["unscorable"]:
         lost = overall["problems"] - overall["scored_problems"]
         out += ["", f"{overall['unscorable']} of {overall['completions']} completions could not be scored (NaN)"

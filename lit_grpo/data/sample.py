@@ -3,8 +3,9 @@ turn a sample into chat messages (system turn + a user turn with image and text 
 :mod:`lit_grpo.data.images`.
 
 The model's processor turns the messages into tokens with its own chat template. Templates (``TEMPLATES``):
-``visualsphinx_official`` and ``visualsphinx_seed`` (puzzles) here; a task registers its own (the PhyX task's
-``physics_rubric`` and ``phyx_official``, :mod:`lit_grpo.tasks.phyx.templates`).
+each task registers its own (VisualSphinx's ``visualsphinx_seed``, the data module's default, and
+``visualsphinx_official``: :mod:`lit_grpo.tasks.visualsphinx.templates`; the PhyX task's ``physics_rubric`` and
+``phyx_official``: :mod:`lit_grpo.tasks.phyx.templates`).
 """
 
 from __future__ import annotations
@@ -229,30 +230,6 @@ TEMPLATES: Registry[Callable[[Sample], tuple[str | None, str]]] = Registry("prom
 REFERENCES: Registry[Callable[[Sample], str]] = Registry("reference response", tasks=True)
 """Name -> the reference response (SFT target) of a sample, in the format a template asks for
 (:class:`lit_grpo.sft.SFTModule`'s ``reference``)."""
-
-SEED_SUFFIX = "Let's think step by step and output the final answer within \\boxed{}."
-R1V_INSTRUCTION = (
-    "You FIRST think about the reasoning process as an internal monologue and then provide the final "
-    "answer. The reasoning process MUST BE enclosed within <think> </think> tags. The final answer MUST "
-    "BE put in \\boxed{}."
-)
-
-
-def _choices(sample: Sample) -> str:
-    return "The choices are:\n" + "\n".join(f"{k}: {v}" for k, v in sample.options.items())
-
-
-@TEMPLATES.register("visualsphinx_official")
-def visualsphinx_official(sample: Sample) -> tuple[str | None, str]:
-    """VisualSphinx's training prompt: problem, choices, then the think-then-box instruction."""
-    return "You are a helpful assistant.", f"{sample.question}\n\n{_choices(sample)}\n\n{R1V_INSTRUCTION}"
-
-
-@TEMPLATES.register("visualsphinx_seed")
-def visualsphinx_seed(sample: Sample) -> tuple[str | None, str]:
-    """The seed paper's suffix: "Let's think step by step and output the final answer within \\boxed{}."."""
-    return None, f"{sample.question}\n\n{_choices(sample)}\n\n{SEED_SUFFIX}"
-
 
 def render_messages(sample: Sample, template: str, system_prompt: str | None = None) -> Messages:
     """Chat messages for ``sample``: ``system_prompt`` (if given) replaces the template's default."""

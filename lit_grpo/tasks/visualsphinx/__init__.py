@@ -1,5 +1,6 @@
-"""VisualSphinx: the reader of its puzzles and the embedded puzzle generator, registered into the core's
-``READERS`` (``visualsphinx``) and ``GENERATORS`` (``puzzles``); its rewards (``binary``, ``boxed_format``) are
+"""VisualSphinx: the reader of its puzzles, the embedded puzzle generator and its prompt templates, registered
+into the core's ``READERS`` (``visualsphinx``), ``GENERATORS`` (``puzzles``) and ``TEMPLATES``
+(``visualsphinx_seed``, ``visualsphinx_official``); its rewards (``binary``, ``boxed_format``) are
 the core's generic answer rewards (:mod:`lit_grpo.rewards.basic`)."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from typing import Annotated, Any, Callable
 
 from lit_grpo.data.datamodule import GENERATORS, READERS
 from lit_grpo.ranges import Range
+from lit_grpo.tasks.visualsphinx import templates  # noqa: F401  (registers the templates)
 from lit_grpo.tasks.visualsphinx.puzzles import PuzzleConfig, write_puzzles
 from lit_grpo.tasks.visualsphinx.reader import read_visualsphinx
 
