@@ -413,6 +413,27 @@ def declared_type(key: str, model_class: Any) -> Any:
     return tp if rest else None
 
 
+MOVED_CLASSES = {"lit_grpo.callbacks.AttentionOverlays": "lit_grpo.tasks.attention.overlays.AttentionOverlays"}
+"""Class paths that configs used to name -> where the class is now (a config that names the old path is told)."""
+
+_CLASS_PATH_PROBLEM = "Problem with given class_path '"
+
+
+def _class_path_problem(causes: list[BaseException]) -> str | None:
+    """``cannot import class_path '<path>': <why>`` when a class path in the error chain could not be imported
+    (jsonargparse otherwise reports only that no member of the option's type matched), with the new path of a
+    moved class (:data:`MOVED_CLASSES`); None when no class path failed."""
+    if not causes or not isinstance(causes[-1], (ImportError, AttributeError)):
+        return None  # the class imported; a problem with its arguments is reported as any other
+    text = next((_text(c) for c in reversed(causes) if _text(c).startswith(_CLASS_PATH_PROBLEM)), None)
+    if text is None:
+        return None
+    path = text[len(_CLASS_PATH_PROBLEM):].partition("'")[0]
+    why = " ".join(line.strip() for line in text.splitlines()[1:] if line.strip())
+    moved = f"; it moved to {MOVED_CLASSES[path]}" if path in MOVED_CLASSES else ""
+    return f"cannot import class_path '{path}'" + (f": {why}" if why else "") + moved
+
+
 def short_error(message: str, ex: BaseException | None = None, model_class: Any = None) -> str:
     """One line from a jsonargparse error ``ex`` (``message`` when there is none): the full key, then the innermost
     explanation.
@@ -448,6 +469,7 @@ def short_error(message: str, ex: BaseException | None = None, model_class: Any 
     for tp in (declared, *_NAMED_TYPES):
         if isinstance(tp, type):
             detail = detail.replace(str(tp), "None" if tp is type(None) else tp.__name__)
+    detail = _class_path_problem(causes) or detail
     detail = detail[0].lower() + detail[1:] if detail[:1].isupper() and not detail[1:2].isupper() else detail
     text = f"{key}: {detail}" if key else detail
     return text if len(text) <= 300 else text[:297] + "..."

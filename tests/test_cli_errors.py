@@ -84,3 +84,18 @@ def test_a_judge_setting_is_found_field_by_field():
     with pytest.raises(ValueError) as err:
         build_reward(RewardSpec("rubric", kwargs={"judge": {"model": "m", "num_judges": "three"}}))
     assert str(err.value) == "reward 'rubric' option 'judge.num_judges': expected int, got three"
+
+
+@pytest.mark.parametrize("arg, line", [
+    # a moved class: the old path is named with its new one
+    ("--trainer.callbacks+=lit_grpo.callbacks.AttentionOverlays",
+     "error: trainer.callbacks: cannot import class_path 'lit_grpo.callbacks.AttentionOverlays': module "
+     "'lit_grpo.callbacks' has no attribute 'AttentionOverlays'; it moved to "
+     "lit_grpo.tasks.attention.overlays.AttentionOverlays"),
+    # any class path that cannot be imported says so, not only that no member of the option's type matched
+    ("--trainer.callbacks+=no_such_pkg.Callback",
+     "error: trainer.callbacks: cannot import class_path 'no_such_pkg.Callback': No module named 'no_such_pkg'"),
+])
+def test_a_class_path_that_cannot_be_imported_is_named(capsys, arg, line):
+    assert _error(capsys, arg) == line
+
