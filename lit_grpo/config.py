@@ -275,3 +275,8 @@ class AttentionConfig(Checked):
         super().__post_init__()
         if self.row not in ROWS:
             raise ValueError(f"attention.row must be one of {list(ROWS)}, got {self.row!r}")
+        from lit_grpo.families import GRIDS
+
+        if self.grid is not None and self.grid not in GRIDS:
+            raise ValueError(f"attention.grid must be one of {list(GRIDS)} (or null: the family's default), "
+                             f"got {self.grid!r}")

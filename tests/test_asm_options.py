@@ -22,6 +22,8 @@ def test_row_weights_by_hand():
         token_weights(valid, "last")
     with pytest.raises(ValueError, match=r"attention.row must be one of \['own', 'final'\]"):
         AttentionConfig(row="mean")
+    with pytest.raises(ValueError, match=r"attention.grid must be one of \['base', 'tiles', 'all'\] \(or null"):
+        AttentionConfig(grid="tile")
     assert AttentionConfig().row == "own" and AttentionConfig().grid is None  # today's choices are the defaults
 
 

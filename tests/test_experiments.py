@@ -227,6 +227,14 @@ def test_runner_end_to_end_on_a_tiny_model(tmp_path, tiny_model_dir, scripted_po
     stamps = {p: p.stat().st_mtime for p in (out / "runs").glob("*/*.json")}
     execute(exp)
     assert {p: p.stat().st_mtime for p in (out / "runs").glob("*/*.json")} == stamps
+    assert "Made by other code" not in (out / "phyx_table.md").read_text()  # every run made by this checkout
+    # a run another version of the code made is still reused (reuse is keyed on configs, arguments, weights), and named
+    record = out / "runs" / "mcq_asm_s0" / "fit.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "code": "0" * 16}))
+    execute(exp)
+    md = (out / "phyx_table.md").read_text()
+    assert f"Made by other code than this checkout's (lit_grpo sources {exp.code}; " in md
+    assert f"reused as they are: 1 of {len(exp.runs())} runs (mcq_asm_s0)." in md
 
 
 def test_seeds_section_ranks_per_seed_and_pools_over_seeds():
@@ -252,6 +260,16 @@ def test_seeds_section_ranks_per_seed_and_pools_over_seeds():
 @pytest.mark.parametrize("args, message", [
     (["--seeds", "[]"], "error: phyx: seeds must name at least one training seed, e.g. [0, 1]"),
     (["--jobs", "0"], "error: phyx: jobs must be >= 1 (runs at once), got 0"),
+    # the sweep's runs are resolved at parse time: an empty sweep, an unknown condition or a reward the condition
+    # lacks is one line before any work, not a traceback from the first run
+    (["--sweeps", "[{condition: asm, settings: []}]"],
+     "error: phyx: sweep asm: settings is empty; give at least one, e.g. [{aggregation: normalize_then_sum, "
+     "weight: 1.0}]"),
+    (["--sweeps", "[{condition: bogus, settings: [{weight: 1.0}]}]"],
+     "error: phyx: sweep: unknown condition 'bogus' (conditions ['asm', 'fmt_acc', 'rubric'])"),
+    (["--sweeps", "[{condition: fmt_acc, reference: asm, settings: [{weight: 1.0}]}]"],
+     "error: phyx: sweep: no reward 'attention' in the rewards of ['configs/demo_phyx_mcq.yaml'] "
+     "(they hold ['format', 'accuracy'])"),
 ])
 def test_runner_settings_out_of_range_are_one_line(capsys, args, message):
     from lit_grpo.tasks.phyx.experiments import parse

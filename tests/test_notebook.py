@@ -20,7 +20,7 @@ def test_notebook_is_committed_without_outputs():
     assert "DATA = None" in code[0].source
     # the default comparison: the shipped warm start against the shipped ASM policy (paths from notebooks/)
     defaults = dict(re.findall(r'^(MODEL|COMPARE_WITH) = "([^"]+)"', code[0].source, re.M))
-    assert defaults == {"MODEL": "../checkpoints/demo_phyx", "COMPARE_WITH": "../checkpoints/demo_phyx_oe_asm"}
+    assert defaults == {"MODEL": "../checkpoints/demo_phyx", "COMPARE_WITH": "../checkpoints/demo_phyx_oe_asm_norm1"}
     for folder in defaults.values():
         assert (NOTEBOOK.parent / folder / "model.safetensors").is_file(), folder
 

@@ -256,7 +256,7 @@ def completion_asm(scores: Tensor, valid: Tensor, row: str = "own") -> Tensor:
     ``own`` divides the sum by the count (:func:`row_token_mean`) rather than summing ``1 / count``-weighted
     scores: three tokens scoring 0.1 give 0.1 exactly in float32, not 0.10000000894. The two differ only in the
     last bit, but through 120 GRPO steps at attention weight 100 that bit trains another policy (the paper table's
-    cells in docs/paper_table.md are reproduced with this order; ``benchmarks/reproduce_demo_phyx_oe_asm.py``
+    cells in docs/paper_table.md are reproduced with this order; ``benchmarks/reproduce_demo_phyx_oe_asm_norm1.py``
     checks the shipped ASM policy bit for bit).
 
     Shape: ``[N, T]``, ``[N, T]`` bool -> ``[N]``.

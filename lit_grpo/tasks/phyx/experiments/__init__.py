@@ -29,8 +29,10 @@ def parse(args: list[str] | None = None) -> PhyxExperiment:
     cfg = parser.parse_args(args).phyx
     cfg.pop("config", None)
     try:
-        return PhyxExperiment(**{k: v for k, v in vars(phyx.instantiate(cfg)).items() if not k.startswith("__")})
-    except ValueError as exc:  # a setting out of range: one line, as the training CLI says it
+        exp = PhyxExperiment(**{k: v for k, v in vars(phyx.instantiate(cfg)).items() if not k.startswith("__")})
+        exp.runs()  # every run resolved before any work: an unknown condition or swept reward is refused here
+        return exp
+    except ValueError as exc:  # a setting out of range or a run that cannot be built: one line, as the CLI says it
         parser.exit(2, f"error: phyx: {exc}\n")
 
 

@@ -16,6 +16,7 @@ unchanged is reused; ``force`` redoes it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -141,6 +142,11 @@ class PhyxExperiment:
             raise ValueError("seeds must name at least one training seed, e.g. [0, 1]")
         if self.jobs < 1:
             raise ValueError(f"jobs must be >= 1 (runs at once), got {self.jobs}")
+
+    @functools.cached_property
+    def code(self) -> str:
+        """:func:`code_version` of this checkout (each run's record keeps the one that made it)."""
+        return code_version()
 
     def runs(self) -> list[Run]:
         """The SFT row per format, each condition per format for the first seed, the controls, then the other
@@ -285,6 +291,17 @@ class LoadSampler:
         return False
 
 
+def code_version() -> str:
+    """A hash of the lit_grpo package's Python sources (16 hex digits): the code that made a run. Each run's record
+    keeps it; reuse does not depend on it (a docs-only change would redo every run), but the report names the runs
+    that other code made, since a last-bit change in a reward can train another policy."""
+    root = Path(__file__).resolve().parents[3]  # lit_grpo/
+    digest = hashlib.sha256()
+    for f in sorted(root.rglob("*.py")):
+        digest.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def _stamp(args: list[str], files: list[str], weights: str) -> str:
     """What a run's reuse is keyed on: its config files and the files they extend (``_base_``), the start weights
     and the arguments."""
@@ -314,7 +331,8 @@ def run_one(exp: PhyxExperiment, run: Run) -> dict[str, Any]:
             for old in tb.glob("events.out.tfevents.*") if tb.is_dir() else []:
                 old.unlink()  # a rerun replaces the run's curves
             rc, wall = launch(args, folder / "fit.log", exp.launcher)
-            done = {"stamp": stamp, "rc": rc, "wall_s": wall, "command": "python -m lit_grpo " + " ".join(args)}
+            done = {"stamp": stamp, "rc": rc, "wall_s": wall, "command": "python -m lit_grpo " + " ".join(args),
+                    "code": exp.code}
             (folder / "fit.json").write_text(json.dumps(done, indent=1))
             status["fit_ran"] = True
         status["fit"] = done
@@ -328,7 +346,8 @@ def run_one(exp: PhyxExperiment, run: Run) -> dict[str, Any]:
     if done is None:
         folder.mkdir(parents=True, exist_ok=True)
         rc, wall = launch(args, folder / "eval.log", exp.launcher)
-        done = {"stamp": stamp, "rc": rc, "wall_s": wall, "command": "python -m lit_grpo " + " ".join(args)}
+        done = {"stamp": stamp, "rc": rc, "wall_s": wall, "command": "python -m lit_grpo " + " ".join(args),
+                "code": exp.code}
         (folder / "eval.json").write_text(json.dumps(done, indent=1))
     status["eval"] = done
     return status

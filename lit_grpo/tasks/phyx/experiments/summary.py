@@ -230,6 +230,11 @@ def _runs_section(exp: PhyxExperiment, runs: list[Run], statuses: list[dict], sf
     if load:
         out.append(f"Machine load (1-minute load average, sampled every {LOAD_EVERY_S:g} s while it ran): mean "
                    f"{sum(load) / len(load):.1f}, min {min(load):.1f}, max {max(load):.1f}, on {os.cpu_count()} cores.")
+    other = sorted({s["name"] for s in statuses for k in ("fit", "eval") if s.get(k) and s[k].get("code") != exp.code})
+    if other:
+        out.append(f"Made by other code than this checkout's (lit_grpo sources {exp.code}; or recorded before runs "
+                   f"kept it), reused as they are: {len(other)} of {len(statuses)} runs ({', '.join(other)}). "
+                   f"`--force true` redoes them.")
     by_name = {r.name: r for r in runs}
     short = [s["name"] for s in statuses if "stopped early" in _steps(exp, by_name[s["name"]])]
     if short:

@@ -60,6 +60,9 @@ class Sweep:
     """Title of the sweep's tables."""
 
     def __post_init__(self):
+        if not self.settings:
+            raise ValueError(f"sweep {self.condition}: settings is empty; give at least one, e.g. "
+                             f"[{{aggregation: normalize_then_sum, weight: 1.0}}]")
         for s in self.settings:
             if s.aggregation not in AGGREGATIONS:
                 raise ValueError(f"sweep {self.condition}: aggregation must be one of {list(AGGREGATIONS)}, "

@@ -1,6 +1,6 @@
-"""Whether this checkout trains ``checkpoints/demo_phyx_oe_asm`` again, bit for bit.
+"""Whether this checkout trains ``checkpoints/demo_phyx_oe_asm_norm1`` again, bit for bit.
 
-    python benchmarks/reproduce_demo_phyx_oe_asm.py       # about 2 minutes on one idle core
+    python benchmarks/reproduce_demo_phyx_oe_asm_norm1.py       # about 2 minutes on one idle core
 
 The shipped checkpoint is the attention sweep's run ``oe_asm_norm_w1_s0``: the SFT warm start
 ``checkpoints/demo_phyx`` trained 100 GRPO steps (4 prompts x 8 completions, open-ended, format + accuracy +
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHIPPED = ROOT / "checkpoints" / "demo_phyx_oe_asm" / "model.safetensors"
+SHIPPED = ROOT / "checkpoints" / "demo_phyx_oe_asm_norm1" / "model.safetensors"
 REWARDS = ('[{"name": "format", "weight": 1.0}, {"name": "open_accuracy", "weight": 1.0}, '
            '{"name": "attention", "weight": 1.0}]')
 OVERLAY = """seed_everything: 0
