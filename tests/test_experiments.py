@@ -228,6 +228,11 @@ def test_runner_end_to_end_on_a_tiny_model(tmp_path, tiny_model_dir, scripted_po
     execute(exp)
     assert {p: p.stat().st_mtime for p in (out / "runs").glob("*/*.json")} == stamps
     assert "Made by other code" not in (out / "phyx_table.md").read_text()  # every run made by this checkout
+    # a config's comments and layout are not what a run is keyed on: editing them redoes nothing
+    overlay = tmp_path / "tiny_mcq.yaml"
+    overlay.write_text("# a comment added after the runs\n\n" + overlay.read_text() + "\n# and one at the end\n")
+    execute(exp)
+    assert {p: p.stat().st_mtime for p in (out / "runs").glob("*/*.json")} == stamps
     # a run another version of the code made is still reused (reuse is keyed on configs, arguments, weights), and named
     record = out / "runs" / "mcq_asm_s0" / "fit.json"
     record.write_text(json.dumps({**json.loads(record.read_text()), "code": "0" * 16}))
@@ -265,6 +270,9 @@ def test_seeds_section_ranks_per_seed_and_pools_over_seeds():
     (["--sweeps", "[{condition: asm, settings: []}]"],
      "error: phyx: sweep asm: settings is empty; give at least one, e.g. [{aggregation: normalize_then_sum, "
      "weight: 1.0}]"),
+    (["--sweeps", "[{condition: asm, reference: asm, settings: [{weight: 1.0}]}]"],
+     "error: phyx: sweep asm: the reference must be another condition than the one swept (e.g. reference: fmt_acc), "
+     "got 'asm'"),
     (["--sweeps", "[{condition: bogus, settings: [{weight: 1.0}]}]"],
      "error: phyx: sweep: unknown condition 'bogus' (conditions ['asm', 'fmt_acc', 'rubric'])"),
     (["--sweeps", "[{condition: fmt_acc, reference: asm, settings: [{weight: 1.0}]}]"],

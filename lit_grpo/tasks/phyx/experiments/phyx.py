@@ -89,11 +89,23 @@ class Run:
 
 
 def _file_hash(paths: list[str]) -> str:
+    """A hash of ``paths`` and their contents; a YAML file counts by what it sets (its parsed content), so an edit
+    of its comments or layout does not redo a run."""
     h = hashlib.sha256()
     for p in paths:
         h.update(p.encode())
-        h.update(Path(p).read_bytes() if Path(p).is_file() else b"<missing>")
+        if not Path(p).is_file():
+            h.update(b"<missing>")
+        elif p.endswith((".yaml", ".yml")):
+            h.update(json.dumps(yaml.safe_load(Path(p).read_text()), sort_keys=True, default=str).encode())
+        else:
+            h.update(Path(p).read_bytes())
     return h.hexdigest()[:16]
+
+
+def _say(text: str) -> None:
+    """One progress line on stderr (the report goes to stdout at the end)."""
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
 
 @dataclasses.dataclass
@@ -326,7 +338,10 @@ def run_one(exp: PhyxExperiment, run: Run) -> dict[str, Any]:
         args = ["fit", *_configs([*run.configs, overlay]), *run.fit_args]
         stamp = _stamp(args, run.configs, exp.warm_start)
         done = _done(folder / "fit.json", stamp, exp.force)
+        if done is not None:
+            _say(f"{run.name}: fit reused (runs/{run.name}/fit.json)")
         if done is None:
+            _say(f"{run.name}: fit started (log: {folder / 'fit.log'})")
             tb = exp.path("tb", run.name)
             for old in tb.glob("events.out.tfevents.*") if tb.is_dir() else []:
                 old.unlink()  # a rerun replaces the run's curves
@@ -335,6 +350,7 @@ def run_one(exp: PhyxExperiment, run: Run) -> dict[str, Any]:
                     "code": exp.code}
             (folder / "fit.json").write_text(json.dumps(done, indent=1))
             status["fit_ran"] = True
+            _say(f"{run.name}: fit {'done' if rc == 0 else f'FAILED (exit {rc})'} in {wall / 60:.1f} min")
         status["fit"] = done
         if done["rc"] != 0:
             return status
@@ -343,12 +359,16 @@ def run_one(exp: PhyxExperiment, run: Run) -> dict[str, Any]:
     args = ["predict", *_configs([*run.configs, exp.eval_config, overlay]), *exp.eval_args]
     stamp = _stamp(args, [*run.configs, exp.eval_config], model)
     done = None if status.get("fit_ran") else _done(folder / "eval.json", stamp, exp.force)
+    if done is not None:
+        _say(f"{run.name}: evaluation reused")
     if done is None:
+        _say(f"{run.name}: evaluation started (log: {folder / 'eval.log'})")
         folder.mkdir(parents=True, exist_ok=True)
         rc, wall = launch(args, folder / "eval.log", exp.launcher)
         done = {"stamp": stamp, "rc": rc, "wall_s": wall, "command": "python -m lit_grpo " + " ".join(args),
                 "code": exp.code}
         (folder / "eval.json").write_text(json.dumps(done, indent=1))
+        _say(f"{run.name}: evaluation {'done' if rc == 0 else f'FAILED (exit {rc})'} in {wall / 60:.1f} min")
     status["eval"] = done
     return status
 

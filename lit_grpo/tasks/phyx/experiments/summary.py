@@ -223,8 +223,9 @@ def _signal_section(exp: PhyxExperiment, runs: list[Run], first: int | None) -> 
 def _runs_section(exp: PhyxExperiment, runs: list[Run], statuses: list[dict], sft: dict | None, wall_s: float,
                   failed: list[str], load: list[float]) -> list[str]:
     spent = sum((s.get(k) or {}).get("wall_s", 0) for s in statuses for k in ("fit", "eval"))
-    out = ["### Runs", "", f"Wall time of this invocation: {wall_s / 60:.1f} min (reused runs cost nothing); the "
-           f"runs' own fit and evaluation times add up to {spent / 60:.1f} min ({exp.jobs} at a time)."]
+    out = ["### Runs", "", f"Wall time of this invocation: {wall_s / 60:.1f} min (reused runs cost nothing). The "
+           f"runs' own fit and evaluation times, as each run's record gives them (a reused run's from the invocation "
+           f"that made it), add up to {spent / 60:.1f} min ({exp.jobs} at a time)."]
     if sft:
         out.append(f"Warm start trained here in {sft['wall_s'] / 60:.1f} min: `{sft['command']}`.")
     if load:

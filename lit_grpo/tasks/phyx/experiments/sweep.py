@@ -60,6 +60,9 @@ class Sweep:
     """Title of the sweep's tables."""
 
     def __post_init__(self):
+        if self.reference == self.condition:
+            raise ValueError(f"sweep {self.condition}: the reference must be another condition than the one swept "
+                             f"(e.g. reference: fmt_acc), got {self.reference!r}")
         if not self.settings:
             raise ValueError(f"sweep {self.condition}: settings is empty; give at least one, e.g. "
                              f"[{{aggregation: normalize_then_sum, weight: 1.0}}]")
