@@ -273,6 +273,11 @@ def test_seeds_section_ranks_per_seed_and_pools_over_seeds():
     (["--sweeps", "[{condition: asm, reference: asm, settings: [{weight: 1.0}]}]"],
      "error: phyx: sweep asm: the reference must be another condition than the one swept (e.g. reference: fmt_acc), "
      "got 'asm'"),
+    # a key typo or a wrong type is one line naming the key, not the usage block
+    (["--sweeps", "[{condition: asm, setings: []}]"], "error: phyx: sweeps: option 'setings' is not accepted"),
+    (["--sweeps", '[{condition: asm, settings: [{weight: "one"}]}]'],
+     "error: phyx: sweeps.settings.weight: expected a float. Got value: one"),
+    (["--jobz", "3"], "error: phyx: unrecognized arguments: --jobz 3"),
     (["--sweeps", "[{condition: bogus, settings: [{weight: 1.0}]}]"],
      "error: phyx: sweep: unknown condition 'bogus' (conditions ['asm', 'fmt_acc', 'rubric'])"),
     (["--sweeps", "[{condition: fmt_acc, reference: asm, settings: [{weight: 1.0}]}]"],

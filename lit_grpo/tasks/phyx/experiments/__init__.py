@@ -21,12 +21,21 @@ def parse(args: list[str] | None = None) -> PhyxExperiment:
     from jsonargparse import ActionConfigFile, ArgumentParser, set_parsing_settings
 
     set_parsing_settings(docstring_parse_attribute_docstrings=True)
-    parser = ArgumentParser(prog="python -m lit_grpo.tasks.phyx.experiments", description="Run an experiment and write its table.")
-    phyx = ArgumentParser(description="The physics paper's table: SFT and three GRPO conditions, MCQ and OE.")
+    from jsonargparse import ArgumentError
+
+    from lit_grpo.cli_args import short_error
+
+    parser = ArgumentParser(prog="python -m lit_grpo.tasks.phyx.experiments", description="Run an experiment and write its table.",
+                            exit_on_error=False)
+    phyx = ArgumentParser(description="The physics paper's table: SFT and three GRPO conditions, MCQ and OE.",
+                          exit_on_error=False)
     phyx.add_argument("--config", action=ActionConfigFile, help="experiment YAML, e.g. configs/experiments/phyx_demo.yaml")
     phyx.add_class_arguments(PhyxExperiment)
     parser.add_subcommands().add_subcommand("phyx", phyx)
-    cfg = parser.parse_args(args).phyx
+    try:
+        cfg = parser.parse_args(args).phyx
+    except ArgumentError as exc:  # a typo or a wrong type, named by its key in one line (as the training CLI)
+        parser.exit(2, f"error: phyx: {short_error(str(exc), exc)}\n")
     cfg.pop("config", None)
     try:
         exp = PhyxExperiment(**{k: v for k, v in vars(phyx.instantiate(cfg)).items() if not k.startswith("__")})
