@@ -231,7 +231,8 @@ def _run_dir(trainer: L.Trainer) -> Path:
 
 class AccuracyTable(L.Callback):
     """At the end of ``test``: the paper's accuracy table, overall and per value of each field a task groups it by
-    (PhyX: per domain and per reasoning type), each accuracy with its standard error over problems (:func:`~lit_grpo.evaluation.accuracy_table`).
+    (PhyX: per domain and per reasoning type), each accuracy with its standard error over problems
+    (:func:`~lit_grpo.evaluation.accuracy_table`).
 
     Reads the ``id`` and ``correct`` fields of the records ``test_step`` returns (the module's
     ``evaluation.scorer``). For each evaluation mode (``greedy``, ``sampled``) it writes

@@ -18,7 +18,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable
 
 import torch
 
@@ -128,11 +128,12 @@ def prompt_text(messages: list[dict]) -> str:
     return "\n".join(parts)
 
 
-def table_fields(sample: Sample) -> dict[str, Any]:
-    """The sample's value of each field the accuracy table groups by (:data:`TABLE_GROUPS`; PhyX: ``domain``, one
-    value, and ``reasoning_type``, a list), read from its task fields, then its metadata; None when it has none."""
+def table_fields(sample: Sample, fields: Iterable[str] | None = None) -> dict[str, Any]:
+    """The sample's value of each field the accuracy table groups by (``fields``, default :data:`TABLE_GROUPS`; PhyX:
+    ``domain``, one value, and ``reasoning_type``, a list), read from its task fields, then its metadata; None when
+    it has none."""
     out = {}
-    for field in TABLE_GROUPS.entries():
+    for field in TABLE_GROUPS.entries() if fields is None else fields:
         value = sample.fields.get(field, sample.meta.get(field))
         out[field] = list(value) if isinstance(value, (list, tuple)) else value
     return out
@@ -142,13 +143,13 @@ def build_records(samples: list[Sample], messages: list[list[dict]], completions
                   rewards: dict[str, list[float]], total: list[float], correct: list[float] | None,
                   group_size: int, mode: str, scorer: str | None) -> list[dict[str, Any]]:
     """One record per completion; completion ``i`` belongs to sample ``i // group_size``."""
-    records = []
+    records, groups = [], list(TABLE_GROUPS.entries())
     for i, text in enumerate(completions):
         s = samples[i // group_size]
         records.append({
             "id": s.id, "mode": mode, "prompt": prompt_text(messages[i // group_size]), "completion": text,
             "extracted": extracted_answer(scorer, text, s.answer_format), "answer": s.answer,
-            "answer_format": s.answer_format, **table_fields(s),
+            "answer_format": s.answer_format, **table_fields(s, groups),
             "rewards": {k: float(v[i]) for k, v in rewards.items()}, "total": float(total[i]),
             "correct": float(correct[i]) if correct is not None else math.nan,
         })

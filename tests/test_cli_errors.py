@@ -95,6 +95,12 @@ def test_a_judge_setting_is_found_field_by_field():
     # any class path that cannot be imported says so, not only that no member of the option's type matched
     ("--trainer.callbacks+=no_such_pkg.Callback",
      "error: trainer.callbacks: cannot import class_path 'no_such_pkg.Callback': No module named 'no_such_pkg'"),
+    # the same for the other class-valued options: the model and the logger
+    ("--model=lit_grpo.GRPOModul",
+     "error: model: cannot import class_path 'lit_grpo.GRPOModul': module 'lit_grpo' has no attribute 'GRPOModul'"),
+    ("--trainer.logger=lit_grpo.loggers.NoLogger",
+     "error: trainer.logger: cannot import class_path 'lit_grpo.loggers.NoLogger': module 'lit_grpo.loggers' has no "
+     "attribute 'NoLogger'"),
 ])
 def test_a_class_path_that_cannot_be_imported_is_named(capsys, arg, line):
     assert _error(capsys, arg) == line
