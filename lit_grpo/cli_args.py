@@ -25,6 +25,7 @@ import importlib
 import inspect
 import json
 import os
+import re
 import types
 import typing
 from pathlib import Path
@@ -157,6 +158,13 @@ def check_override(key: str, model_class: Any, value: str | None = None) -> None
         for part in reversed(key.split(".")):
             given = {part: given}
         _check_tree(given, model_class, "--")
+    if head == "data" and not rest and _looks_like_class_path(value):
+        raise ConfigError(f"--{key}: {value!r} is a class path, but data is lit_grpo's one data module (not a class "
+                          "to choose): set its options (--data.train=...; fit --help lists them) or give a YAML "
+                          "file of them")
+    if head in ("data", "trainer") and not rest and value and value.endswith((".yaml", ".yml", ".json")) \
+            and not Path(value).is_file():
+        raise ConfigError(f"--{key}: config file {value!r} not found (relative paths are read from {os.getcwd()})")
     root_type = _roots(model_class).get(head)
     if root_type is None or not rest:
         return
@@ -167,6 +175,12 @@ def check_override(key: str, model_class: Any, value: str | None = None) -> None
         if model_class is None:
             return
     check_key(root_type, rest, f"--{key}")
+
+
+def _looks_like_class_path(value: str | None) -> bool:
+    """``a.b.C``: dotted identifiers, not a config file that exists or is named by its suffix."""
+    return bool(value) and re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+", value) is not None \
+        and not value.endswith((".yaml", ".yml", ".json")) and not Path(value).exists()
 
 
 def _mapping(value: str | None) -> dict | None:
@@ -417,6 +431,8 @@ MOVED_CLASSES = {"lit_grpo.callbacks.AttentionOverlays": "lit_grpo.tasks.attenti
 """Class paths that configs used to name -> where the class is now (a config that names the old path is told)."""
 
 _CLASS_PATH_PROBLEM = "Problem with given class_path '"
+_NO_MODEL_CLASS = _CLASS_PATH_PROBLEM + "lightning.LightningModule'"
+"""What jsonargparse reports when the model's options came without a class_path: it tried the option's base class."""
 
 
 def _class_path_problem(causes: list[BaseException]) -> str | None:
@@ -470,6 +486,10 @@ def short_error(message: str, ex: BaseException | None = None, model_class: Any 
         if isinstance(tp, type):
             detail = detail.replace(str(tp), "None" if tp is type(None) else tp.__name__)
     detail = _class_path_problem(causes) or detail
+    if key == "model" and _NO_MODEL_CLASS in message:  # jsonargparse tried the base class: no config named one
+        detail = ("options given but no class_path (e.g. `model: {class_path: lit_grpo.GRPOModule}`); a config "
+                  "that changes a few options of another (an overlay) goes after it: --config BASE.yaml --config "
+                  f"OVERLAY.yaml ({detail[:1].lower() + detail[1:]})")
     detail = detail[0].lower() + detail[1:] if detail[:1].isupper() and not detail[1:2].isupper() else detail
     text = f"{key}: {detail}" if key else detail
     return text if len(text) <= 300 else text[:297] + "..."

@@ -72,7 +72,8 @@ class PolicyConfig(Checked):
     local_files_only: bool = False
     """Never reach a hub (set ``HF_HUB_OFFLINE=1`` to the same effect)."""
     extra_stop_tokens: list[str] = dataclasses.field(default_factory=list)
-    """Tokens that end a completion besides EOS and the chat template's end-of-turn token."""
+    """Tokens that end a completion besides EOS and the chat template's end-of-turn token; each must be one token
+    of the vocabulary (e.g. ``<|end|>``), a string the tokenizer splits is refused."""
 
 
 def check_model_path(path: str, local_files_only: bool = False, name: str = "model folder",
@@ -259,8 +260,18 @@ def _token_id(tokenizer, token: str) -> int | None:
 
 
 def stop_token_ids(model: nn.Module, processor, extra: list[str] | tuple = ()) -> list[int]:
-    """Tokenizer EOS ∪ generation-config EOS ∪ the chat template's end-of-turn token ∪ ``extra``."""
+    """Tokenizer EOS ∪ generation-config EOS ∪ the chat template's end-of-turn token ∪ ``extra``.
+
+    Raises:
+        ValueError: a token of ``extra`` is not one token of the vocabulary (the sampler stops on one id, so a
+            string the tokenizer splits, e.g. ``"</answer>"`` without an added token, could never stop it).
+    """
     tok = getattr(processor, "tokenizer", processor)
+    for token in extra:
+        if _token_id(tok, token) is None:
+            pieces = tok.tokenize(token) if isinstance(token, str) and token else []
+            raise ValueError(f"policy.extra_stop_tokens: {token!r} is not one token of this tokenizer (it splits "
+                             f"into {pieces}); give a token of its vocabulary, or add it to the tokenizer first")
     ids: set[int] = set()
     if tok.eos_token_id is not None:
         ids.add(int(tok.eos_token_id))

@@ -105,3 +105,61 @@ def test_a_judge_setting_is_found_field_by_field():
 def test_a_class_path_that_cannot_be_imported_is_named(capsys, arg, line):
     assert _error(capsys, arg) == line
 
+
+
+OVERLAY_LINE = ("error: model: options given but no class_path (e.g. `model: {class_path: lit_grpo.GRPOModule}`); a "
+                "config that changes a few options of another (an overlay) goes after it: --config BASE.yaml --config "
+                "OVERLAY.yaml (WHY)")
+
+
+@pytest.mark.parametrize("args, why", [
+    # an overlay config given alone (README's ASM overlay without its base)
+    (["--config", "configs/demo_phyx_mcq_asm.yaml"], "option 'rewards' is not accepted"),
+    (["--config", "configs/demo_phyx_oe_rubric.yaml"], "option 'rewards' is not accepted"),
+    # model options on the command line with no config at all
+    (["--model.init_args.grpo.beta=0.1"], "unrecognized arguments: --grpo.beta=0.1"),
+])
+def test_model_options_without_a_class_path_say_so(capsys, args, why):
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", *args, "--print_config"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.strip() == OVERLAY_LINE.replace("WHY", why), err
+
+
+def test_an_overlay_after_its_base_is_accepted(capsys):
+    with pytest.raises(SystemExit) as exc:  # --print_config exits 0 after printing the merged config
+        main(["fit", "--config", "configs/demo_phyx_mcq.yaml", "--config", "configs/demo_phyx_mcq_asm.yaml",
+              "--print_config"])
+    out = capsys.readouterr().out
+    assert exc.value.code in (0, None) and "name: attention" in out and "weight: 100.0" in out
+
+
+@pytest.mark.parametrize("arg, line", [
+    ("--data=lit_grpo.nothing.Foo",
+     "error: --data: 'lit_grpo.nothing.Foo' is a class path, but data is lit_grpo's one data module (not a class to "
+     "choose): set its options (--data.train=...; fit --help lists them) or give a YAML file of them"),
+    ("--data=lit_grpo.data.datamodule.VLMDataModule",
+     "error: --data: 'lit_grpo.data.datamodule.VLMDataModule' is a class path, but data is lit_grpo's one data module "
+     "(not a class to choose): set its options (--data.train=...; fit --help lists them) or give a YAML file of them"),
+])
+def test_a_class_path_for_data_is_refused_by_name(capsys, arg, line):
+    assert _error(capsys, arg) == line
+
+
+@pytest.mark.parametrize("key", ["data", "trainer"])
+@pytest.mark.parametrize("name", ["missing.yaml", "sub/missing.yml", "missing.json"])
+def test_a_missing_group_config_file_is_named(capsys, tmp_path, monkeypatch, key, name):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "demo.yaml").write_text("model: {class_path: lit_grpo.GRPOModule}\n")
+    assert _error(capsys, f"--{key}={name}") == \
+        f"error: --{key}: config file {name!r} not found (relative paths are read from {tmp_path})"
+
+
+def test_a_group_config_file_is_read(capsys, tmp_path):
+    path = tmp_path / "data.yaml"
+    path.write_text("batch_size: 0\n")
+    with pytest.raises(SystemExit) as exc:  # its range is checked after parsing (--print_config stops before)
+        main(["fit", "--config", "configs/demo.yaml", f"--data={path}"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.strip() == "error: data.batch_size must be >= 1 (prompts per step), got 0"

@@ -2,6 +2,8 @@
 when the checkpoint's tokenizer registers the tags as special tokens: only padding, stop tokens and image tokens are
 dropped."""
 
+import re
+
 import pytest
 import torch
 
@@ -85,3 +87,20 @@ def test_both_engines_decode_what_they_sampled_the_same_way(share_prefix):
         kept = [i for i, m in zip(row.tolist(), mask.tolist()) if m and i not in drop]
         assert text == tok.decode(kept, skip_special_tokens=False)
     assert any("<|user|>" in text for text in rollout.completions)  # a special token sampled is text like any other
+
+
+@pytest.mark.parametrize("family", BUILDERS.names())
+def test_extra_stop_tokens_must_be_single_tokens(family):
+    """An extra stop token is one id the sampler stops on: a token of the vocabulary joins the stop ids; a string the
+    tokenizer splits (which could never stop a completion) is refused by name, not ignored."""
+    model, processor = build_vlm(family)
+    tok = processor.tokenizer
+    base = stop_token_ids(model, processor)
+    tok.add_special_tokens({"additional_special_tokens": ["<stop_here>"]})
+    added = tok.convert_tokens_to_ids("<stop_here>")
+    assert added not in base
+    assert stop_token_ids(model, processor, ["<stop_here>"]) == sorted({*base, added})
+    assert len(tok.tokenize("</answer> done")) > 1
+    for bad in ("</answer> done", "", "<never_added>"):
+        with pytest.raises(ValueError, match=rf"extra_stop_tokens: {re.escape(repr(bad))} is not one token"):
+            stop_token_ids(model, processor, [bad])
