@@ -101,10 +101,16 @@ def test_a_judge_setting_is_found_field_by_field():
     ("--trainer.logger=lit_grpo.loggers.NoLogger",
      "error: trainer.logger: cannot import class_path 'lit_grpo.loggers.NoLogger': module 'lit_grpo.loggers' has no "
      "attribute 'NoLogger'"),
+    # data is one class, not an option of classes: a class path given for it is named as such
+    ("--data=lit_grpo.nothing.Foo",
+     "error: --data: 'lit_grpo.nothing.Foo' is a class path, but data is lit_grpo's one data module (not a class to "
+     "choose): set its options (--data.train=...; fit --help lists them) or give a YAML file of them"),
+    ("--data=lit_grpo.data.datamodule.VLMDataModule",
+     "error: --data: 'lit_grpo.data.datamodule.VLMDataModule' is a class path, but data is lit_grpo's one data module "
+     "(not a class to choose): set its options (--data.train=...; fit --help lists them) or give a YAML file of them"),
 ])
 def test_a_class_path_that_cannot_be_imported_is_named(capsys, arg, line):
     assert _error(capsys, arg) == line
-
 
 
 OVERLAY_LINE = ("error: model: options given but no class_path (e.g. `model: {class_path: lit_grpo.GRPOModule}`); a "
@@ -132,18 +138,6 @@ def test_an_overlay_after_its_base_is_accepted(capsys):
               "--print_config"])
     out = capsys.readouterr().out
     assert exc.value.code in (0, None) and "name: attention" in out and "weight: 100.0" in out
-
-
-@pytest.mark.parametrize("arg, line", [
-    ("--data=lit_grpo.nothing.Foo",
-     "error: --data: 'lit_grpo.nothing.Foo' is a class path, but data is lit_grpo's one data module (not a class to "
-     "choose): set its options (--data.train=...; fit --help lists them) or give a YAML file of them"),
-    ("--data=lit_grpo.data.datamodule.VLMDataModule",
-     "error: --data: 'lit_grpo.data.datamodule.VLMDataModule' is a class path, but data is lit_grpo's one data module "
-     "(not a class to choose): set its options (--data.train=...; fit --help lists them) or give a YAML file of them"),
-])
-def test_a_class_path_for_data_is_refused_by_name(capsys, arg, line):
-    assert _error(capsys, arg) == line
 
 
 @pytest.mark.parametrize("key", ["data", "trainer"])
