@@ -158,13 +158,8 @@ def check_override(key: str, model_class: Any, value: str | None = None) -> None
         for part in reversed(key.split(".")):
             given = {part: given}
         _check_tree(given, model_class, "--")
-    if head == "data" and not rest and _looks_like_class_path(value):
-        raise ConfigError(f"--{key}: {value!r} is a class path, but data is lit_grpo's one data module (not a class "
-                          "to choose): set its options (--data.train=...; fit --help lists them) or give a YAML "
-                          "file of them")
-    if head in ("data", "trainer") and not rest and value and value.endswith((".yaml", ".yml", ".json")) \
-            and not Path(value).is_file():
-        raise ConfigError(f"--{key}: config file {value!r} not found (relative paths are read from {os.getcwd()})")
+    if head in ("data", "trainer") and not rest and value:
+        _check_group_file(key, value)
     root_type = _roots(model_class).get(head)
     if root_type is None or not rest:
         return
@@ -177,10 +172,28 @@ def check_override(key: str, model_class: Any, value: str | None = None) -> None
     check_key(root_type, rest, f"--{key}")
 
 
-def _looks_like_class_path(value: str | None) -> bool:
-    """``a.b.C``: dotted identifiers, not a config file that exists or is named by its suffix."""
-    return bool(value) and re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+", value) is not None \
-        and not value.endswith((".yaml", ".yml", ".json")) and not Path(value).exists()
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def _check_group_file(key: str, value: str) -> None:
+    """``--data=VALUE`` / ``--trainer=VALUE``: a config file of the group's options or YAML text of them (as
+    jsonargparse reads it); a class path, or a path to no file, is named here (jsonargparse says "Unable to load
+    config").
+
+    Raises:
+        ConfigError: ``value`` is a class path (``a.b.C``: the groups are one class each, not a class to choose), a
+            folder, or a file path (a config suffix, or a ``/``) where no file is.
+    """
+    path = Path(value).expanduser()
+    if path.is_file() or _mapping(value) is not None or ":" in value or "\n" in value:
+        return
+    if path.is_dir():
+        raise ConfigError(f"--{key}: {value!r} is a folder, not a config file")
+    if re.fullmatch(r"([A-Za-z_]\w*\.)+[A-Z]\w*", value) and not value.lower().endswith(CONFIG_SUFFIXES):
+        raise ConfigError(f"--{key}: {value!r} is a class path, but {key} is one class here, not a class to choose: "
+                          f"set its options (--{key}.<option>=...; fit --help lists them) or give a YAML file of them")
+    if path.suffix or "/" in value or value.startswith("~"):
+        raise ConfigError(f"--{key}: config file {value!r} not found (relative paths are read from {os.getcwd()})")
 
 
 def _mapping(value: str | None) -> dict | None:
@@ -351,16 +364,75 @@ def prepare_args(args: list[str]) -> list[str]:
     out: list[str] = []
     last = 0
     current = model_class
+    named: set[str] = set()  # the class-valued options given a class_path so far: their options come after one
     for key, value, (start, end) in iter_options(args):
         out += args[last:start]
         last = end
         if key in ("config", "c") and value:
             current = check_config_file(value, current)
+            _check_class_order(_config_tree(value), named, value)
         elif key not in ("print_config", "help", "h") and not key.endswith(".help"):  # help: lit_grpo.cli_help
             check_override(key, current, value)
+            tree: Any = _mapping(value) if _mapping(value) is not None else value
+            for part in reversed(key.rstrip("+").split(".")):
+                tree = {part: tree}
+            _check_class_order(tree, named, None, f"--{key}")
         joined = [f"--{key}={value}"] if value and value.startswith("-") and end - start == 2 else None
         out += _as_nested(key, value) or joined or args[start:end]  # "--k -1e-5": a negative number, not a flag
+    configs = [v for k, v, _ in iter_options(args) if k in ("config", "c") and v]
+    asks_help = any(k in ("help", "h") or k.endswith(".help") for k, _, _ in iter_options(args))
+    if configs and "model" not in named and not asks_help and set(args) & set(SUBCOMMANDS):
+        raise ConfigError(f"no model: none of the configs ({', '.join(configs)}) names the model's class_path; a "
+                          "config that changes some settings of another (an overlay) goes after it: --config "
+                          f"configs/demo.yaml --config {configs[-1]}")
     return out + args[last:]
+
+
+def _config_tree(path: str) -> dict:
+    """The mapping a config file (or inline config text) holds; ``{}`` when it cannot be read (reported elsewhere)."""
+    try:
+        text = path if not Path(path).is_file() else Path(path).read_text(encoding="utf-8")
+        tree = yaml.safe_load(text)
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return {}
+    return tree if isinstance(tree, dict) else {}
+
+
+CLASS_OPTIONS = ("model", "trainer.logger")
+"""Options whose value is a class (``class_path``, ``init_args``) with no default class: their ``init_args`` need a
+``class_path`` before them."""
+
+
+NO_CLASS = ("true", "false", "null", "none", "")
+_ABSENT = object()
+
+
+def _check_class_order(tree: dict, named: set[str], config: str | None, argument: str | None = None) -> None:
+    """Add to ``named`` each of :data:`CLASS_OPTIONS` that ``tree`` (a config's mapping, or one argument as a mapping)
+    gives a class_path.
+
+    Raises:
+        ConfigError: ``tree`` sets one's options with no class_path given before them or in it. jsonargparse would
+            try them against the base class and refuse the first ("option 'rewards' is not accepted"), hiding the
+            cause: an overlay config given alone or before its base.
+    """
+    for sub in [tree.get(s) for s in SUBCOMMANDS if isinstance(tree.get(s), dict)] or [tree]:
+        for option in CLASS_OPTIONS:
+            value: Any = sub
+            for part in option.split("."):
+                value = value.get(part, _ABSENT) if isinstance(value, dict) else _ABSENT
+            if value is _ABSENT:
+                continue
+            if isinstance(value, (bool, type(None))) or isinstance(value, str) and value.lower() in NO_CLASS:
+                named.discard(option)  # a logger switched off (or on: Lightning's default, with no init_args)
+            elif isinstance(value, str) or isinstance(value, dict) and value.get("class_path") is not None:
+                named.add(option)
+            elif isinstance(value, dict) and value and option not in named:
+                fix = (f"a config that changes some options of another (an overlay) goes after it: --config "
+                       f"BASE.yaml --config {config}" if config else "give the config that names it first (--config "
+                       f"configs/demo.yaml), or --{option}=<class path> before it")
+                what = f"{config} sets {option} options" if config else f"{argument} is an option of {option}"
+                raise ConfigError(f"{what}, but no {option} class_path comes before: {fix}")
 
 
 def _as_nested(key: str, value: str | None) -> list[str] | None:
@@ -431,8 +503,6 @@ MOVED_CLASSES = {"lit_grpo.callbacks.AttentionOverlays": "lit_grpo.tasks.attenti
 """Class paths that configs used to name -> where the class is now (a config that names the old path is told)."""
 
 _CLASS_PATH_PROBLEM = "Problem with given class_path '"
-_NO_MODEL_CLASS = _CLASS_PATH_PROBLEM + "lightning.LightningModule'"
-"""What jsonargparse reports when the model's options came without a class_path: it tried the option's base class."""
 
 
 def _class_path_problem(causes: list[BaseException]) -> str | None:
@@ -486,10 +556,6 @@ def short_error(message: str, ex: BaseException | None = None, model_class: Any 
         if isinstance(tp, type):
             detail = detail.replace(str(tp), "None" if tp is type(None) else tp.__name__)
     detail = _class_path_problem(causes) or detail
-    if key == "model" and _NO_MODEL_CLASS in message:  # jsonargparse tried the base class: no config named one
-        detail = ("options given but no class_path (e.g. `model: {class_path: lit_grpo.GRPOModule}`); a config "
-                  "that changes a few options of another (an overlay) goes after it: --config BASE.yaml --config "
-                  f"OVERLAY.yaml ({detail[:1].lower() + detail[1:]})")
     detail = detail[0].lower() + detail[1:] if detail[:1].isupper() and not detail[1:2].isupper() else detail
     text = f"{key}: {detail}" if key else detail
     return text if len(text) <= 300 else text[:297] + "..."

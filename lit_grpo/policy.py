@@ -72,8 +72,8 @@ class PolicyConfig(Checked):
     local_files_only: bool = False
     """Never reach a hub (set ``HF_HUB_OFFLINE=1`` to the same effect)."""
     extra_stop_tokens: list[str] = dataclasses.field(default_factory=list)
-    """Tokens that end a completion besides EOS and the chat template's end-of-turn token; each must be one token
-    of the vocabulary (e.g. ``<|end|>``), a string the tokenizer splits is refused."""
+    """Text that ends a completion besides EOS and the chat template's end-of-turn token; each string must encode
+    to one token (``<|end|>``, ``" is"``), a string that encodes to several is refused."""
 
 
 def check_model_path(path: str, local_files_only: bool = False, name: str = "model folder",
@@ -262,27 +262,42 @@ def _token_id(tokenizer, token: str) -> int | None:
 def stop_token_ids(model: nn.Module, processor, extra: list[str] | tuple = ()) -> list[int]:
     """Tokenizer EOS ∪ generation-config EOS ∪ the chat template's end-of-turn token ∪ ``extra``.
 
+    ``extra`` holds text, each string the tokenizer encodes as exactly one token (a special token such as
+    ``<|end|>``, or a word piece such as ``" is"`` or ``"\\n"``): the sampler stops on that id, as the text would be
+    encoded in a completion.
+
     Raises:
-        ValueError: a token of ``extra`` is not one token of the vocabulary (the sampler stops on one id, so a
-            string the tokenizer splits, e.g. ``"</answer>"`` without an added token, could never stop it).
+        ValueError: a string of ``extra`` that encodes to no or several tokens (it could never stop a completion:
+            ``"</answer>"`` without an added token, a vocabulary spelling such as ``"Ġis"``, a lone byte piece).
     """
     tok = getattr(processor, "tokenizer", processor)
-    for token in extra:
-        if _token_id(tok, token) is None:
-            pieces = tok.tokenize(token) if isinstance(token, str) and token else []
-            raise ValueError(f"policy.extra_stop_tokens: {token!r} is not one token of this tokenizer (it splits "
-                             f"into {pieces}); give a token of its vocabulary, or add it to the tokenizer first")
-    ids: set[int] = set()
+    ids: set[int] = {_stop_id(tok, token) for token in extra}
     if tok.eos_token_id is not None:
         ids.add(int(tok.eos_token_id))
     gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     ids.update([gen_eos] if isinstance(gen_eos, int) else list(gen_eos or []))
     template = getattr(processor, "chat_template", None) or getattr(tok, "chat_template", None) or ""
-    for token in (*END_OF_TURN_TOKENS, *extra):
+    for token in END_OF_TURN_TOKENS:
         tid = _token_id(tok, token)
-        if tid is not None and (token in extra or token in str(template)):
+        if tid is not None and token in str(template):
             ids.add(tid)
     return sorted(ids)
+
+
+def _stop_id(tok, token: str) -> int:
+    """The one id the text ``token`` encodes to (see :func:`stop_token_ids`)."""
+    if not isinstance(token, str) or not token:
+        raise ValueError(f"policy.extra_stop_tokens: {token!r} is not text of one token (an empty string or not a "
+                         "string)")
+    ids = tok(token, add_special_tokens=False)["input_ids"]
+    if len(ids) == 1:
+        return int(ids[0])
+    spelled = _token_id(tok, token)  # the vocabulary's own spelling of a token ("Ġis"): its text is what to give
+    text = tok.decode([spelled]) if spelled is not None else None
+    hint = f" (the vocabulary's spelling of the token whose text is {text!r}: give {text!r})" \
+        if text and text != token and tok(text, add_special_tokens=False)["input_ids"] == [spelled] else ""
+    raise ValueError(f"policy.extra_stop_tokens: {token!r} is not text of one token: it encodes as "
+                     f"{tok.convert_ids_to_tokens(ids)}{hint}")
 
 
 def image_token_ids(model: nn.Module, processor) -> list[int]:

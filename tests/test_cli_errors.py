@@ -103,51 +103,100 @@ def test_a_judge_setting_is_found_field_by_field():
      "attribute 'NoLogger'"),
     # data is one class, not an option of classes: a class path given for it is named as such
     ("--data=lit_grpo.nothing.Foo",
-     "error: --data: 'lit_grpo.nothing.Foo' is a class path, but data is lit_grpo's one data module (not a class to "
-     "choose): set its options (--data.train=...; fit --help lists them) or give a YAML file of them"),
-    ("--data=lit_grpo.data.datamodule.VLMDataModule",
-     "error: --data: 'lit_grpo.data.datamodule.VLMDataModule' is a class path, but data is lit_grpo's one data module "
-     "(not a class to choose): set its options (--data.train=...; fit --help lists them) or give a YAML file of them"),
+     "error: --data: 'lit_grpo.nothing.Foo' is a class path, but data is one class here, not a class to choose: set "
+     "its options (--data.<option>=...; fit --help lists them) or give a YAML file of them"),
 ])
 def test_a_class_path_that_cannot_be_imported_is_named(capsys, arg, line):
     assert _error(capsys, arg) == line
 
 
-OVERLAY_LINE = ("error: model: options given but no class_path (e.g. `model: {class_path: lit_grpo.GRPOModule}`); a "
-                "config that changes a few options of another (an overlay) goes after it: --config BASE.yaml --config "
-                "OVERLAY.yaml (WHY)")
-
-
-@pytest.mark.parametrize("args, why", [
-    # an overlay config given alone (README's ASM overlay without its base)
-    (["--config", "configs/demo_phyx_mcq_asm.yaml"], "option 'rewards' is not accepted"),
-    (["--config", "configs/demo_phyx_oe_rubric.yaml"], "option 'rewards' is not accepted"),
-    # model options on the command line with no config at all
-    (["--model.init_args.grpo.beta=0.1"], "unrecognized arguments: --grpo.beta=0.1"),
-])
-def test_model_options_without_a_class_path_say_so(capsys, args, why):
+def _fit_error(capsys, *args):
     with pytest.raises(SystemExit) as exc:
         main(["fit", *args, "--print_config"])
     err = capsys.readouterr().err
-    assert exc.value.code == 2 and err.strip() == OVERLAY_LINE.replace("WHY", why), err
+    assert exc.value.code == 2 and err.count("\n") == 1, err
+    return err.strip()
 
 
-def test_an_overlay_after_its_base_is_accepted(capsys):
+OVERLAY = "sets model options, but no model class_path comes before: a config that changes some options of another " \
+    "(an overlay) goes after it: --config BASE.yaml --config "
+OPTION = "is an option of model, but no model class_path comes before: give the config that names it first " \
+    "(--config configs/demo.yaml), or --model=<class path> before it"
+
+
+@pytest.mark.parametrize("args, line", [
+    # an overlay config given alone, or before its base (README's ASM overlay; an overlay of a _base_ config)
+    (["--config", "configs/demo_phyx_mcq_asm.yaml"], f"configs/demo_phyx_mcq_asm.yaml {OVERLAY}"
+     "configs/demo_phyx_mcq_asm.yaml"),
+    (["--config", "configs/demo_phyx_oe_rubric.yaml", "--config", "configs/demo_phyx_oe.yaml"],
+     f"configs/demo_phyx_oe_rubric.yaml {OVERLAY}configs/demo_phyx_oe_rubric.yaml"),
+    # the class named on the command line, but after the overlay
+    (["--config", "configs/demo_phyx_mcq_asm.yaml", "--model.class_path=lit_grpo.GRPOModule"],
+     f"configs/demo_phyx_mcq_asm.yaml {OVERLAY}configs/demo_phyx_mcq_asm.yaml"),
+    # a model option on the command line before any class (none at all, or the config after it)
+    (["--model.init_args.grpo.beta=0.1"], f"--model.init_args.grpo.beta {OPTION}"),
+    (["--model.init_args.grpo.beta=0.1", "--config", "configs/demo.yaml"], f"--model.init_args.grpo.beta {OPTION}"),
+    (["--model.init_args={grpo: {beta: 0.1}}", "--model=lit_grpo.GRPOModule"], f"--model.init_args {OPTION}"),
+    # the same for the logger: the overlay's run name without the logger class of its base
+    (["--model=lit_grpo.GRPOModule", "--config", "configs/demo_phyx_mcq_asm.yaml"],
+     "configs/demo_phyx_mcq_asm.yaml sets trainer.logger options, but no trainer.logger class_path comes before: a "
+     "config that changes some options of another (an overlay) goes after it: --config BASE.yaml --config "
+     "configs/demo_phyx_mcq_asm.yaml"),
+    (["--config", "configs/demo.yaml", "--trainer.logger=false", "--trainer.logger.init_args.name=x"],
+     "--trainer.logger.init_args.name is an option of trainer.logger, but no trainer.logger class_path comes before: "
+     "give the config that names it first (--config configs/demo.yaml), or --trainer.logger=<class path> before it"),
+    # a config of trainer settings alone: no model at all
+    (["--config", "configs/fsdp.yaml"], "no model: none of the configs (configs/fsdp.yaml) names the model's "
+     "class_path; a config that changes some settings of another (an overlay) goes after it: --config "
+     "configs/demo.yaml --config configs/fsdp.yaml"),
+])
+def test_model_options_before_a_class_path_say_so(capsys, args, line):
+    assert _fit_error(capsys, *args) == f"error: {line}"
+
+
+@pytest.mark.parametrize("args", [
+    ["--config", "configs/demo_phyx_mcq.yaml", "--config", "configs/demo_phyx_mcq_asm.yaml"],
+    ["--model=lit_grpo.GRPOModule", "--config", "configs/demo.yaml", "--config", "configs/demo_phyx_mcq_asm.yaml",
+     "--config", "configs/fsdp.yaml"],
+    ["--config", "configs/demo.yaml", "--config", "configs/fsdp.yaml", "--model.init_args.grpo.beta=0.1"],
+])
+def test_an_overlay_after_its_class_is_accepted(capsys, args):
     with pytest.raises(SystemExit) as exc:  # --print_config exits 0 after printing the merged config
-        main(["fit", "--config", "configs/demo_phyx_mcq.yaml", "--config", "configs/demo_phyx_mcq_asm.yaml",
-              "--print_config"])
+        main(["fit", *args, "--print_config"])
     out = capsys.readouterr().out
-    assert exc.value.code in (0, None) and "name: attention" in out and "weight: 100.0" in out
+    assert exc.value.code in (0, None) and "class_path: lit_grpo.GRPOModule" in out
 
 
 @pytest.mark.parametrize("key", ["data", "trainer"])
-@pytest.mark.parametrize("name", ["missing.yaml", "sub/missing.yml", "missing.json"])
+@pytest.mark.parametrize("name", ["missing.yaml", "sub/missing.yml", "missing.json", "missing.YAML", "data.txt",
+                                  "~/missing.yaml"])
 def test_a_missing_group_config_file_is_named(capsys, tmp_path, monkeypatch, key, name):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
     (tmp_path / "configs").mkdir()
     (tmp_path / "configs" / "demo.yaml").write_text("model: {class_path: lit_grpo.GRPOModule}\n")
     assert _error(capsys, f"--{key}={name}") == \
         f"error: --{key}: config file {name!r} not found (relative paths are read from {tmp_path})"
+
+
+@pytest.mark.parametrize("key", ["data", "trainer"])
+def test_a_folder_or_a_class_path_for_a_group_is_named(capsys, tmp_path, key):
+    (tmp_path / "folder.yaml").mkdir()
+    assert _error(capsys, f"--{key}={tmp_path / 'folder.yaml'}") == \
+        f"error: --{key}: '{tmp_path / 'folder.yaml'}' is a folder, not a config file"
+    assert _error(capsys, f"--{key}=lightning.Trainer") == \
+        f"error: --{key}: 'lightning.Trainer' is a class path, but {key} is one class here, not a class to choose: " \
+        f"set its options (--{key}.<option>=...; fit --help lists them) or give a YAML file of them"
+
+
+@pytest.mark.parametrize("value", ["~/d.yaml", "{batch_size: 3}", "batch_size: 3"])
+def test_a_group_config_from_home_or_as_text_is_read(capsys, tmp_path, monkeypatch, value):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "d.yaml").write_text("batch_size: 3\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "--config", "configs/demo.yaml", f"--data={value}", "--print_config"])
+    out = capsys.readouterr().out
+    assert exc.value.code in (0, None) and "\n  batch_size: 3\n" in out
 
 
 def test_a_group_config_file_is_read(capsys, tmp_path):

@@ -2,8 +2,6 @@
 when the checkpoint's tokenizer registers the tags as special tokens: only padding, stop tokens and image tokens are
 dropped."""
 
-import re
-
 import pytest
 import torch
 
@@ -90,9 +88,10 @@ def test_both_engines_decode_what_they_sampled_the_same_way(share_prefix):
 
 
 @pytest.mark.parametrize("family", BUILDERS.names())
-def test_extra_stop_tokens_must_be_single_tokens(family):
-    """An extra stop token is one id the sampler stops on: a token of the vocabulary joins the stop ids; a string the
-    tokenizer splits (which could never stop a completion) is refused by name, not ignored."""
+def test_extra_stop_tokens_are_text_of_one_token(family):
+    """An extra stop token is text the tokenizer encodes as one id, the id the sampler stops on: an added token or
+    a word piece joins the stop ids; text that encodes to several ids (which could never stop a completion) is
+    refused by name, not ignored, and the vocabulary's spelling of a piece ("Ġis") is answered with its text."""
     model, processor = build_vlm(family)
     tok = processor.tokenizer
     base = stop_token_ids(model, processor)
@@ -100,7 +99,17 @@ def test_extra_stop_tokens_must_be_single_tokens(family):
     added = tok.convert_tokens_to_ids("<stop_here>")
     assert added not in base
     assert stop_token_ids(model, processor, ["<stop_here>"]) == sorted({*base, added})
-    assert len(tok.tokenize("</answer> done")) > 1
-    for bad in ("</answer> done", "", "<never_added>"):
-        with pytest.raises(ValueError, match=rf"extra_stop_tokens: {re.escape(repr(bad))} is not one token"):
+    space_is, newline = tok.convert_tokens_to_ids("Ġis"), tok.convert_tokens_to_ids("Ċ")  # byte-level BPE pieces
+    assert tok.decode([space_is]) == " is" and tok.decode([newline]) == "\n"
+    assert stop_token_ids(model, processor, [" is", "\n"]) == sorted({*base, space_is, newline})
+    refused = {
+        "</answer> done": f"it encodes as {tok.tokenize('</answer> done')}",  # the family's own pieces
+        "Ġis": "(the vocabulary's spelling of the token whose text is ' is': give ' is')",
+        "é": "it encodes as ['Ã', '©']",  # a byte piece of the vocabulary, but no text encodes to it alone
+        "": "(an empty string or not a string)",
+    }
+    for bad, why in refused.items():
+        with pytest.raises(ValueError) as err:
             stop_token_ids(model, processor, [bad])
+        assert str(err.value).startswith(f"policy.extra_stop_tokens: {bad!r} is not text of one token")
+        assert why in str(err.value)
