@@ -26,6 +26,7 @@ import inspect
 import json
 import os
 import re
+import shlex
 import types
 import typing
 from pathlib import Path
@@ -192,7 +193,9 @@ def _check_group_file(key: str, value: str) -> None:
     if re.fullmatch(r"([A-Za-z_]\w*\.)+[A-Z]\w*", value) and not value.lower().endswith(CONFIG_SUFFIXES):
         raise ConfigError(f"--{key}: {value!r} is a class path, but {key} is one class here, not a class to choose: "
                           f"set its options (--{key}.<option>=...; fit --help lists them) or give a YAML file of them")
-    if path.suffix or "/" in value or value.startswith("~"):
+    if value.startswith("~"):
+        raise ConfigError(f"--{key}: config file {value!r} not found ({path})")
+    if path.suffix or "/" in value:
         raise ConfigError(f"--{key}: config file {value!r} not found (relative paths are read from {os.getcwd()})")
 
 
@@ -354,45 +357,36 @@ def model_class_of(args: list[str]) -> Any:
 
 
 def prepare_args(args: list[str]) -> list[str]:
-    """Check every config file and override key of ``args``; pass model overrides holding ``null`` as a
-    nested dict. Returns the arguments to parse.
+    """Check every config file and override key of ``args``, and that the options of a class come after its
+    ``class_path`` (:func:`check_class_order`); pass model overrides holding ``null`` or a backslash as a nested
+    dict. Returns the arguments to parse.
 
     Raises:
-        ConfigError: see :func:`check_config_file` and :func:`check_override`.
+        ConfigError: see :func:`check_config_file`, :func:`check_override` and :func:`check_class_order`.
     """
     model_class = model_class_of(args)
     out: list[str] = []
     last = 0
     current = model_class
-    named: set[str] = set()  # the class-valued options given a class_path so far: their options come after one
     for key, value, (start, end) in iter_options(args):
         out += args[last:start]
         last = end
         if key in ("config", "c") and value:
             current = check_config_file(value, current)
-            _check_class_order(_config_tree(value), named, value)
         elif key not in ("print_config", "help", "h") and not key.endswith(".help"):  # help: lit_grpo.cli_help
             check_override(key, current, value)
-            tree: Any = _mapping(value) if _mapping(value) is not None else value
-            for part in reversed(key.rstrip("+").split(".")):
-                tree = {part: tree}
-            _check_class_order(tree, named, None, f"--{key}")
         joined = [f"--{key}={value}"] if value and value.startswith("-") and end - start == 2 else None
         out += _as_nested(key, value) or joined or args[start:end]  # "--k -1e-5": a negative number, not a flag
-    configs = [v for k, v, _ in iter_options(args) if k in ("config", "c") and v]
-    asks_help = any(k in ("help", "h") or k.endswith(".help") for k, _, _ in iter_options(args))
-    if configs and "model" not in named and not asks_help and set(args) & set(SUBCOMMANDS):
-        raise ConfigError(f"no model: none of the configs ({', '.join(configs)}) names the model's class_path; a "
-                          "config that changes some settings of another (an overlay) goes after it: --config "
-                          f"configs/demo.yaml --config {configs[-1]}")
+    check_class_order(args)
     return out + args[last:]
 
 
-def _config_tree(path: str) -> dict:
-    """The mapping a config file (or inline config text) holds; ``{}`` when it cannot be read (reported elsewhere)."""
+def _config_tree(value: str) -> dict:
+    """The mapping a config file (``~`` expanded) or config text holds; ``{}`` when it holds none or cannot be read
+    (reported elsewhere)."""
+    path = Path(value).expanduser()
     try:
-        text = path if not Path(path).is_file() else Path(path).read_text(encoding="utf-8")
-        tree = yaml.safe_load(text)
+        tree = yaml.safe_load(path.read_text(encoding="utf-8") if path.is_file() else value)
     except (OSError, yaml.YAMLError, UnicodeDecodeError):
         return {}
     return tree if isinstance(tree, dict) else {}
@@ -401,21 +395,46 @@ def _config_tree(path: str) -> dict:
 CLASS_OPTIONS = ("model", "trainer.logger")
 """Options whose value is a class (``class_path``, ``init_args``) with no default class: their ``init_args`` need a
 ``class_path`` before them."""
-
-
 NO_CLASS = ("true", "false", "null", "none", "")
+"""Values that set a class option to no class (a logger switched off, or Lightning's default one)."""
 _ABSENT = object()
 
 
-def _check_class_order(tree: dict, named: set[str], config: str | None, argument: str | None = None) -> None:
-    """Add to ``named`` each of :data:`CLASS_OPTIONS` that ``tree`` (a config's mapping, or one argument as a mapping)
-    gives a class_path.
+def check_class_order(args: list[str]) -> None:
+    """Each of :data:`CLASS_OPTIONS` has its ``class_path`` given (by a config file or text, or an argument) before
+    its other options, and a run's configs name a model.
+
+    jsonargparse tries options given before any ``class_path`` against the base class and refuses the first
+    ("option 'rewards' is not accepted"), which hides the cause: an overlay config given alone or before its base.
 
     Raises:
-        ConfigError: ``tree`` sets one's options with no class_path given before them or in it. jsonargparse would
-            try them against the base class and refuse the first ("option 'rewards' is not accepted"), hiding the
-            cause: an overlay config given alone or before its base.
+        ConfigError: naming the config or argument whose options come first (and the one that switched a logger
+            off), or the configs that name no model.
     """
+    if any(k in ("help", "h") or k.endswith(".help") for k, _, _ in iter_options(args)):
+        return  # help lists the options of whatever it is given
+    state: dict[str, str] = {}  # option -> "" (its class_path given) or the argument that switched it off
+    configs = []
+    for key, value, _ in iter_options(args):
+        if key in ("config", "c") and value:
+            configs.append(value)
+            _class_order(_config_tree(value), state, value, None)
+        elif key not in ("print_config",) and value is not None:
+            tree: Any = _config_tree(value) if key in ("model", "trainer", "data") else None
+            tree = tree or (_mapping(value) if _mapping(value) is not None else value)
+            for part in reversed(key.rstrip("+").split(".")):
+                tree = {part: tree}
+            _class_order(tree, state, None, f"--{key}={value}" if len(value) < 40 else f"--{key}")
+    asks_config = any(k == "print_config" for k, _, _ in iter_options(args))
+    if configs and state.get("model") != "" and not asks_config and set(args) & set(SUBCOMMANDS):
+        given = " ".join(f"--config {shlex.quote(c)}" for c in configs)
+        raise ConfigError(f"no model: none of the configs ({', '.join(configs)}) names the model's class_path; a "
+                          "config that changes some settings of another (an overlay) goes after the config it "
+                          f"changes: --config configs/demo.yaml {given}")
+
+
+def _class_order(tree: dict, state: dict[str, str], config: str | None, argument: str | None) -> None:
+    """Update ``state`` (see :func:`check_class_order`) with ``tree``: a config's mapping, or one argument as one."""
     for sub in [tree.get(s) for s in SUBCOMMANDS if isinstance(tree.get(s), dict)] or [tree]:
         for option in CLASS_OPTIONS:
             value: Any = sub
@@ -424,27 +443,31 @@ def _check_class_order(tree: dict, named: set[str], config: str | None, argument
             if value is _ABSENT:
                 continue
             if isinstance(value, (bool, type(None))) or isinstance(value, str) and value.lower() in NO_CLASS:
-                named.discard(option)  # a logger switched off (or on: Lightning's default, with no init_args)
+                state[option] = f"{config or argument} switched it off"
             elif isinstance(value, str) or isinstance(value, dict) and value.get("class_path") is not None:
-                named.add(option)
-            elif isinstance(value, dict) and value and option not in named:
-                fix = (f"a config that changes some options of another (an overlay) goes after it: --config "
-                       f"BASE.yaml --config {config}" if config else "give the config that names it first (--config "
-                       f"configs/demo.yaml), or --{option}=<class path> before it")
-                what = f"{config} sets {option} options" if config else f"{argument} is an option of {option}"
-                raise ConfigError(f"{what}, but no {option} class_path comes before: {fix}")
+                state[option] = ""
+            elif isinstance(value, dict) and value and state.get(option) != "":
+                source = shlex.quote(config) if config else argument
+                why = f" ({state[option]})" if state.get(option) else ""
+                fix = (f"a config that changes some options of another (an overlay) goes after the config it "
+                       f"changes: --config BASE.yaml --config {source}" if config else
+                       f"give the config that names it first (--config configs/demo.yaml), or --{option}=<class "
+                       "path> before it")
+                raise ConfigError(f"{config or argument} sets {option} options, but no {option} class_path comes "
+                                  f"before{why}: {fix}")
 
 
 def _as_nested(key: str, value: str | None) -> list[str] | None:
     """``--model.init_args.a.b=null`` -> ``--model={"init_args": {"a": {"b": null}}}`` (for values holding
-    ``null``, which jsonargparse's nested-key path would read back as the string ``"None"``)."""
+    ``null``, which jsonargparse's nested-key path would read back as the string ``"None"``, and lists or mappings
+    holding a backslash, whose YAML escapes (``["\\n"]``) that path would not apply)."""
     if value is None or not key.startswith("model.") or key.endswith("+") or key == "model.class_path":
         return None
     try:
         parsed = yaml.safe_load(value)
     except yaml.YAMLError:
         return None
-    if not _holds_none(parsed):
+    if not _holds_none(parsed) and not (isinstance(parsed, (list, dict)) and "\\" in value):
         return None
     parts = key.split(".")[1:]
     parts = parts if parts[0] in ("init_args", "dict_kwargs") else ["init_args", *parts]

@@ -86,8 +86,8 @@ class PolicyModule(ShardingHooks, EvaluationHooks, L.LightningModule):
         providers = build_providers(self.policy, self.processor, read, {AttentionConfig.column: attention})
         self.pass_columns = sorted(read & providers.keys())  # what the rewards read from the log-prob pass
         self.read_columns = read - providers.keys()  # the samples' task fields the rewards read
-        self.stop_ids = stop_token_ids(self.policy, self.processor, policy.extra_stop_tokens)
         suppress = image_token_ids(self.policy, self.processor)
+        self.stop_ids = stop_token_ids(self.policy, self.processor, policy.extra_stop_tokens, set(suppress))
         self.register_buffer("suppress_ids", torch.tensor(suppress), persistent=False)
         engine = build_engine(self.processor, self.layout, sampling, self.stop_ids, suppress, perf)
         self.passes = PolicyPasses(engine, grpo, sampling.max_completion_length, providers=providers)

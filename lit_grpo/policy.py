@@ -259,19 +259,21 @@ def _token_id(tokenizer, token: str) -> int | None:
     return None if tid is None or tid == tokenizer.unk_token_id else int(tid)
 
 
-def stop_token_ids(model: nn.Module, processor, extra: list[str] | tuple = ()) -> list[int]:
+def stop_token_ids(model: nn.Module, processor, extra: list[str] | tuple = (), never: set[int] | None = None
+                   ) -> list[int]:
     """Tokenizer EOS ∪ generation-config EOS ∪ the chat template's end-of-turn token ∪ ``extra``.
 
-    ``extra`` holds text, each string the tokenizer encodes as exactly one token (a special token such as
-    ``<|end|>``, or a word piece such as ``" is"`` or ``"\\n"``): the sampler stops on that id, as the text would be
-    encoded in a completion.
+    ``extra`` holds text, each string one token where it follows other text in a completion (a special token such
+    as ``<|end|>``, or a word piece such as ``" is"`` or ``"\\n"``): the sampler stops on that id. ``never``: ids the
+    sampler never emits (the image tokens it suppresses).
 
     Raises:
-        ValueError: a string of ``extra`` that encodes to no or several tokens (it could never stop a completion:
-            ``"</answer>"`` without an added token, a vocabulary spelling such as ``"Ġis"``, a lone byte piece).
+        ValueError: a string of ``extra`` that is no or several tokens (it could never stop a completion:
+            ``"</answer>"`` without an added token, a vocabulary spelling such as ``"Ġis"``, a lone byte piece), or
+            one whose id is in ``never``.
     """
     tok = getattr(processor, "tokenizer", processor)
-    ids: set[int] = {_stop_id(tok, token) for token in extra}
+    ids: set[int] = {_stop_id(tok, token, never or set()) for token in extra}
     if tok.eos_token_id is not None:
         ids.add(int(tok.eos_token_id))
     gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
@@ -284,19 +286,33 @@ def stop_token_ids(model: nn.Module, processor, extra: list[str] | tuple = ()) -
     return sorted(ids)
 
 
-def _stop_id(tok, token: str) -> int:
-    """The one id the text ``token`` encodes to (see :func:`stop_token_ids`)."""
+def _text_ids(tok, text: str) -> list[int]:
+    """The ids ``text`` encodes to where it follows other text: after an anchor letter, whose own ids are cut off (a
+    tokenizer that puts ``▁`` before a text, as Llama-2's does, would otherwise give ``" }"`` for ``"}"``); the ids of
+    ``text`` alone when the anchor merges with it."""
+    anchor = tok("a", add_special_tokens=False)["input_ids"]
+    joined = tok("a" + text, add_special_tokens=False)["input_ids"]
+    if joined[:len(anchor)] == anchor and len(joined) > len(anchor):
+        return joined[len(anchor):]
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
+def _stop_id(tok, token: str, never: set[int]) -> int:
+    """The one id the text ``token`` is (see :func:`stop_token_ids`)."""
+    key = "policy.extra_stop_tokens"
     if not isinstance(token, str) or not token:
-        raise ValueError(f"policy.extra_stop_tokens: {token!r} is not text of one token (an empty string or not a "
-                         "string)")
-    ids = tok(token, add_special_tokens=False)["input_ids"]
+        raise ValueError(f"{key}: {token!r} is not text of one token (an empty string or not a string)")
+    ids = _text_ids(tok, token)
+    if len(ids) == 1 and ids[0] in never:
+        raise ValueError(f"{key}: {token!r} is an image token, which the sampler never emits: it cannot stop a "
+                         "completion")
     if len(ids) == 1:
         return int(ids[0])
     spelled = _token_id(tok, token)  # the vocabulary's own spelling of a token ("Ġis"): its text is what to give
     text = tok.decode([spelled]) if spelled is not None else None
     hint = f" (the vocabulary's spelling of the token whose text is {text!r}: give {text!r})" \
-        if text and text != token and tok(text, add_special_tokens=False)["input_ids"] == [spelled] else ""
-    raise ValueError(f"policy.extra_stop_tokens: {token!r} is not text of one token: it encodes as "
+        if text and text != token and _text_ids(tok, text) == [spelled] else ""
+    raise ValueError(f"{key}: {token!r} is not text of one token: it encodes as "
                      f"{tok.convert_ids_to_tokens(ids)}{hint}")
 
 

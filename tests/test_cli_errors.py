@@ -110,18 +110,13 @@ def test_a_class_path_that_cannot_be_imported_is_named(capsys, arg, line):
     assert _error(capsys, arg) == line
 
 
-def _fit_error(capsys, *args):
-    with pytest.raises(SystemExit) as exc:
-        main(["fit", *args, "--print_config"])
-    err = capsys.readouterr().err
-    assert exc.value.code == 2 and err.count("\n") == 1, err
-    return err.strip()
-
-
 OVERLAY = "sets model options, but no model class_path comes before: a config that changes some options of another " \
-    "(an overlay) goes after it: --config BASE.yaml --config "
-OPTION = "is an option of model, but no model class_path comes before: give the config that names it first " \
+    "(an overlay) goes after the config it changes: --config BASE.yaml --config "
+OPTION = "sets model options, but no model class_path comes before: give the config that names it first " \
     "(--config configs/demo.yaml), or --model=<class path> before it"
+LOGGER = "sets trainer.logger options, but no trainer.logger class_path comes before"
+NO_MODEL = "no model: none of the configs ({}) names the model's class_path; a config that changes some settings of " \
+    "another (an overlay) goes after the config it changes: --config configs/demo.yaml {}"
 
 
 @pytest.mark.parametrize("args, line", [
@@ -134,37 +129,69 @@ OPTION = "is an option of model, but no model class_path comes before: give the 
     (["--config", "configs/demo_phyx_mcq_asm.yaml", "--model.class_path=lit_grpo.GRPOModule"],
      f"configs/demo_phyx_mcq_asm.yaml {OVERLAY}configs/demo_phyx_mcq_asm.yaml"),
     # a model option on the command line before any class (none at all, or the config after it)
-    (["--model.init_args.grpo.beta=0.1"], f"--model.init_args.grpo.beta {OPTION}"),
-    (["--model.init_args.grpo.beta=0.1", "--config", "configs/demo.yaml"], f"--model.init_args.grpo.beta {OPTION}"),
-    (["--model.init_args={grpo: {beta: 0.1}}", "--model=lit_grpo.GRPOModule"], f"--model.init_args {OPTION}"),
+    (["--model.init_args.grpo.beta=0.1"], f"--model.init_args.grpo.beta=0.1 {OPTION}"),
+    (["--model.init_args.grpo.beta=0.1", "--config", "configs/demo.yaml"], f"--model.init_args.grpo.beta=0.1 {OPTION}"),
+    (["--model.init_args={grpo: {beta: 0.1}}", "--model=lit_grpo.GRPOModule"],
+     f"--model.init_args={{grpo: {{beta: 0.1}}}} {OPTION}"),
     # the same for the logger: the overlay's run name without the logger class of its base
     (["--model=lit_grpo.GRPOModule", "--config", "configs/demo_phyx_mcq_asm.yaml"],
-     "configs/demo_phyx_mcq_asm.yaml sets trainer.logger options, but no trainer.logger class_path comes before: a "
-     "config that changes some options of another (an overlay) goes after it: --config BASE.yaml --config "
-     "configs/demo_phyx_mcq_asm.yaml"),
+     f"configs/demo_phyx_mcq_asm.yaml {LOGGER}: a config that changes some options of another (an overlay) goes "
+     "after the config it changes: --config BASE.yaml --config configs/demo_phyx_mcq_asm.yaml"),
+    # a logger switched off, then given options (one by one, or as a mapping of the trainer): the switch is named
     (["--config", "configs/demo.yaml", "--trainer.logger=false", "--trainer.logger.init_args.name=x"],
-     "--trainer.logger.init_args.name is an option of trainer.logger, but no trainer.logger class_path comes before: "
-     "give the config that names it first (--config configs/demo.yaml), or --trainer.logger=<class path> before it"),
-    # a config of trainer settings alone: no model at all
-    (["--config", "configs/fsdp.yaml"], "no model: none of the configs (configs/fsdp.yaml) names the model's "
-     "class_path; a config that changes some settings of another (an overlay) goes after it: --config "
-     "configs/demo.yaml --config configs/fsdp.yaml"),
+     f"--trainer.logger.init_args.name=x {LOGGER} (--trainer.logger=false switched it off): give the config that "
+     "names it first (--config configs/demo.yaml), or --trainer.logger=<class path> before it"),
+    (["--config", "configs/demo.yaml", "--trainer.logger=false", "--trainer={logger: {init_args: {name: x}}}"],
+     f"--trainer={{logger: {{init_args: {{name: x}}}}}} {LOGGER} (--trainer.logger=false switched it off): give the "
+     "config that names it first (--config configs/demo.yaml), or --trainer.logger=<class path> before it"),
+    # configs of trainer settings alone: no model at all (every config kept in the suggestion, text quoted)
+    (["--config", "configs/fsdp.yaml", "--config", "configs/wandb.yaml"], NO_MODEL.format(
+        "configs/fsdp.yaml, configs/wandb.yaml", "--config configs/fsdp.yaml --config configs/wandb.yaml")),
+    (["--config", "{trainer: {max_steps: 3}}"], NO_MODEL.format(
+        "{trainer: {max_steps: 3}}", "--config '{trainer: {max_steps: 3}}'")),
 ])
-def test_model_options_before_a_class_path_say_so(capsys, args, line):
-    assert _fit_error(capsys, *args) == f"error: {line}"
+def test_options_before_their_class_path_say_so(capsys, args, line):
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", *args])  # refused while the arguments are read: before any model is built
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.strip() == f"error: {line}", err
 
 
-@pytest.mark.parametrize("args", [
-    ["--config", "configs/demo_phyx_mcq.yaml", "--config", "configs/demo_phyx_mcq_asm.yaml"],
-    ["--model=lit_grpo.GRPOModule", "--config", "configs/demo.yaml", "--config", "configs/demo_phyx_mcq_asm.yaml",
-     "--config", "configs/fsdp.yaml"],
-    ["--config", "configs/demo.yaml", "--config", "configs/fsdp.yaml", "--model.init_args.grpo.beta=0.1"],
+@pytest.mark.parametrize("args, printed", [
+    (["--config", "configs/demo_phyx_mcq.yaml", "--config", "configs/demo_phyx_mcq_asm.yaml"], "name: attention"),
+    (["--model=lit_grpo.GRPOModule", "--config", "configs/demo.yaml", "--config", "configs/demo_phyx_mcq_asm.yaml",
+      "--config", "configs/fsdp.yaml"], "class_path: lit_grpo.GRPOModule"),
+    (["--config", "configs/demo.yaml", "--config", "configs/fsdp.yaml", "--model.init_args.grpo.beta=0.1"],
+     "beta: 0.1"),
+    # a logger class given by a trainer file or text counts, after the logger was switched off
+    (["--config", "configs/demo.yaml", "--trainer.logger=false",
+      "--trainer=logger: {class_path: lightning.pytorch.loggers.CSVLogger}", "--trainer.logger.init_args.name=x"],
+     "name: x"),
+    # printing the config of trainer settings alone shows it (model: null), as before
+    (["--config", "configs/fsdp.yaml"], "strategy:"),
 ])
-def test_an_overlay_after_its_class_is_accepted(capsys, args):
+def test_options_after_their_class_path_are_accepted(capsys, args, printed):
     with pytest.raises(SystemExit) as exc:  # --print_config exits 0 after printing the merged config
         main(["fit", *args, "--print_config"])
     out = capsys.readouterr().out
-    assert exc.value.code in (0, None) and "class_path: lit_grpo.GRPOModule" in out
+    assert exc.value.code in (0, None) and printed in out, out[-3000:]
+
+
+def test_an_escape_in_a_list_on_the_command_line_is_applied(capsys):
+    """A YAML escape inside a list given as a model option on the command line is read as in a config file."""
+    import yaml
+
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", "configs/demo.yaml", r'--model.init_args.policy.extra_stop_tokens=["\n", "a\\b"]',
+              "--print_config"])
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["model"]["init_args"]["policy"]["extra_stop_tokens"] == ["\n", "a\\b"]
+
+
+def test_help_is_given_whatever_the_order(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "--help", "--config", "configs/demo_phyx_mcq_asm.yaml"])
+    assert exc.value.code in (0, None) and "--model.help" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("key", ["data", "trainer"])
@@ -175,8 +202,8 @@ def test_a_missing_group_config_file_is_named(capsys, tmp_path, monkeypatch, key
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     (tmp_path / "configs").mkdir()
     (tmp_path / "configs" / "demo.yaml").write_text("model: {class_path: lit_grpo.GRPOModule}\n")
-    assert _error(capsys, f"--{key}={name}") == \
-        f"error: --{key}: config file {name!r} not found (relative paths are read from {tmp_path})"
+    where = tmp_path / "home" / name[2:] if name.startswith("~") else f"relative paths are read from {tmp_path}"
+    assert _error(capsys, f"--{key}={name}") == f"error: --{key}: config file {name!r} not found ({where})"
 
 
 @pytest.mark.parametrize("key", ["data", "trainer"])

@@ -113,3 +113,35 @@ def test_extra_stop_tokens_are_text_of_one_token(family):
             stop_token_ids(model, processor, [bad])
         assert str(err.value).startswith(f"policy.extra_stop_tokens: {bad!r} is not text of one token")
         assert why in str(err.value)
+
+
+def test_extra_stop_tokens_on_a_tokenizer_that_marks_word_starts():
+    """A Llama-2-style tokenizer puts ``▁`` before a text (its tokenizer.json: ``Prepend("▁")``), so ``"}"`` alone
+    encodes as ``▁}``; in a completion, after other text, a ``}`` is the plain ``}`` token and a newline is
+    ``<0x0A>``. The stop ids are those of the text where it follows other text."""
+    from tokenizers import Tokenizer, decoders, models, normalizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "<0x0A>": 3, "▁": 4, "i": 5, "s": 6, "is": 7, "▁is": 8, "}": 9,
+             "▁}": 10, "a": 11}
+    core = Tokenizer(models.BPE(vocab, [("i", "s"), ("▁", "is"), ("▁", "}")], byte_fallback=True, unk_token="<unk>"))
+    core.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    core.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                      decoders.Strip(" ", 1, 0)])
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="</s>", unk_token="<unk>", bos_token="<s>")
+    assert tok.convert_ids_to_tokens(tok("a\nis}", add_special_tokens=False)["input_ids"]) == \
+        ["▁", "a", "<0x0A>", "is", "}"]  # what a completion holds
+    model = torch.nn.Module()  # no generation config: EOS only
+    for text, token in [("}", "}"), ("\n", "<0x0A>"), (" is", "▁is"), ("is", "is")]:
+        assert stop_token_ids(model, tok, [text]) == sorted({2, vocab[token]}), text
+    with pytest.raises(ValueError, match=r"'s\}' is not text of one token: it encodes as \['s', '\}'\]"):
+        stop_token_ids(model, tok, ["s}"])
+
+
+def test_an_image_token_cannot_be_a_stop_token():
+    model, processor = build_vlm("llava_next")
+    image = image_token_ids(model, processor)
+    token = processor.tokenizer.convert_ids_to_tokens(image[0])
+    assert stop_token_ids(model, processor, [token])  # the text is one token ...
+    with pytest.raises(ValueError, match=rf"'{token}' is an image token, which the sampler never emits"):
+        stop_token_ids(model, processor, [token], never=set(image))  # ... that the sampler suppresses
