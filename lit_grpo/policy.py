@@ -303,6 +303,8 @@ def _stop_id(tok, token: str, never: set[int]) -> int:
     if not isinstance(token, str) or not token:
         raise ValueError(f"{key}: {token!r} is not text of one token (an empty string or not a string)")
     ids = _text_ids(tok, token)
+    alone = tok(token, add_special_tokens=False)["input_ids"]
+    ids = alone if len(ids) != 1 and len(alone) == 1 else ids  # an added token that matches only as a whole word
     if len(ids) == 1 and ids[0] in never:
         raise ValueError(f"{key}: {token!r} is an image token, which the sampler never emits: it cannot stop a "
                          "completion")

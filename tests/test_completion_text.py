@@ -4,6 +4,7 @@ dropped."""
 
 import pytest
 import torch
+from tokenizers import AddedToken
 
 from lit_grpo.policy import image_token_ids, stop_token_ids
 from lit_grpo.rewards.basic import accuracy_reward, format_reward
@@ -102,6 +103,8 @@ def test_extra_stop_tokens_are_text_of_one_token(family):
     space_is, newline = tok.convert_tokens_to_ids("Ġis"), tok.convert_tokens_to_ids("Ċ")  # byte-level BPE pieces
     assert tok.decode([space_is]) == " is" and tok.decode([newline]) == "\n"
     assert stop_token_ids(model, processor, [" is", "\n"]) == sorted({*base, space_is, newline})
+    tok.add_tokens([AddedToken("END", single_word=True)])  # matches only as a whole word: not after the anchor
+    assert stop_token_ids(model, processor, ["END"]) == sorted({*base, tok.convert_tokens_to_ids("END")})
     refused = {
         "</answer> done": f"it encodes as {tok.tokenize('</answer> done')}",  # the family's own pieces
         "Ġis": "(the vocabulary's spelling of the token whose text is ' is': give ' is')",
