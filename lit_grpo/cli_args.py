@@ -196,7 +196,10 @@ def _check_group_file(key: str, value: str) -> None:
     if value.startswith("~"):
         raise ConfigError(f"--{key}: config file {value!r} not found ({path})")
     if path.suffix or "/" in value:
-        raise ConfigError(f"--{key}: config file {value!r} not found (relative paths are read from {os.getcwd()})")
+        from lit_grpo.paths import search_roots, wrong_folder
+
+        raise ConfigError(f"--{key}: " + (wrong_folder("config file", value, search_roots()) or f"config file "
+                                          f"{value!r} not found (relative paths are read from {os.getcwd()})"))
 
 
 def _mapping(value: str | None) -> dict | None:

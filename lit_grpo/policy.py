@@ -288,13 +288,14 @@ def stop_token_ids(model: nn.Module, processor, extra: list[str] | tuple = (), n
 
 def _text_ids(tok, text: str) -> list[int]:
     """The ids ``text`` encodes to where it follows other text: after an anchor letter, whose own ids are cut off (a
-    tokenizer that puts ``▁`` before a text, as Llama-2's does, would otherwise give ``" }"`` for ``"}"``); the ids of
-    ``text`` alone when the anchor merges with it."""
+    tokenizer that puts ``▁`` before a text, as Llama-2's does, would otherwise give ``" }"`` for ``"}"``). When
+    that is not one id (the anchor merged with the text, or an added token that matches only as a whole word), the
+    ids of ``text`` alone, if they are one."""
+    alone = tok(text, add_special_tokens=False)["input_ids"]
     anchor = tok("a", add_special_tokens=False)["input_ids"]
     joined = tok("a" + text, add_special_tokens=False)["input_ids"]
-    if joined[:len(anchor)] == anchor and len(joined) > len(anchor):
-        return joined[len(anchor):]
-    return tok(text, add_special_tokens=False)["input_ids"]
+    after = joined[len(anchor):] if joined[:len(anchor)] == anchor and len(joined) > len(anchor) else alone
+    return alone if len(after) != 1 and len(alone) == 1 else after
 
 
 def _stop_id(tok, token: str, never: set[int]) -> int:
@@ -303,8 +304,6 @@ def _stop_id(tok, token: str, never: set[int]) -> int:
     if not isinstance(token, str) or not token:
         raise ValueError(f"{key}: {token!r} is not text of one token (an empty string or not a string)")
     ids = _text_ids(tok, token)
-    alone = tok(token, add_special_tokens=False)["input_ids"]
-    ids = alone if len(ids) != 1 and len(alone) == 1 else ids  # an added token that matches only as a whole word
     if len(ids) == 1 and ids[0] in never:
         raise ValueError(f"{key}: {token!r} is an image token, which the sampler never emits: it cannot stop a "
                          "completion")

@@ -2,6 +2,8 @@
 from the chain of errors jsonargparse raised, the expected type from the option's declaration, and a mapping given
 whole on the command line checked key by key like a config file."""
 
+from pathlib import Path
+
 import pytest
 
 from lit_grpo.cli import main
@@ -233,3 +235,16 @@ def test_a_group_config_file_is_read(capsys, tmp_path):
         main(["fit", "--config", "configs/demo.yaml", f"--data={path}"])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and err.strip() == "error: data.batch_size must be >= 1 (prompts per step), got 0"
+
+
+def test_a_group_config_file_from_another_folder_says_where_it_is(capsys, tmp_path, monkeypatch):
+    repo = Path.cwd()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "--config", str(repo / "configs" / "demo.yaml"), "--data=configs/demo_phyx_mcq.yaml"])
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and err == (
+        f"error: --data: config file 'configs/demo_phyx_mcq.yaml' is not in {tmp_path}, the folder this command runs "
+        "from (relative paths in configs and on the command line are read from there), but "
+        f"{repo / 'configs' / 'demo_phyx_mcq.yaml'} exists: run the command from {repo} (cd {repo}), or give the "
+        "path from here")
