@@ -22,6 +22,15 @@ from lit_grpo.judge_config import JudgeConfig
 class GRPOConfig(Checked):
     """The policy-gradient objective."""
 
+    renamed: ClassVar[dict[str, str]] = {
+        "vllm_importance_sampling_correction": "sampler_correction (TRL's vllm_importance_sampling_correction; "
+                                               "here it applies to every sampler that is not the policy)",
+        "vllm_importance_sampling_mode": "sampler_correction_mode (TRL's vllm_importance_sampling_mode, same modes)",
+        "vllm_importance_sampling_cap": "sampler_correction_max (TRL's vllm_importance_sampling_cap / _clip_max)",
+        "vllm_importance_sampling_clip_max": "sampler_correction_max (TRL's vllm_importance_sampling_clip_max)",
+        "vllm_importance_sampling_clip_min": "sampler_correction_min (TRL's vllm_importance_sampling_clip_min)"}
+    """TRL's names of options this group names otherwise -> ours (a config that sets one is refused, naming it)."""
+
     beta: Annotated[float, Range(ge=0)] = 0.0
     """Weight of the k3 KL to the reference policy; 0 loads no reference at all."""
     epsilon_low: Annotated[float, Range(ge=0, le=1)] = 0.2
@@ -169,6 +178,28 @@ class PerfConfig(Checked):
     cache_image_features: bool = True
     """With the ``shared`` engine: encode each prompt's images once per rollout and reuse them in every pass, when
     the vision tower and projector are frozen; they are re-encoded in every pass when any of them trains."""
+    vllm_gpu_memory_utilization: Annotated[float, Range(gt=0, le=1)] = 0.3
+    """With ``engine: vllm``: the share of the device's memory the process may fill before vLLM sizes its KV cache
+    with the rest of that share (TRL's option of the same name; on a CPU, a share of the machine's memory)."""
+    vllm_kv_cache_gib: Annotated[float, Range(gt=0, note="null = from vllm_gpu_memory_utilization")] | None = None
+    """With ``engine: vllm``: the KV cache's size in GiB (vLLM's ``kv_cache_memory_bytes``), instead of a share of
+    memory; the plain choice on a CPU or with several engines in one process."""
+    vllm_max_model_length: Annotated[int, Range(ge=1, note="null = the model's own limit")] | None = None
+    """With ``engine: vllm``: the longest prompt + completion vLLM's KV cache is sized for (TRL's
+    ``vllm_max_model_length``); None = the model config's ``max_position_embeddings``."""
+    vllm_server_host: str = "127.0.0.1"
+    """With ``engine: vllm_server``: the address of the generation server (``python -m lit_grpo.serve``)."""
+    vllm_server_port: Annotated[int, Range(ge=1, le=65535)] = 8000
+    """With ``engine: vllm_server``: its HTTP port (the server's ``--port``)."""
+    vllm_server_timeout: Annotated[float, Range(gt=0)] = 240.0
+    """With ``engine: vllm_server``: seconds to wait for the server to be up, and for each of its answers."""
+    vllm_group_port: Annotated[int, Range(ge=1, le=65535)] = 51216
+    """With ``engine: vllm_server``: the port on the server's machine of the weight group (the trainer pushes the
+    weights through it after every update; TRL's option of the same name)."""
+    vllm_enable_sleep_mode: bool = False
+    """With ``engine: vllm`` on a GPU: vLLM frees its KV cache and offloads its weights during each step's updates
+    (TRL's option of the same name): less memory for a second copy of the weights at the cost of waking it for the
+    next rollout. No effect on a CPU."""
 
     def __post_init__(self):
         super().__post_init__()

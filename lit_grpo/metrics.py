@@ -55,25 +55,34 @@ def advantage_shares(labels: list[str], parts: Tensor) -> dict[str, float]:
 
 def sampler_metrics(old_logps: Tensor, sampling_logps: Tensor, ratio: Tensor | None, mask: Tensor,
                     gather: Callable[[Tensor], Tensor] = lambda x: x) -> dict[str, float]:
-    """How far the sampler is from the policy the update starts from, over every rank's valid tokens:
-    ``train/rollout/sampler/logp_gap_mean`` and ``_max`` (``|log pi_old - log mu|``; float rounding for the
-    built-in engines, which sample from the policy) and, when a correction applies, ``ratio_mean``, ``ratio_min``,
-    ``ratio_max`` of ``pi_old / mu`` (per token, or per sequence at the sequence level). ``gather`` concatenates a
-    ``[1, k]`` tensor over ranks. Shape: old / sampling / mask ``[N, T]``, ratio ``[N, T]`` or ``[N, 1]``."""
+    """How far the sampler is from the policy the update starts from, over every rank's valid tokens (TRL's
+    ``sampling/...`` figures): ``train/rollout/sampler/logp_gap_mean`` and ``_max`` (``|log pi_old - log mu|``;
+    float rounding for the built-in engines, which sample from the policy), ``kl`` (``mean(log mu - log pi_old)``
+    over the sampled tokens: the k1 estimate of KL(mu || pi_old) per token, nats) and, when a correction applies,
+    ``ratio_mean``, ``ratio_min``, ``ratio_max`` of the weight ``pi_old / mu`` as the update applies it (per token,
+    or per sequence at the sequence level) and ``masked_fraction``, the share of those weights the ``*_mask``
+    modes set to 0 (tokens, or completions at the sequence level). ``gather`` concatenates a ``[1, k]`` tensor over
+    ranks. Shape: old / sampling / mask ``[N, T]``, ratio ``[N, T]`` or ``[N, 1]``."""
     m = mask.bool()
-    gap = (old_logps.float() - sampling_logps.float().to(old_logps.device)).abs()[m]
-    gap = gap[~torch.isnan(gap)]
-    values = [gap.sum(), gap.numel(), gap.max() if gap.numel() else 0.0]
+    diff = (sampling_logps.float().to(old_logps.device) - old_logps.float())[m]
+    diff = diff[~torch.isnan(diff)]
+    gap = diff.abs()
+    values = [gap.sum(), gap.numel(), gap.max() if gap.numel() else 0.0, diff.sum()]
     if ratio is not None:
         r = ratio[m] if ratio.shape == m.shape else ratio.reshape(-1)
-        values += [r.sum(), r.numel(), r.min() if r.numel() else math.inf, r.max() if r.numel() else -math.inf]
+        values += [r.sum(), r.numel(), r.min() if r.numel() else math.inf, r.max() if r.numel() else -math.inf,
+                   (r == 0).sum()]
     rows = gather(torch.tensor([[float(v) for v in values]], dtype=torch.float64, device=old_logps.device)).cpu()
-    out = {"train/rollout/sampler/logp_gap_mean": (rows[:, 0].sum() / rows[:, 1].sum().clamp(min=1)).item(),
-           "train/rollout/sampler/logp_gap_max": rows[:, 2].max().item()}
+    tokens = rows[:, 1].sum().clamp(min=1)
+    out = {"train/rollout/sampler/logp_gap_mean": (rows[:, 0].sum() / tokens).item(),
+           "train/rollout/sampler/logp_gap_max": rows[:, 2].max().item(),
+           "train/rollout/sampler/kl": (rows[:, 3].sum() / tokens).item()}
     if ratio is not None:
-        out.update({"train/rollout/sampler/ratio_mean": (rows[:, 3].sum() / rows[:, 4].sum().clamp(min=1)).item(),
-                    "train/rollout/sampler/ratio_min": rows[:, 5].min().item(),
-                    "train/rollout/sampler/ratio_max": rows[:, 6].max().item()})
+        weights = rows[:, 5].sum().clamp(min=1)
+        out.update({"train/rollout/sampler/ratio_mean": (rows[:, 4].sum() / weights).item(),
+                    "train/rollout/sampler/ratio_min": rows[:, 6].min().item(),
+                    "train/rollout/sampler/ratio_max": rows[:, 7].max().item(),
+                    "train/rollout/sampler/masked_fraction": (rows[:, 8].sum() / weights).item()})
     return out
 
 

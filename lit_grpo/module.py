@@ -104,7 +104,7 @@ class PolicyModule(ShardingHooks, EvaluationHooks, L.LightningModule):
         self.layout.check_images({s.id: len(s.images) for s in batch.samples})
         enc = encode_prompts(self.processor, batch.messages, [s.images for s in batch.samples])
         check_prompt_lengths(enc, batch.samples, prompt_limit(self.policy, self.sampling))
-        enc = {k: v.to(self.device) if isinstance(v, Tensor) else v for k, v in enc.items()}
+        enc = enc.to(self.device)
         return self.passes.engine.sample(self.policy, enc, group_size, greedy=greedy, temperature=temperature)
 
     def logprob_pass(self, batch: PromptBatch, rollout: Rollout, group_size: int, train: bool = True) -> LogprobPass:

@@ -29,6 +29,10 @@ RUN_BY = {
     r"python benchmarks/gpu_step\.py --tiny": "tests/test_gpu_step.py::test_tiny_run_prints_every_figure_for_both_trainers",
     r"jupyter execute notebooks/attention_maps\.ipynb": "tests/test_notebook.py::test_notebook_runs_end_to_end_and_draws_the_overlays",
     r"pip install torch==2\.13\.0$|pip install -e \"\.\[dev\]\"$|pytest$": "tests/test_install.py::test_ci_runs_the_readme_lines_as_written",
+    r"pip uninstall -y torchcodec torchaudio$|python -m lit_grpo\.torchvision_cpu --install$|LIT_GRPO_REQUIRE_VLLM=1 pytest":
+        "tests/test_install.py::test_ci_runs_the_vllm_lines_of_the_install_page_as_written",
+    r"python -m lit_grpo\.serve ": "tests/test_vllm.py::test_a_run_sampling_from_a_server_trains_the_colocated_runs_"
+                                  "weights_and_a_dead_server_is_one_line",
 }
 # Commands nothing here can run, and why; their files and flags are still checked below.
 NOT_RUN = {

