@@ -211,6 +211,22 @@ def test_the_sampler_config_drops_granites_logits_scaling_for_vision_language_mo
     assert model.config.text_config.logits_scaling == 8.0
 
 
+def test_a_sampler_that_kept_granites_logits_scaling_is_caught_by_the_log_prob_test(vllm_zoo, monkeypatch):
+    """The same probe as the family test, on a sampler built from the policy's config as it is (vLLM's Granite
+    divides the logits by 8, the LLaVA-NeXT class does not): the gap is far above the tolerance."""
+    import copy as copy_
+
+    import lit_grpo.rollout.vllm as V
+
+    monkeypatch.setattr(V, "sampler_config", lambda config: copy_.deepcopy(config))
+    model, processor = load_policy(PolicyConfig(name_or_path=vllm_zoo("llava_next")))
+    assert model.config.text_config.logits_scaling == 8.0
+    torch.manual_seed(0)
+    gap = _gap(_engine(model.eval(), processor, SAMPLING), model, _prompts(processor, False))
+    print(f"logits_scaling kept: max |vLLM - policy| = {gap:.2f}")
+    assert gap > 1000 * TOLERANCE
+
+
 def test_lora_weights_are_pushed_merged_under_the_plain_models_names(vllm_zoo):
     """``sampler_weights`` of a LoRA policy: the names of the plain model, each adapted weight ``W + B A s``."""
     from lit_grpo.rollout.vllm import sampler_weights
