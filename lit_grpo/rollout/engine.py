@@ -129,7 +129,7 @@ class Rollout:
                        None if self.sampling_logps is None else self.sampling_logps[idx], self.sampler_is_policy)
 
 
-class PromptInputs(dict):
+class EncodedPrompts(dict):
     """The processor's tensors of ``B`` prompts (a dict, as the model takes them), with what made them: ``texts``
     (each prompt's chat-templated text, one placeholder per image) and ``images`` (each prompt's PIL images). A
     sampler that does its own image preprocessing (vLLM) starts from these."""
@@ -138,13 +138,13 @@ class PromptInputs(dict):
         super().__init__(tensors)
         self.texts, self.images = texts, images
 
-    def to(self, device) -> "PromptInputs":
+    def to(self, device) -> "EncodedPrompts":
         """The same prompts with every tensor on ``device``."""
-        return PromptInputs({k: v.to(device) if isinstance(v, Tensor) else v for k, v in self.items()}, self.texts,
+        return EncodedPrompts({k: v.to(device) if isinstance(v, Tensor) else v for k, v in self.items()}, self.texts,
                             self.images)
 
 
-def encode_prompts(processor, messages: list[list[dict]], images: list[list]) -> PromptInputs:
+def encode_prompts(processor, messages: list[list[dict]], images: list[list]) -> EncodedPrompts:
     """Apply the processor's chat template and tokenise B prompts with their images, left-padded, untruncated."""
     texts = [processor.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in messages]
     tok = getattr(processor, "tokenizer", processor)
@@ -152,7 +152,7 @@ def encode_prompts(processor, messages: list[list[dict]], images: list[list]) ->
     images = [list(i) for i in images] if images is not None else [[] for _ in texts]
     enc = processor(images=images if any(images) else None, text=texts, padding=True, truncation=False,
                     return_tensors="pt")
-    return PromptInputs(dict(enc), texts, images)
+    return EncodedPrompts(dict(enc), texts, images)
 
 
 def repeat_rows(inputs: dict[str, Any], repeats: int, layout: RowLayout | None = None) -> dict[str, Any]:

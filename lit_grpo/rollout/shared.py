@@ -53,6 +53,17 @@ from lit_grpo.grpo import selective_log_softmax, warp
 from lit_grpo.rollout.engine import Rollout, RolloutEngine, build_rollout
 
 
+def with_cache(lm: nn.Module, cache: Any) -> dict[str, Any]:
+    """``{keyword: cache}`` under the name ``lm``'s forward takes its KV cache by: ``cache`` in newer ``transformers``
+    5 releases, ``past_key_values`` in the earlier ones (5.19, which vLLM's CPU build pins). A name the forward does
+    not know would be taken by its ``**kwargs`` and the cache silently dropped: every completion would then run
+    without its prompt."""
+    import inspect
+
+    params = inspect.signature(type(lm).forward).parameters
+    return {"cache" if "cache" in params else "past_key_values": cache}
+
+
 @dataclasses.dataclass
 class PromptInputs:
     """What a model hands its language model for prompt rows: ``embeds`` ``[B, P, H]``, ``position_ids``
@@ -149,7 +160,7 @@ def prefill(model: nn.Module, prompts: PromptCache, rows: Tensor) -> tuple[Tenso
     lm = prompts.family.language_model(model)
     cache = DynamicCache(config=lm.config)
     out = lm(inputs_embeds=inputs.embeds, attention_mask=inputs.attention_mask, position_ids=inputs.position_ids,
-             cache=cache, use_cache=True)
+             use_cache=True, **with_cache(lm, cache))
     cache.batch_select_indices(inverse)  # (B -> n rows) differentiable indexing of every layer's keys/values
     pos = None if inputs.position_ids is None else inputs.position_ids[..., inverse, :]
     return out.last_hidden_state[inverse, -1], cache, inputs.attention_mask[inverse], pos
@@ -167,11 +178,14 @@ def shared_prefix_logps(model: nn.Module, prompts: PromptCache, rows: Tensor,
     if checkpointing(model, prompts.family):  # no KV cache under checkpointing: one checkpoint per decoder layer
         return checkpointed_logps(model, prompts, rows, completion_ids, completion_mask, temperature, suppress_ids,
                                   with_entropy, top_k=top_k, top_p=top_p)
-    last, cache, prompt_mask, pos = prefill(model, prompts, rows)
     lm, t = prompts.family.language_model(model), completion_ids.shape[1]
-    mask = torch.cat([prompt_mask, completion_mask.to(prompt_mask.dtype)], 1)
-    out = lm(inputs_embeds=lm.get_input_embeddings()(completion_ids), attention_mask=mask,
-             position_ids=_next_positions(pos, t), cache=cache, use_cache=True)
+    # no grad here: transformers 5.19 still drops the cache in a checkpointing layer in training mode (later
+    # releases only with grad on), so its flags are off for these two calls
+    with _hf_checkpointing_off(lm.layers):
+        last, cache, prompt_mask, pos = prefill(model, prompts, rows)
+        mask = torch.cat([prompt_mask, completion_mask.to(prompt_mask.dtype)], 1)
+        out = lm(inputs_embeds=lm.get_input_embeddings()(completion_ids), attention_mask=mask,
+                 position_ids=_next_positions(pos, t), use_cache=True, **with_cache(lm, cache))
     hidden = torch.cat([last[:, None], out.last_hidden_state[:, :-1]], 1)  # (n, T, H): state before each token
     logits = unwrap(model).get_output_embeddings()(hidden)
     return selective_log_softmax(logits, completion_ids, temperature, suppress_ids, with_entropy=with_entropy,
@@ -205,7 +219,7 @@ def sample_shared(model: nn.Module, prompts: PromptCache, cfg, stop_ids: list[in
             break
         mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], 1)
         out = lm(inputs_embeds=lm.get_input_embeddings()(token[:, None]), attention_mask=mask,
-                 position_ids=_next_positions(pos, 1, start=step + 1), cache=cache, use_cache=True)
+                 position_ids=_next_positions(pos, 1, start=step + 1), use_cache=True, **with_cache(lm, cache))
         last = out.last_hidden_state[:, -1]
     return torch.stack(tokens, 1), torch.stack(logps, 1)
 
@@ -289,7 +303,7 @@ def _recording(layers: nn.ModuleList) -> Iterator[_Recorded]:
 def layer_inputs(lm: nn.Module, cache: Any = None, **inputs) -> _Recorded:
     """What the language model ``lm``'s forward on ``inputs`` hands each decoder layer (no layer runs)."""
     with _recording(lm.layers) as seen:
-        lm(**inputs, cache=cache, use_cache=cache is not None)
+        lm(**inputs, use_cache=cache is not None, **with_cache(lm, cache))
     if len(seen) != len(lm.layers):
         raise RuntimeError(f"{type(lm).__name__} called {len(seen)} of its {len(lm.layers)} decoder layers")
     return seen

@@ -45,7 +45,7 @@ from torch import Tensor, nn
 
 from lit_grpo.errors import InputError
 from lit_grpo.families import RowLayout
-from lit_grpo.rollout.engine import PromptInputs, Rollout, RolloutEngine, SamplingConfig, build_rollout
+from lit_grpo.rollout.engine import EncodedPrompts, Rollout, RolloutEngine, SamplingConfig, build_rollout
 
 
 def unwrapped(model: nn.Module) -> nn.Module:
@@ -128,8 +128,13 @@ def start_llm(folder: str, dtype: str, gpu_memory_utilization: float = 0.3, max_
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process: weights are pushed by reference
     from vllm import LLM
 
-    with untouched_rng():
-        return _llm(LLM, folder, dtype, gpu_memory_utilization, max_model_length, kv_cache_gib, sleep_mode)
+    set_threads, threads = torch.set_num_threads, torch.get_num_threads()
+    try:
+        with untouched_rng():
+            return _llm(LLM, folder, dtype, gpu_memory_utilization, max_model_length, kv_cache_gib, sleep_mode)
+    finally:  # vLLM's CPU worker cuts torch to 1 thread and replaces set_num_threads with a warning: the training
+        torch.set_num_threads = set_threads  # passes in this process keep their threads (and the log its lines)
+        set_threads(threads)
 
 
 @contextlib.contextmanager
@@ -211,7 +216,7 @@ class VLLMEngine(RolloutEngine):
         self.inner, self.perf = inner, perf
         self.name = "vllm"
         """The engine's name in ``perf.engine``."""
-        self.llm, self.started, self.allowed = None, False, None
+        self.llm, self.started, self.allowed, self.sleeping = None, False, None, False
         self.folder: tempfile.TemporaryDirectory | None = None
         self.pushes = 0
         """Weight pushes so far (the first at start)."""
@@ -248,7 +253,10 @@ class VLLMEngine(RolloutEngine):
         return generate(self.llm, requests, params)
 
     def push(self, weights: list[tuple[str, Tensor]]) -> None:
-        """Write ``weights`` into the sampler."""
+        """Write ``weights`` into the sampler (woken first when it sleeps through the update: its weights' memory
+        must be mapped again, as TRL does)."""
+        if self.sleeping:
+            self.llm.wake_up(tags=["weights"])
         load_weights(self.llm, weights)
 
     def update_weights(self, model: nn.Module) -> None:
@@ -260,17 +268,21 @@ class VLLMEngine(RolloutEngine):
         self.pushes += 1
 
     def release(self) -> None:
+        """With ``vllm_enable_sleep_mode`` on a GPU: the sampler sleeps through the updates (level 2: its KV cache
+        and weights freed; every update pushes the weights anyway). Not run on a CPU, where vLLM has no sleep."""
         if self.llm is not None and self.perf.vllm_enable_sleep_mode and torch.cuda.is_available():
-            self.llm.sleep(level=1)  # frees the KV cache and offloads the weights for the update
+            self.llm.sleep(level=2)
+            self.sleeping = True
 
     def resume(self) -> None:
-        if self.llm is not None and self.perf.vllm_enable_sleep_mode and torch.cuda.is_available():
-            self.llm.wake_up()
+        if self.sleeping:
+            self.llm.wake_up(tags=["kv_cache"])
+            self.sleeping = False
 
     # ----------------------------------------------------------------- sampling
-    def requests(self, prompts: PromptInputs) -> list[dict]:
+    def requests(self, prompts: EncodedPrompts) -> list[dict]:
         """vLLM's request of each prompt: its text tokenised with one placeholder per image, and its images."""
-        if not isinstance(prompts, PromptInputs):
+        if not isinstance(prompts, EncodedPrompts):
             raise TypeError("the vllm engine samples prompts made by lit_grpo.rollout.encode_prompts (it needs their "
                             "texts and images)")
         out = []

@@ -11,8 +11,11 @@ one the run saves (:mod:`lit_grpo.save_on_failure`).
 
 from __future__ import annotations
 
+import base64
 import concurrent.futures
+import io
 import time
+import uuid
 from typing import Any
 
 import torch
@@ -21,6 +24,32 @@ from torch import Tensor
 from lit_grpo.errors import InputError, UserError
 from lit_grpo.rollout.vllm import VLLMEngine, sampler_config
 from lit_grpo.rollout.weight_group import WeightGroup, describe
+
+
+def decode_image(data: str):
+    """A PNG sent as base64 -> the PIL image (PNG is lossless: the pixels the trainer's processor saw)."""
+    from PIL import Image
+
+    return Image.open(io.BytesIO(base64.b64decode(data))).convert("RGB")
+
+
+def encode_image(image) -> str:
+    """A PIL image -> PNG, base64 (what :func:`decode_image` reads)."""
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def model_shape(config) -> dict:
+    """What a server and a trainer compare before the weights go over: the model type and the language model's and
+    vision tower's sizes (every weight's shape follows from them)."""
+    text, vision = config.get_text_config(), getattr(config, "vision_config", None)
+    keys = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+            "intermediate_size")
+    shape = {"model_type": config.model_type, **{k: getattr(text, k, None) for k in keys}}
+    if vision is not None:
+        shape.update({f"vision_{k}": getattr(vision, k, None) for k in ("hidden_size", "num_hidden_layers")})
+    return shape
 
 
 class VLLMServerEngine(VLLMEngine):
@@ -32,10 +61,12 @@ class VLLMServerEngine(VLLMEngine):
         p = self.perf
         self.url = f"http://{p.vllm_server_host}:{p.vllm_server_port}"
         self.http, self.group, self.failed = None, None, None
+        self.model = "<the policy's name_or_path>"
 
     def fail(self, what: str, exc: BaseException) -> InputError:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         return InputError(f"perf.engine: vllm_server: the vLLM server at {self.url} {what} ({type(exc).__name__}: "
-                          f"{exc}); start it with: python -m lit_grpo.serve --model <the policy's name_or_path> "
+                          f"{first}); start it with: python -m lit_grpo.serve --model {self.model} "
                           f"--port {self.perf.vllm_server_port} (docs/distributed.md)")
 
     def call(self, method: str, path: str, **kwargs) -> Any:
@@ -54,6 +85,7 @@ class VLLMServerEngine(VLLMEngine):
         and join its weight group."""
         import httpx
 
+        self.model = getattr(config, "_name_or_path", None) or self.model
         self.http = httpx.Client(timeout=self.perf.vllm_server_timeout)
         deadline = time.monotonic() + self.perf.vllm_server_timeout
         while True:
@@ -64,24 +96,28 @@ class VLLMServerEngine(VLLMEngine):
                 if time.monotonic() > deadline:
                     raise self.fail(f"was not up within {self.perf.vllm_server_timeout:g} s", exc) from None
                 time.sleep(1.0)
-        text = sampler_config(config).get_text_config()
-        mine = {"model_type": config.model_type, "vocab_size": text.vocab_size, "hidden_size": text.hidden_size,
-                "num_hidden_layers": text.num_hidden_layers}
+        mine = model_shape(sampler_config(config))
         theirs = {k: health.get(k) for k in mine}
         if mine != theirs:
-            raise InputError(f"perf.engine: vllm_server: the server at {self.url} serves another model ({theirs}; "
-                             f"the policy: {mine}): start it with --model <the policy's name_or_path>")
+            differ = {k: (theirs[k], mine[k]) for k in mine if theirs[k] != mine[k]}
+            raise InputError(f"perf.engine: vllm_server: the server at {self.url} serves another model (server, "
+                             f"policy: {differ}): start it with --model {self.model}")
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        port = self.perf.vllm_group_port
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            joined = pool.submit(self.call, "POST", "/group",
-                                 json={"port": port, "timeout": self.perf.vllm_server_timeout, "device": device})
-            self.group = WeightGroup(self.perf.vllm_server_host, port, 0, self.perf.vllm_server_timeout, device)
-            joined.result()
+        port, timeout = self.perf.vllm_group_port, self.perf.vllm_server_timeout
+        prefix = uuid.uuid4().hex  # this trainer's keys in the server's store
+        pool = concurrent.futures.ThreadPoolExecutor(1)
+        try:
+            group = pool.submit(WeightGroup, self.perf.vllm_server_host, port, 0, timeout, prefix, device)
+            self.call("POST", "/group", json={"port": port, "timeout": timeout, "device": device, "prefix": prefix})
+            self.group = group.result()
+        except UserError:
+            raise
+        except Exception as exc:  # the group did not form (a port in use, a timeout): one line, not gloo's trace
+            raise self.fail(f"could not form the weight group on port {port}", exc) from None
+        finally:
+            pool.shutdown(wait=False)
 
     def generate(self, requests: list[dict], params: dict) -> list[dict]:
-        from lit_grpo.serve import encode_image
-
         if self.failed is not None:
             raise self.failed
         body = [{"prompt_token_ids": r["prompt_token_ids"],

@@ -14,18 +14,22 @@ from torch import Tensor
 
 
 class WeightGroup:
-    """A two-process group whose store listens on ``port`` of the server (``master``: this process is the server
-    and keeps the store; the trainer connects to ``host:port``). Construction blocks until both have joined
-    (``timeout`` seconds at most)."""
+    """A two-process group (rank 0 the trainer, rank 1 the server) over the server's store on ``host:port``, under a
+    key ``prefix`` of its own, so that one server store serves one trainer after another. ``store``: the server
+    passes its store (kept for its lifetime); the trainer connects a client to ``host:port``. Construction blocks
+    until both have joined (``timeout`` seconds at most)."""
 
-    def __init__(self, host: str, port: int, rank: int, timeout: float, device: str = "cpu", master: bool = False):
+    def __init__(self, host: str, port: int, rank: int, timeout: float, prefix: str, device: str = "cpu",
+                 store: dist.Store | None = None):
         delta = datetime.timedelta(seconds=timeout)
-        self.store = dist.TCPStore(host, port, 2, is_master=master, timeout=delta)
+        self.store = store if store is not None else dist.TCPStore(host, port, None, False, delta)
+        keyed = dist.PrefixStore(prefix, self.store)
         if device.startswith("cuda"):
-            self.group = dist.ProcessGroupNCCL(self.store, rank, 2)
+            self.group = dist.ProcessGroupNCCL(keyed, rank, 2)
         else:
-            self.group = dist.ProcessGroupGloo(self.store, rank, 2, delta)
+            self.group = dist.ProcessGroupGloo(keyed, rank, 2, delta)
         self.rank, self.device = rank, device
+
 
     def broadcast(self, tensor: Tensor) -> Tensor:
         """``tensor`` from rank 0 (rank 1 passes an empty tensor of the same shape and dtype and gets it filled)."""
@@ -50,3 +54,8 @@ class WeightGroup:
 def describe(weights: list[tuple[str, Tensor]]) -> list[tuple[str, str, list[int]]]:
     """What :meth:`WeightGroup.receive` needs to know first: each weight's name, dtype name and shape."""
     return [(name, str(t.dtype).removeprefix("torch."), list(t.shape)) for name, t in weights]
+
+
+def server_store(port: int, timeout: float) -> dist.Store:
+    """The server's store on ``port`` (every interface), for every trainer's group in turn."""
+    return dist.TCPStore("0.0.0.0", port, None, True, datetime.timedelta(seconds=timeout), wait_for_workers=False)
