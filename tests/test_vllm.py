@@ -305,13 +305,8 @@ def _train(module, samples, steps: int) -> dict:
 @pytest.fixture
 def server():
     """``python -m lit_grpo.serve`` on the demo model, on free ports of 127.0.0.1; stopped after the test."""
-    import subprocess
-    import sys
-
     port, group = _free_port(), _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "lit_grpo.serve", "--model", "checkpoints/demo", "--port",
-                             str(port), "--kv-cache-gib", str(KV_CACHE_GIB)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = _serve(port)
     yield proc, dict(vllm_server_port=port, vllm_group_port=group, vllm_server_timeout=120.0)
     proc.kill()
     proc.wait()

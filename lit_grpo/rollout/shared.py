@@ -41,6 +41,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import inspect
 from typing import Any, Iterator
 
 import torch
@@ -58,10 +60,13 @@ def with_cache(lm: nn.Module, cache: Any) -> dict[str, Any]:
     5 releases, ``past_key_values`` in the earlier ones (5.19, which vLLM's CPU build pins). A name the forward does
     not know would be taken by its ``**kwargs`` and the cache silently dropped: every completion would then run
     without its prompt."""
-    import inspect
+    return {_cache_keyword(type(lm)): cache}
 
-    params = inspect.signature(type(lm).forward).parameters
-    return {"cache" if "cache" in params else "past_key_values": cache}
+
+@functools.lru_cache(maxsize=None)
+def _cache_keyword(cls: type) -> str:
+    """The KV-cache keyword of ``cls.forward`` (read once per class: :func:`with_cache` runs every decoding step)."""
+    return "cache" if "cache" in inspect.signature(cls.forward).parameters else "past_key_values"
 
 
 @dataclasses.dataclass

@@ -131,7 +131,14 @@ def start_llm(folder: str, dtype: str, gpu_memory_utilization: float = 0.3, max_
     set_threads, threads = torch.set_num_threads, torch.get_num_threads()
     try:
         with untouched_rng():
-            return _llm(LLM, folder, dtype, gpu_memory_utilization, max_model_length, kv_cache_gib, sleep_mode)
+            return LLM(model=folder, load_format="dummy", dtype=dtype, seed=0,
+                       enforce_eager=not torch.cuda.is_available(), logprobs_mode="processed_logprobs",
+                       generation_config="vllm",
+                       enable_chunked_prefill=False,  # a prompt cut across steps rewinds its seeded generator: CPU
+                       # generators cannot rewind (vLLM 0.32), and whole prefills sample the same tokens
+                       gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_length,
+                       kv_cache_memory_bytes=None if kv_cache_gib is None else int(kv_cache_gib * 2**30),
+                       enable_sleep_mode=sleep_mode and torch.cuda.is_available())
     finally:  # vLLM's CPU worker cuts torch to 1 thread and replaces set_num_threads with a warning: the training
         torch.set_num_threads = set_threads  # passes in this process keep their threads (and the log its lines)
         set_threads(threads)
@@ -149,16 +156,6 @@ def untouched_rng() -> Iterator[None]:
         yield
     finally:
         set_rng_states(states)
-
-
-def _llm(LLM, folder, dtype, gpu_memory_utilization, max_model_length, kv_cache_gib, sleep_mode):
-    return LLM(model=folder, load_format="dummy", dtype=dtype, seed=0, enforce_eager=not torch.cuda.is_available(),
-               logprobs_mode="processed_logprobs", generation_config="vllm",
-               enable_chunked_prefill=False,  # a prompt cut across steps rewinds its seeded generator: CPU
-               # generators cannot rewind (vLLM 0.32), and whole prefills sample the same tokens
-               gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_length,
-               kv_cache_memory_bytes=None if kv_cache_gib is None else int(kv_cache_gib * 2**30),
-               enable_sleep_mode=sleep_mode and torch.cuda.is_available())
 
 
 def load_weights(llm, weights: list[tuple[str, Tensor]]) -> None:
@@ -206,15 +203,17 @@ class VLLMEngine(RolloutEngine):
     Raises:
         InputError: at construction, for a model type in :data:`REFUSED` (naming it and why)."""
 
+    name = "vllm"
+    """The engine's name in ``perf.engine``."""
+
     def __init__(self, processor, layout: RowLayout, sampling: SamplingConfig, stop_ids: list[int],
                  suppress_ids: list[int], perf: Any, inner: RolloutEngine):
         model_type = getattr(getattr(layout, "config", None), "model_type", None) or getattr(layout, "model_type", None)
         if model_type in REFUSED:
-            raise InputError(f"perf.engine: vllm does not sample model type {model_type!r}: {REFUSED[model_type]}; "
-                             "use perf.engine: shared")
+            raise InputError(f"perf.engine: {self.name} does not sample model type {model_type!r}: "
+                             f"{REFUSED[model_type]}; use perf.engine: shared")
         super().__init__(processor, layout, sampling, stop_ids, suppress_ids)
         self.inner, self.perf = inner, perf
-        self.name = "vllm"
         """The engine's name in ``perf.engine``."""
         self.llm, self.started, self.allowed, self.sleeping = None, False, None, False
         self.folder: tempfile.TemporaryDirectory | None = None

@@ -55,9 +55,10 @@ def model_shape(config) -> dict:
 class VLLMServerEngine(VLLMEngine):
     """Samples with a vLLM server (module docstring)."""
 
+    name = "vllm_server"
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.name = "vllm_server"
         p = self.perf
         self.url = f"http://{p.vllm_server_host}:{p.vllm_server_port}"
         self.http, self.group, self.failed = None, None, None
