@@ -87,7 +87,9 @@ class RunConfig(SaveConfigCallback):
         super().__init__(*args, **{**kwargs, "save_to_log_dir": False})
 
     def save_config(self, trainer, pl_module, stage: str) -> None:
-        folder = getattr(trainer.logger, "log_dir", None) or trainer.log_dir
+        # as trainer.log_dir, without its broadcast: only rank 0 saves, and a collective on one rank hangs the run
+        folder = (getattr(trainer.logger, "log_dir", None) or getattr(trainer.logger, "save_dir", None)
+                  or trainer.default_root_dir)
         os.makedirs(folder, exist_ok=True)
         self.parser.save(self.config, os.path.join(folder, self.config_filename), skip_none=False,
                          overwrite=self.overwrite, multifile=self.multifile)

@@ -136,7 +136,11 @@ class ShardedEngine(RolloutEngine):
         root = self.roots.get(id(model))
         return fn(model) if root is None else root(fn)
 
+    samples_the_policy = property(lambda self: self.inner.samples_the_policy)
+
     def sample(self, model: nn.Module, prompts: dict, group_size: int, **kwargs) -> Rollout:
+        if not self.inner.samples_the_policy:  # its own weights: the policy only read whole for a push, outside any
+            return self.inner.sample(model, prompts, group_size, **kwargs)  # forward (FSDP2 reshards to save them)
         root = self.roots.get(id(model))
         gather = gathered(root) if root is not None and self.gather_rollout else contextlib.nullcontext()
         with gather:
@@ -148,6 +152,17 @@ class ShardedEngine(RolloutEngine):
 
     def measured_logps(self, model: nn.Module, rollout: Rollout, rows: slice, providers: dict, images: list[list]):
         return self._call(model, lambda m: self.inner.measured_logps(m, rollout, rows, providers, images))
+
+    def release(self) -> None:
+        self.inner.release()
+
+    def update_weights(self, model: nn.Module) -> None:
+        """The inner engine's push; a sampler holding its own weights gathers each shard whole
+        (:func:`lit_grpo.rollout.vllm.sampler_weights`), every rank at once."""
+        self.inner.update_weights(model)
+
+    def resume(self) -> None:
+        self.inner.resume()
 
 
 class ShardingHooks:

@@ -14,10 +14,10 @@ the trainer). The server starts vLLM with dummy weights and samples nothing unti
   request; each trainer's group has its own key ``prefix``, so a later trainer replaces an earlier one);
 - ``POST /weights {"meta": [[name, dtype, shape], ...]}``: receive those tensors over the group, in order, and load
   them (:func:`lit_grpo.rollout.vllm.load_weights`);
-- ``POST /generate {"requests": [{"prompt_token_ids", "images": [PNG, base64]}], "params": {SamplingParams}}``:
-  :func:`lit_grpo.rollout.vllm.generate`'s data.
+- ``POST /generate {"requests": [{"prompt_token_ids", "images": [PNG, base64]}], "params": {SamplingParams}}``
+  (or ``"params"``: one per request): :func:`lit_grpo.rollout.vllm.generate`'s data.
 
-One trainer at a time; requests run one after another. Stop it with Ctrl+C or SIGTERM. docs/distributed.md shows
+One trainer at a time (a trainer of several ranks talks through its rank 0); requests run one after another. Stop it with Ctrl+C or SIGTERM. docs/distributed.md shows
 the layout over several machines.
 """
 
@@ -71,7 +71,7 @@ class Sampler:
             self.ready = True
         return len(meta)
 
-    def generate(self, requests: list[dict], params: dict) -> list[dict]:
+    def generate(self, requests: list[dict], params: dict | list[dict]) -> list[dict]:
         from lit_grpo.rollout.vllm import generate
         from lit_grpo.rollout.vllm_server import decode_image
 

@@ -305,3 +305,28 @@ def test_what_the_sharded_strategy_cannot_read_is_refused_in_one_line(tmp_path):
         with pytest.raises(InputError, match=rf"{cut.name} is not a whole sharded checkpoint \(it has no "
                                              rf"{re.escape(missing)}\); use an earlier checkpoint or copy it again$"):
             check_checkpoint_file(cut)
+
+
+@pytest.mark.slow
+def test_a_two_rank_run_without_a_logger_saves_its_config_and_checkpoint(tmp_path):
+    """``trainer.logger: false`` on 2 DDP processes, 1 step: the config is saved (where Lightning puts it with no
+    logger: ``default_root_dir``) and the checkpoint written; rank 0 alone saving the config once asked Lightning
+    for ``trainer.log_dir``, a broadcast the other rank never joined, and the run hung there."""
+    from lit_grpo.tasks.visualsphinx.puzzles import write_puzzles
+    from lit_grpo.embedded import save_embedded_vlm
+
+    save_embedded_vlm(tmp_path / "model")
+    write_puzzles(tmp_path / "train.parquet", num=4, seed=0)
+    cfg = {"trainer": {"accelerator": "cpu", "devices": 2, "strategy": "ddp", "max_steps": 1, "logger": False,
+                       "limit_val_batches": 0, "enable_progress_bar": False, "default_root_dir": str(tmp_path / "root"),
+                       "callbacks": [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                                      "init_args": {"dirpath": str(tmp_path / "ckpt"), "save_last": True}}]},
+           "model": {"init_args": {"policy": {"name_or_path": str(tmp_path / "model")},
+                                   "sampling": {"num_generations": 2, "max_completion_length": 4},
+                                   "evaluation": {"before_fit": False}}},
+           "data": {"train": {"path": str(tmp_path / "train.parquet")}, "val": None, "batch_size": 1}}
+    (tmp_path / "overrides.yaml").write_text(yaml.safe_dump(cfg))
+    run_together([[sys.executable, "-m", "lit_grpo", "fit", "--config", "configs/demo.yaml", "--config",
+                   str(tmp_path / "overrides.yaml")]], timeout=180)
+    assert (tmp_path / "ckpt" / "last.ckpt").is_file()
+    assert yaml.safe_load((tmp_path / "root" / "config.yaml").read_text())["trainer"]["max_steps"] == 1

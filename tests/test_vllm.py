@@ -342,19 +342,76 @@ def test_a_run_sampling_from_a_server_trains_the_colocated_runs_weights_and_a_de
     assert "python -m lit_grpo.serve --model checkpoints/demo" in message
 
 
-@pytest.mark.parametrize("engine", ["vllm", "vllm_server"])
-def test_a_multi_process_run_is_refused_at_the_first_rollout_in_one_line(vllm_zoo, monkeypatch, engine):
-    from lit_grpo import distributed as D
-    from lit_grpo.errors import InputError
+@pytest.fixture(scope="module")
+def on_two_ranks(vllm_zoo, tmp_path_factory):
+    """``on_two_ranks(config)``: tests/vllm_ranks.py's record of each rank, from one 2-process ``torchrun``."""
+    import json
 
-    model, processor = load_policy(PolicyConfig(name_or_path=vllm_zoo("llava")))
-    layout, suppress = row_layout(model, processor), image_token_ids(model, processor)
-    built = build_engine(processor, layout, SAMPLING, stop_token_ids(model, processor, (), set(suppress)), suppress,
-                         PerfConfig(engine=engine))
-    monkeypatch.setattr(D, "world", lambda: (0, 2))
-    with pytest.raises(InputError, match=rf"^perf.engine: {engine} samples for one training process, and this run "
-                                         r"has 2: train on one process, or use perf.engine: shared"):
-        built.sample(model, _prompts(processor, True), 2)
+    from launch import free_port, run_together, torchrun
+
+    out = tmp_path_factory.mktemp("vllm_ranks")
+
+    def run(config: str) -> list[dict]:
+        script = [str(Path(__file__).with_name("vllm_ranks.py")), str(out), vllm_zoo("llava_next"), config]
+        run_together([torchrun(2, free_port(), *script)], timeout=400,
+                     env={"PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])})
+        return [json.loads((out / f"{config}.rank{r}.json").read_text()) for r in range(2)]
+
+    return run
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", ["ddp-full", "fsdp-full", "fsdp-lora"])
+def test_on_two_ranks_each_ranks_engine_samples_from_the_weights_the_ranks_train(on_two_ranks, config):
+    """Each rank its own engine (TRL's colocate); 1, 2 and 3 updates of one policy trained on both ranks (gradients
+    averaged, or the policy sharded with FSDP2 and each weight gathered whole for the push): after each push both
+    ranks' sampled log-probs are their policy's, and the ranks hold the same weights."""
+    ranks = on_two_ranks(config)
+    print(f"{config}: gaps after updates 1-3 per rank = {[r['gaps'] for r in ranks]}")
+    for r in ranks:
+        assert max(r["gaps"]) <= TOLERANCE and r["pushes"] == 4
+    assert ranks[0]["sums"] == ranks[1]["sums"]
+    assert len(set(ranks[0]["sums"])) == 3  # every update moved the weights
+
+
+@pytest.mark.slow
+def test_a_two_rank_run_sampling_from_one_server_trains_the_two_rank_colocated_runs_weights(server, tmp_path):
+    """``fit`` of the demo warm start on 2 DDP processes, 2 steps: each rank with its own engine (colocate), then both
+    ranks sampling from one server (rank 0 sends every rank's prompts and pushes the weights): the same weights."""
+    import sys
+
+    import yaml
+
+    from launch import run_together
+
+    _, perf = server
+    weights = {}
+    for engine in ("vllm", "vllm_server"):
+        folder = tmp_path / engine
+        overrides = {"trainer": {"accelerator": "cpu", "devices": 2, "strategy": "ddp", "max_steps": 2,
+                                 "limit_val_batches": 0, "enable_progress_bar": False, "logger": False,
+                                 "default_root_dir": str(folder),
+                                 "callbacks": [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                                                "init_args": {"dirpath": str(folder), "save_last": True}}]},
+                     "model": {"init_args": {"perf": {"engine": engine, "vllm_kv_cache_gib": KV_CACHE_GIB, **perf},
+                                             "evaluation": {"before_fit": False},
+                                             "sampling": {"num_generations": 4, "max_completion_length": 16}}},
+                     "data": {"batch_size": 2}}
+        folder.mkdir()
+        (folder / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+        run_together([[sys.executable, "-m", "lit_grpo", "fit", "--config", "configs/demo.yaml", "--config",
+                       str(folder / "overrides.yaml")]], timeout=300)
+        weights[engine] = torch.load(folder / "last.ckpt", weights_only=False)["state_dict"]
+    start = load_policy(PolicyConfig(name_or_path="checkpoints/demo"))[0].state_dict()
+    assert any(not torch.equal(v, start[k.removeprefix("policy.")]) for k, v in weights["vllm"].items())
+    for name, value in weights["vllm"].items():  # vLLM's batch differs (2 prompts or 4): its log-probs by ~1e-7
+        torch.testing.assert_close(weights["vllm_server"][name], value, rtol=0, atol=1e-5, msg=name)
+
+
+@pytest.mark.slow
+def test_on_two_sharded_ranks_an_engine_that_skips_the_push_is_caught(on_two_ranks):
+    for r in on_two_ranks("fsdp-full-nopush"):
+        assert min(r["gaps"]) > 100 * TOLERANCE, r["gaps"]
 
 
 # ----------------------------------------------------------------------------------------- a whole run

@@ -279,6 +279,10 @@ class RolloutEngine:
     sample the next rollout from these weights); ``resume()`` after the step's last update.
     """
 
+    samples_the_policy = True
+    """True when :meth:`sample` runs the model it is given (False for a sampler holding its own copy of the weights,
+    which a sharded policy need not be gathered for)."""
+
     def __init__(self, processor, layout: RowLayout, sampling: SamplingConfig, stop_ids: list[int],
                  suppress_ids: list[int]):
         self.processor, self.layout, self.sampling = processor, layout, sampling

