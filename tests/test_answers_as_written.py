@@ -32,6 +32,22 @@ LETTERS = [  # (answer field, the letter it gives; None = no letter, never a wro
     ("It is A as well as B", None),
     ("the answer is c because", None),  # a lower-case letter before a reason: could be a word
     ("E because", None),  # not among the options A-D
+    # a letter, a dash or a colon, a phrase: em dash, en dash, hyphen, colon, with or without spaces
+    ("I would pick B — a safe choice.", "B"),
+    ("C - the field is uniform", "C"),
+    ("C -- the field is uniform", "C"),
+    ("D – the slope doubles", "D"),
+    ("A—the mass cancels", "A"),
+    ("C–uniform field", "C"),
+    ("The answer is (D): the slope doubles", "D"),
+    ("Option B — 7.55 N", "B"),
+    ("I choose **A** — the only one left", "A"),
+    ("(B) — a safe choice", "B"),
+    ("The force at A — larger than at B", None),  # no cue word before the letter
+    ("Either A — or B", None),
+    ("A - B = 3", None),  # arithmetic: a lone capital after the dash
+    ("A — B", None),
+    ("C - The field is uniform", "C"),
 ]
 
 

@@ -152,3 +152,52 @@ def test_datamodule_raises_the_row_error_not_a_collate_crash_and_skips_on_reques
     assert sorted(s.id for s in batch.samples) == ["0", "2"] and "skipped 1 of 3 bad rows" in caplog.text
     with pytest.raises(ValueError, match="on_bad_row"):
         VLMDataModule(train=spec, on_bad_row="ignore")
+
+
+def _binary_vs_file(tmp_path, problems: list[bytes]) -> str:
+    """A VisualSphinx parquet whose text columns are stored as ``binary`` (parquet BYTE_ARRAY without a UTF-8 type)."""
+    rows = [{**_puzzle(i), "problem": p, "answer": b"J", "choice": _puzzle(i)["choice"].encode()}
+            for i, p in enumerate(problems)]
+    features = datasets.Features({"id": datasets.Value("string"), "images": datasets.List(datasets.Image()),
+                                  "problem": datasets.Value("binary"), "choice": datasets.Value("binary"),
+                                  "answer": datasets.Value("binary"), "difficulty": datasets.Value("int32")})
+    path = tmp_path / "binary.parquet"
+    datasets.Dataset.from_list(rows, features=features).to_parquet(str(path))
+    return str(path)
+
+
+def test_text_stored_as_binary_is_read_as_utf8_text_never_as_its_repr(tmp_path):
+    """``problem``, ``choice`` and ``answer`` as binary columns: the question is the UTF-8 text (accents and all),
+    not ``"b'...'"``; the prompt the model sees says so too."""
+    path = _binary_vs_file(tmp_path, ["<image>Which option fits? Café, 5 µm".encode(), b"<image>Second one"])
+    ds = read_visualsphinx(path, split="test")
+    assert [s.question for s in ds] == ["Which option fits? Café, 5 µm", "Second one"]
+    assert ds[0].answer == "J" and ds[0].options["A"] == "A"
+
+
+@pytest.mark.parametrize("policy", ["raise", "skip"])
+def test_binary_text_that_is_not_utf8_is_a_bad_row_named(tmp_path, caplog, policy):
+    path = _binary_vs_file(tmp_path, [b"<image>fine", b"<image>caf\xe9 in latin-1", b"<image>also fine"])
+    if policy == "raise":
+        with pytest.raises(BadRowError, match=r"row 1 \(id p1\): field 'problem' is binary and not UTF-8 text "
+                                              r"\(byte 10\); store it as a string column, encoded as UTF-8"):
+            read_visualsphinx(path, split="test")
+        return
+    with caplog.at_level(logging.WARNING):
+        ds = read_visualsphinx(path, split="test", on_bad_row="skip")
+    assert [s.id for s in ds] == ["p0", "p2"] and "skipped 1 of 3 bad rows" in caplog.text
+
+
+def test_phyx_text_stored_as_binary_is_read_as_text(tmp_path):
+    """The default PhyX layout with its text columns stored as binary reads as the same samples as with strings."""
+    text = [_item(0), _item(1)]
+    binary = [{k: v.encode() if isinstance(v, str) else v for k, v in it.items()} for it in text]
+    paths = []
+    for name, rows in (("text", text), ("binary", binary)):
+        paths.append(tmp_path / name / "PhyX_test.parquet")
+        paths[-1].parent.mkdir()
+        datasets.Dataset.from_list(rows).to_parquet(str(paths[-1]))
+    want, got = (read_phyx(str(p)) for p in paths)
+    assert [(s.id, s.question, s.options, s.answer, s.fields) for s in got] == \
+        [(s.id, s.question, s.options, s.answer, s.fields) for s in want]
+    assert got[0].question.startswith("A mass hangs") and got[0].fields["domain"] == "Mechanics"

@@ -131,6 +131,28 @@ class SampleDataset(Dataset):
         return h.hexdigest()
 
 
+IMAGE_COLUMNS = ("image", "images")
+"""Columns whose bytes are images (:func:`text_row` leaves them as they are)."""
+
+
+def text_row(row: dict[str, Any], where: str, images: Sequence[str] = IMAGE_COLUMNS) -> dict[str, Any]:
+    """``row`` with every field stored as bytes (a parquet ``binary`` column, an Arrow ``large_binary``) decoded as
+    UTF-8 text, the image columns (``images``) left as stored: a reader then never trains on ``"b'...'"``.
+
+    Raises:
+        BadRowError: a bytes field that is not UTF-8, naming ``where`` (source, row, id) and the field."""
+    out = dict(row)
+    for key, value in row.items():
+        if key in images or not isinstance(value, (bytes, bytearray, memoryview)):
+            continue
+        try:
+            out[key] = bytes(value).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BadRowError(f"{where}: field {key!r} is binary and not UTF-8 text (byte {exc.start}); store it as "
+                              "a string column, encoded as UTF-8") from None
+    return out
+
+
 def load_rows(rows: Sequence[Any], to_sample: Callable[[Any, int], Sample], *, name: str,
               on_bad_row: str = "raise", check_text: Callable[[Any, int], dict | None] | None = None,
               text_rows: Sequence[Any] | None = None,

@@ -123,8 +123,11 @@ _AT_END = re.compile(  # "... it is C", "Answer seems to be A", "the answer is (
     rf"{_CUE}\s*(?:\(\s*([A-Za-z])\s*\)|\[\s*([A-Za-z])\s*\]|\*{{0,2}}([A-Z])\*{{0,2}})\s*[.!]?\s*$")
 _IS_CORRECT = re.compile(r"^\(?([A-Z])\)?\s+(?i:is\s+(?:the\s+)?(?:correct|right|best)\b|is\s+the\s+answer\b)")
 _REASON = r"\s*(?:[,;:—–-]+\s*)?(?i:because|since|as(?!\s+well)|given|due\s+to|owing\s+to)\b"
-_JUSTIFIED = re.compile(rf"^(?:\(([A-Z])\)|\*{{0,2}}([A-Z])\*{{0,2}}){_REASON}")  # "C because I computed..."
-_CUE_JUSTIFIED = re.compile(rf"{_CUE}\s*(?:\(([A-Z])\)|\*{{0,2}}([A-Z])\*{{0,2}}){_REASON}")  # "I choose B since"
+_PHRASE = r"\s*(?:[—–]+|\s-{1,2}\s|:)\s*(?![A-Z]\b)\(?[A-Za-z0-9]"  # "B — a safe choice", "C - the field",
+# "D: uniform"; not a lone capital after it ("A - B = 3" is arithmetic, "A — B" two options)
+_AFTER = rf"(?:{_REASON}|{_PHRASE})"
+_JUSTIFIED = re.compile(rf"^(?:\(([A-Z])\)|\*{{0,2}}([A-Z])\*{{0,2}}){_AFTER}")  # "C because I computed..."
+_CUE_JUSTIFIED = re.compile(rf"{_CUE}\s*(?:\(([A-Z])\)|\*{{0,2}}([A-Z])\*{{0,2}}){_AFTER}")  # "I pick B — a"
 
 
 def extract_option_letter(text: str | None, labels: str = "ABCDEFGHIJ") -> str | None:
@@ -136,7 +139,9 @@ def extract_option_letter(text: str | None, labels: str = "ABCDEFGHIJ") -> str |
     (``is``, ``be``, ``answer``, ``option``, ``choice``, ``choose``, ``:``, ``=``: ``I think it is C``,
     ``Answer seems to be A``, ``the answer is (B).``); a bare letter at the end must be a capital. A capital letter
     followed by its reason counts in either place (``The answer is C because I computed the integral``, ``B since
-    the slope doubles``, ``I choose D, as the field is uniform``). Sentences
+    the slope doubles``, ``I choose D, as the field is uniform``), and so does one followed by a dash (em, en, or a
+    hyphen with a space each side) or a colon and a phrase (``I would pick B — a safe choice.``, ``C - the field is
+    uniform``, ``C–uniform``, ``the answer is (D): the slope doubles``). Sentences
     that merely hold a capital (``A force of 5 N``, ``Based on...``, ``the force at A is larger than at B``,
     ``either A or B``, ``not C``) give ``None``: no letter is better than a wrong one. Only ``labels`` count.
 

@@ -33,7 +33,7 @@ from torch.utils.data import ConcatDataset
 
 from lit_grpo.data.io import open_table
 from lit_grpo.data.images import DEFAULT_MAX_PIXELS, decode_image
-from lit_grpo.data.sample import BadRowError, Sample, SampleDataset, load_rows
+from lit_grpo.data.sample import BadRowError, Sample, SampleDataset, load_rows, text_row
 from lit_grpo.tasks.phyx.templates import MC_INSTRUCTION, OE_INSTRUCTION, render_options
 from lit_grpo.tasks.phyx.units import derive_unit
 
@@ -183,6 +183,7 @@ def phyx_fields(row: dict[str, Any], index: int, *, layout: str, where: str, ans
     def bad(field: str, what: str) -> BadRowError:
         return BadRowError(f"{where}: field {field!r} {what}")
 
+    row = text_row(row, where)
     stored = row.get("answer")
     if stored is None or str(stored).strip() == "":
         raise bad("answer", "is missing")

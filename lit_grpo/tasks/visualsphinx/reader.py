@@ -12,7 +12,7 @@ from typing import Any
 
 from lit_grpo.data.io import open_table
 from lit_grpo.data.images import DEFAULT_MAX_PIXELS, decode_image
-from lit_grpo.data.sample import BadRowError, Sample, SampleDataset, load_rows
+from lit_grpo.data.sample import BadRowError, Sample, SampleDataset, load_rows, text_row
 
 _META = ("explanation", "difficulty", "has_duplicate", "reasonableness", "readability", "accuracy")
 
@@ -25,6 +25,7 @@ def visualsphinx_fields(row: dict[str, Any], where: str) -> dict[str, Any]:
         or empty ``problem``, a missing answer or one not among the options; the message names ``where``
         (source, row index and id) and the field.
     """
+    row = text_row(row, where)
     try:
         choice = json.loads(row["choice"]) if isinstance(row.get("choice"), str) else row["choice"]
         if not isinstance(choice, dict):
@@ -65,6 +66,7 @@ def visualsphinx_sample(row: dict[str, Any], index: int, *, source: str = "visua
     :func:`visualsphinx_fields` does, or for a missing/undecodable/over-large image.
     """
     where = _where(source, row, index)
+    row = text_row(row, where)
     fields = visualsphinx_fields(row, where)
     images = row.get("images") or ([row["image"]] if row.get("image") is not None else [])
     if not images:
