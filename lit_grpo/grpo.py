@@ -197,6 +197,30 @@ def _flat_groups(r: Tensor) -> Tensor:
     return (torch.where(valid, r, -math.inf).amax(1) == torch.where(valid, r, math.inf).amin(1)).unsqueeze(1)
 
 
+def decoupled_sum(rewards: Tensor, weights: Tensor, group_size: int, eps: float = 1e-4,
+                  unscorable: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """GDPO's per-completion sum ``S = sum_k w_k z_k`` of each reward normalised within its group (``z_k`` as in
+    :func:`decoupled_advantages`), NaN on an unscorable row (default: every reward NaN), and the weighted terms
+    ``w_k z_k``. ``S`` is what GDPO's advantages normalise: a group whose ``S`` values are all equal gives its
+    completions no signal, whatever its rewards' weighted totals.
+
+    Shape: rewards ``[N, K]``, weights ``[K]``, unscorable ``[N]`` -> ``S`` ``[N]`` and terms ``[N, K]`` float32.
+    Raises:
+        ValueError: ``N`` is not a multiple of ``group_size``.
+    """
+    n, k = rewards.shape
+    if group_size < 1 or n % group_size:
+        raise ValueError(f"{n} rewards do not split into groups of {group_size}")
+    r = rewards.float().reshape(-1, group_size, k).transpose(1, 2)  # (B, K, G)
+    mean, std, _ = nan_group_stats(r)  # (B, K)
+    z = (r - mean.unsqueeze(-1)) / (std.unsqueeze(-1) + eps)
+    z = torch.where(torch.isnan(r) | _flat_groups(r.reshape(-1, group_size)).reshape(r.shape[0], k, 1),
+                    torch.zeros_like(z), z)
+    z = z.transpose(1, 2).reshape(n, k) * weights.float()  # (N, K) weighted
+    bad = torch.isnan(rewards).all(1) if unscorable is None else unscorable.bool()  # (N,)
+    return torch.where(bad, torch.full_like(z[:, 0], math.nan), z.sum(1)), z  # (N,) NaN = unscorable
+
+
 def decoupled_advantages(rewards: Tensor, weights: Tensor, group_size: int, eps: float = 1e-4,
                          unscorable: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """GDPO (arXiv 2601.05242; TRL ``multi_objective_aggregation="normalize_then_sum"``): each reward normalised
@@ -213,17 +237,8 @@ def decoupled_advantages(rewards: Tensor, weights: Tensor, group_size: int, eps:
     Raises:
         ValueError: ``N`` is not a multiple of ``group_size``.
     """
-    n, k = rewards.shape
-    if group_size < 1 or n % group_size:
-        raise ValueError(f"{n} rewards do not split into groups of {group_size}")
-    r = rewards.float().reshape(-1, group_size, k).transpose(1, 2)  # (B, K, G)
-    mean, std, _ = nan_group_stats(r)  # (B, K)
-    z = (r - mean.unsqueeze(-1)) / (std.unsqueeze(-1) + eps)
-    z = torch.where(torch.isnan(r) | _flat_groups(r.reshape(-1, group_size)).reshape(r.shape[0], k, 1),
-                    torch.zeros_like(z), z)
-    z = z.transpose(1, 2).reshape(n, k) * weights.float()  # (N, K) weighted
-    bad = torch.isnan(rewards).all(1) if unscorable is None else unscorable.bool()  # (N,)
-    total = torch.where(bad, torch.full_like(z[:, 0], math.nan), z.sum(1))  # (N,) NaN = unscorable
+    total, z = decoupled_sum(rewards, weights, group_size, eps, unscorable)
+    bad = torch.isnan(total)
     s_mean, s_std, _ = nan_group_stats(total)
     if _flat_groups(total[None]).item():  # every scorable total equal (or none): no signal, exactly 0
         return torch.zeros_like(total), torch.zeros_like(z)

@@ -18,15 +18,19 @@ from lit_grpo.grpo import nan_group_stats
 
 
 def train_metrics(per_reward: dict[str, Tensor], total: Tensor, advantages: Tensor, group_size: int,
-                  lengths: Tensor, truncated: Tensor) -> dict[str, float]:
+                  lengths: Tensor, truncated: Tensor, signal: Tensor | None = None) -> dict[str, float]:
     """The ``train/`` statistics of one rollout: the learning curves ``train/reward`` (mean), each reward's mean
     and std and ``train/reward_std`` (mean within-group std), then the diagnostics under ``train/rollout/``
     (fraction of groups with zero std, fraction unscorable, advantage mean/std, completion length: mean, max,
     fraction truncated). Names sort the curves before the diagnostics in TensorBoard. Shapes:
     ``total``/``advantages``/each reward ``[N]`` (NaN = unscorable, groups of ``group_size`` contiguous),
     ``lengths`` ``[N]`` (tokens per completion), ``truncated`` ``[N]``. Pass every rank's completions (gathered
-    in rank order) for figures over the whole step."""
-    group_std = nan_group_stats(total.float().reshape(-1, group_size))[1]
+    in rank order) for figures over the whole step.
+
+    ``train/reward_std`` and ``frac_reward_zero_std`` are of ``signal`` ``[N]``, what the advantages were computed
+    from (default: ``total``; GDPO's sum of normalised terms under ``normalize_then_sum``,
+    :func:`lit_grpo.grpo.decoupled_sum`), so a group counted as having no signal is one whose advantages are 0."""
+    group_std = nan_group_stats((total if signal is None else signal).float().reshape(-1, group_size))[1]
     lengths = lengths.float()
     log = {
         "train/reward": torch.nanmean(total).item(),

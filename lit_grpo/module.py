@@ -42,7 +42,7 @@ from lit_grpo.data.sample import check_prompt_lengths, prompt_limit
 from lit_grpo.evaluation import EvaluationHooks, Evaluator
 from lit_grpo.families import row_layout
 from lit_grpo.fsdp import ShardingHooks
-from lit_grpo.grpo import decoupled_advantages, group_advantages
+from lit_grpo.grpo import decoupled_advantages, decoupled_sum, group_advantages
 from lit_grpo.hparams import flatten_hparams, log_flat_hparams
 from lit_grpo.metrics import PromptStats, advantage_shares, sampler_metrics, train_metrics
 from lit_grpo.objectives import adapt_entropy_coef, applied_entropy_coef
@@ -241,7 +241,7 @@ class GRPOModule(PolicyModule):
         #    "batch" scaling every group); each rank keeps its own rows.
         rank, world = D.world()
         all_total = D.all_gather_cat(total.to(self.device)).cpu()  # (W * N,)
-        advantages, extra = self.advantages(per_reward, all_total)  # (W * N,) over every rank's groups
+        advantages, extra, signal = self.advantages(per_reward, all_total)  # (W * N,) over every rank's groups
         local_adv = advantages.reshape(world, -1)[rank].to(self.device)  # (N,)
         # 5. Update: num_iterations * steps_per_generation optimizer updates over parts of the rollout, then the
         #    scheduler once; the engine hears of each update (a sampler holding its own weights copies them).
@@ -253,24 +253,27 @@ class GRPOModule(PolicyModule):
                                          rollout.completion_mask, lambda x: D.all_gather_cat(x.to(self.device))))
         elapsed = time.perf_counter() - start
         self.log_train(per_reward, all_total, advantages, rollout, stats, len(all_total) / elapsed, reward_metrics,
-                       lr, extra)
+                       lr, extra, signal)
         return {"prompts": [m for m in batch.messages], "completions": rollout.completions,
                 "rewards": {k: v.tolist() for k, v in per_reward.items()}, "total": total.tolist(),
                 "advantages": local_adv.tolist(), "answers": [s.answer for s in batch.samples], "group_size": g,
                 "measured": logprobs.measured}
 
-    def advantages(self, per_reward: dict[str, Tensor], all_total: Tensor) -> tuple[Tensor, dict[str, float]]:
+    def advantages(self, per_reward: dict[str, Tensor],
+                   all_total: Tensor) -> tuple[Tensor, dict[str, float], Tensor]:
         """Advantages ``[W * N]`` of every rank's completions: of the weighted total (``sum_then_normalize``), or
         GDPO's (``normalize_then_sum``: each reward term normalised in its group; its share of the advantage is
-        logged as ``train/advantage/<reward>``)."""
+        logged as ``train/advantage/<reward>``); the figures logged; and the signal ``[W * N]`` the advantages are
+        computed from (the total, or GDPO's sum of normalised terms): the no-signal figures are of it."""
         g, eps = self.sampling.num_generations, self.cfg.advantage_eps
         if self.cfg.multi_objective_aggregation == "sum_then_normalize":
-            return group_advantages(all_total, g, self.cfg.scale_rewards, eps), {}
+            return group_advantages(all_total, g, self.cfg.scale_rewards, eps), {}, all_total
         labels = [k for k in self.reward_weights if k in per_reward]  # the terms of the total
         values = torch.stack([D.all_gather_cat(per_reward[k].to(self.device)).cpu() for k in labels], 1)  # (W*N, K)
         weights = torch.tensor([self.reward_weights[k] for k in labels])
-        adv, parts = decoupled_advantages(values, weights, g, eps, unscorable=torch.isnan(all_total))
-        return adv, advantage_shares(labels, parts)
+        unscorable = torch.isnan(all_total)
+        adv, parts = decoupled_advantages(values, weights, g, eps, unscorable=unscorable)
+        return adv, advantage_shares(labels, parts), decoupled_sum(values, weights, g, eps, unscorable)[0]
 
     def _backward_sync(self, last: bool):
         strategy = self._trainer.strategy if self._trainer is not None else None
@@ -347,18 +350,18 @@ class GRPOModule(PolicyModule):
     def log_train(self, per_reward: dict[str, Tensor], total: Tensor, advantages: Tensor, rollout: Rollout,
                   stats: dict[str, float], completions_per_s: float,
                   reward_metrics: dict[str, float] | None = None, lr: float | None = None,
-                  extra: dict[str, float] | None = None) -> None:
+                  extra: dict[str, float] | None = None, signal: Tensor | None = None) -> None:
         """Log the ``train/`` figures over every rank's completions (``total``, ``advantages`` gathered, ``stats``
         reduced over ranks already; judge call statistics in ``reward_metrics`` are this rank's) at x = this step's
         number; ``lr`` is the learning rate the step's updates used; ``extra``: figures over every rank, logged as
-        named."""
+        named; ``signal``: what the advantages were computed from (:meth:`advantages`; default ``total``)."""
 
         def gather(x: Tensor) -> Tensor:  # every rank's rows, in rank order
             return D.all_gather_cat(x.to(self.device)).cpu()
 
         log = train_metrics({k: gather(v) for k, v in per_reward.items()}, total, advantages,
                             self.sampling.num_generations, gather(rollout.completion_mask.sum(1)),
-                            gather(rollout.truncated.float()))
+                            gather(rollout.truncated.float()), signal)
         log["train/update/lr"] = self._lr() if lr is None else lr
         log["train/rollout/completions_per_second"] = completions_per_s
         log.update({f"train/update/{k}": v for k, v in stats.items()})

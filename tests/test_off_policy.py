@@ -204,7 +204,7 @@ def test_gdpo_advantages_and_their_shares(tiny_model_dir):
                         grpo=GRPOConfig(multi_objective_aggregation="normalize_then_sum"),
                         sampling=SamplingConfig(num_generations=4, max_completion_length=8))
     binary, fmt = torch.tensor([1.0, 0.0, 0.0, 0.0]), torch.tensor([1.0, 1.0, 0.0, 1.0])
-    adv, shares = module.advantages({"binary": binary, "boxed_format": fmt}, binary + 0.5 * fmt)
+    adv, shares, _ = module.advantages({"binary": binary, "boxed_format": fmt}, binary + 0.5 * fmt)
     s = math.sqrt(0.25)  # unbiased std of both columns: [1,0,0,0] and [1,1,0,1] -> 0.5
     z_b, z_f = (binary - 0.25) / (s + 1e-4), 0.5 * (fmt - 0.75) / (s + 1e-4)
     total = z_b + z_f
@@ -229,3 +229,33 @@ def test_the_adaptive_entropy_coefficient_is_checkpointed(tiny_model_dir):
     assert resumed.entropy_control.tolist() == [0.035, 0.18]
     assert resumed._entropy_coef() == 0.035  # 0.18 <= the 0.2 target: applied
     assert "entropy_control" not in _module(tiny_model_dir).state_dict()
+
+
+def test_no_signal_figures_describe_what_the_advantages_are_computed_from(tiny_model_dir):
+    """Two groups of 4, rewards ``binary`` (weight 1) and ``boxed_format`` (weight 0.5). Group 0: binary [1,0,0,0],
+    format [0,2,2,2], so every weighted total is 1 while the terms differ; group 1: the same with format [0,0,0,0]
+    and binary [1,1,1,1] (flat in every term). Summed then normalised, group 0's totals are flat: no signal, half
+    the groups. Normalised then summed (GDPO), group 0's sum of normalised terms is about [0.75, -0.25, -0.25, -0.25]
+    (binary's z [1.5, -0.5, -0.5, -0.5] plus 0.5 x format's z [-1.5, 0.5, 0.5, 0.5]): it trains, and only group 1
+    counts as having no signal."""
+    from lit_grpo.metrics import train_metrics
+
+    binary = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0])
+    fmt = torch.tensor([0.0, 2.0, 2.0, 2.0, 0.0, 0.0, 0.0, 0.0])
+    total = binary + 0.5 * fmt
+    figures = {}
+    for aggregation in ("sum_then_normalize", "normalize_then_sum"):
+        module = GRPOModule(policy=PolicyConfig(name_or_path=tiny_model_dir),
+                            rewards=[RewardSpec("binary", weight=1.0), RewardSpec("boxed_format", weight=0.5)],
+                            grpo=GRPOConfig(multi_objective_aggregation=aggregation),
+                            sampling=SamplingConfig(num_generations=4, max_completion_length=8))
+        adv, _, signal = module.advantages({"binary": binary, "boxed_format": fmt}, total)
+        log = train_metrics({}, total, adv, 4, torch.ones(8), torch.zeros(8), signal)
+        figures[aggregation] = (adv, log["train/rollout/frac_reward_zero_std"], log["train/reward_std"])
+    adv, zero_std, std = figures["sum_then_normalize"]
+    assert adv.eq(0).all() and zero_std == 1.0 and std == 0.0
+    adv, zero_std, std = figures["normalize_then_sum"]
+    assert adv[:4].abs().min() > 0.1 and adv[4:].eq(0).all()  # group 0 trains, group 1 does not
+    z_b = (binary[:4] - 0.25) / (0.5 + 1e-4)
+    z_f = 0.5 * (fmt[:4] - 1.5) / (1.0 + 1e-4)
+    assert zero_std == 0.5 and std == pytest.approx((z_b + z_f).std().item() / 2, rel=1e-5)
