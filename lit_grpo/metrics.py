@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from torchmetrics.aggregation import CatMetric
 
 from lit_grpo.grpo import nan_group_stats
+from lit_grpo.objectives import corrected
 
 
 def train_metrics(per_reward: dict[str, Tensor], total: Tensor, advantages: Tensor, group_size: int,
@@ -57,16 +58,23 @@ def advantage_shares(labels: list[str], parts: Tensor) -> dict[str, float]:
     return {f"train/advantage/{label}": parts[:, k].abs().mean().item() for k, label in enumerate(labels)}
 
 
+SAMPLER_WARN_SHARE = 0.2
+"""A step whose sampler correction masks or clips more than this share of completions is warned about (once)."""
+
+
 def sampler_metrics(old_logps: Tensor, sampling_logps: Tensor, ratio: Tensor | None, mask: Tensor,
-                    gather: Callable[[Tensor], Tensor] = lambda x: x) -> dict[str, float]:
+                    gather: Callable[[Tensor], Tensor] = lambda x: x,
+                    options: dict | None = None) -> dict[str, float]:
     """How far the sampler is from the policy the update starts from, over every rank's valid tokens (TRL's
     ``sampling/...`` figures): ``train/rollout/sampler/logp_gap_mean`` and ``_max`` (``|log pi_old - log mu|``;
     float rounding for the built-in engines, which sample from the policy), ``kl`` (``mean(log mu - log pi_old)``
     over the sampled tokens: the k1 estimate of KL(mu || pi_old) per token, nats) and, when a correction applies,
     ``ratio_mean``, ``ratio_min``, ``ratio_max`` of the weight ``pi_old / mu`` as the update applies it (per token,
-    or per sequence at the sequence level) and ``masked_fraction``, the share of those weights the ``*_mask``
-    modes set to 0 (tokens, or completions at the sequence level). ``gather`` concatenates a ``[1, k]`` tensor over
-    ranks. Shape: old / sampling / mask ``[N, T]``, ratio ``[N, T]`` or ``[N, 1]``."""
+    or per sequence at the sequence level) and ``corrected_completions`` / ``corrected_tokens``, the share of
+    completions (with a token) and of valid tokens whose weight the correction masked or clipped
+    (:func:`lit_grpo.objectives.corrected`, with ``options``, the correction's keyword arguments; at the sequence
+    level a completion's every token). ``gather`` concatenates a ``[1, k]`` tensor over ranks. Shape: old /
+    sampling / mask ``[N, T]``, ratio ``[N, T]`` or ``[N, 1]``."""
     m = mask.bool()
     diff = (sampling_logps.float().to(old_logps.device) - old_logps.float())[m]
     diff = diff[~torch.isnan(diff)]
@@ -74,8 +82,10 @@ def sampler_metrics(old_logps: Tensor, sampling_logps: Tensor, ratio: Tensor | N
     values = [gap.sum(), gap.numel(), gap.max() if gap.numel() else 0.0, diff.sum()]
     if ratio is not None:
         r = ratio[m] if ratio.shape == m.shape else ratio.reshape(-1)
+        tokens, completions = corrected(old_logps.float(), sampling_logps.float().to(old_logps.device), mask,
+                                        **(options or {}))
         values += [r.sum(), r.numel(), r.min() if r.numel() else math.inf, r.max() if r.numel() else -math.inf,
-                   (r == 0).sum()]
+                   tokens.sum(), m.sum(), completions.sum(), m.any(-1).sum()]
     rows = gather(torch.tensor([[float(v) for v in values]], dtype=torch.float64, device=old_logps.device)).cpu()
     tokens = rows[:, 1].sum().clamp(min=1)
     out = {"train/rollout/sampler/logp_gap_mean": (rows[:, 0].sum() / tokens).item(),
@@ -86,7 +96,9 @@ def sampler_metrics(old_logps: Tensor, sampling_logps: Tensor, ratio: Tensor | N
         out.update({"train/rollout/sampler/ratio_mean": (rows[:, 4].sum() / weights).item(),
                     "train/rollout/sampler/ratio_min": rows[:, 6].min().item(),
                     "train/rollout/sampler/ratio_max": rows[:, 7].max().item(),
-                    "train/rollout/sampler/masked_fraction": (rows[:, 8].sum() / weights).item()})
+                    "train/rollout/sampler/corrected_tokens": (rows[:, 8].sum() / rows[:, 9].sum().clamp(min=1)).item(),
+                    "train/rollout/sampler/corrected_completions":
+                        (rows[:, 10].sum() / rows[:, 11].sum().clamp(min=1)).item()})
     return out
 
 

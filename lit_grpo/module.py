@@ -44,7 +44,7 @@ from lit_grpo.families import row_layout
 from lit_grpo.fsdp import ShardingHooks
 from lit_grpo.grpo import decoupled_advantages, decoupled_sum, group_advantages
 from lit_grpo.hparams import flatten_hparams, log_flat_hparams
-from lit_grpo.metrics import PromptStats, advantage_shares, sampler_metrics, train_metrics
+from lit_grpo.metrics import SAMPLER_WARN_SHARE, PromptStats, advantage_shares, sampler_metrics, train_metrics
 from lit_grpo.objectives import adapt_entropy_coef, applied_entropy_coef
 from lit_grpo.passes import LogprobPass, PolicyPasses
 from lit_grpo.policy import (PolicyConfig, ReferencePolicy, disable_dropout, image_token_ids, load_policy,
@@ -250,7 +250,9 @@ class GRPOModule(PolicyModule):
         # 6. Log: train/ figures at x = this step; what the callbacks see is returned.
         if logprobs.old_logps is not None and rollout.sampling_logps is not None:  # how far the sampler is off
             extra.update(sampler_metrics(logprobs.old_logps, rollout.sampling_logps, logprobs.sampler_ratio,
-                                         rollout.completion_mask, lambda x: D.all_gather_cat(x.to(self.device))))
+                                         rollout.completion_mask, lambda x: D.all_gather_cat(x.to(self.device)),
+                                         self.cfg.sampler_options()))
+            self._warn_if_corrected(extra.get("train/rollout/sampler/corrected_completions", 0.0))
         elapsed = time.perf_counter() - start
         self.log_train(per_reward, all_total, advantages, rollout, stats, len(all_total) / elapsed, reward_metrics,
                        lr, extra, signal)
@@ -375,6 +377,18 @@ class GRPOModule(PolicyModule):
 
     def _lr(self) -> float:
         return self.optimizers().param_groups[0]["lr"]
+
+    def _warn_if_corrected(self, share: float) -> None:
+        """Warn once when the sampler correction masked or clipped more than :data:`SAMPLER_WARN_SHARE` of a step's
+        completions (docs/objectives.md#when-the-sampler-is-not-the-policy)."""
+        if share > SAMPLER_WARN_SHARE and not getattr(self, "_warned_corrected", False):
+            self._warned_corrected = True
+            mode = self.cfg.sampler_correction_mode
+            rank_zero_warn(f"the sampler correction ({mode}) masked or clipped {share:.0%} of this step's completions "
+                           f"(train/rollout/sampler/corrected_completions; warned above {SAMPLER_WARN_SHARE:.0%}): "
+                           "their weight in the loss is 0 or capped. With long completions a sequence-level weight "
+                           "multiplies small per-token gaps; grpo.sampler_correction_mode: token_truncate (or "
+                           "token_mask) weighs each token on its own (docs/objectives.md)")
 
     def _warn_if_no_signal(self, frac_zero_std: float, patience: int = 10) -> None:
         """Warn once when every group had equal rewards for ``patience`` steps in a row (zero advantages)."""

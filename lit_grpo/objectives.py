@@ -210,15 +210,38 @@ def sampler_correction(old_logps: Tensor, sampling_logps: Tensor, mask: Tensor, 
     """
     if mode not in SAMPLER_CORRECTION_MODES:
         raise ValueError(f"sampler correction mode must be one of {', '.join(SAMPLER_CORRECTION_MODES)}, got {mode!r}")
-    diff = torch.nan_to_num((old_logps - sampling_logps) * mask, nan=0.0)  # (N, T)
-    if mode.startswith("sequence"):
-        diff = diff.sum(-1, keepdim=True)  # (N, 1)
-    ratio = torch.exp(diff)
+    ratio = _sampler_weight(old_logps, sampling_logps, mask, mode.startswith("sequence"))
     if mode.endswith("truncate"):
         return torch.clamp(ratio, min=ratio_min, max=ratio_max)
     low = -math.inf if ratio_min is None else ratio_min
     high = math.inf if ratio_max is None else ratio_max
     return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)
+
+
+def _sampler_weight(old_logps: Tensor, sampling_logps: Tensor, mask: Tensor, sequence: bool) -> Tensor:
+    """``pi_old / mu`` before any bound: per token ``[N, T]``, or the product over the completion ``[N, 1]``."""
+    diff = torch.nan_to_num((old_logps - sampling_logps) * mask, nan=0.0)  # (N, T)
+    return torch.exp(diff.sum(-1, keepdim=True) if sequence else diff)
+
+
+@torch.no_grad()
+def corrected(old_logps: Tensor, sampling_logps: Tensor, mask: Tensor, mode: str = "sequence_mask",
+              ratio_min: float | None = None, ratio_max: float | None = 3.0) -> tuple[Tensor, Tensor]:
+    """Which weights :func:`sampler_correction` (same arguments) changed: zeroed (``*_mask``) or clamped
+    (``*_truncate``) because the uncorrected weight fell outside ``[ratio_min, ratio_max]``. Returns the valid
+    tokens so touched ``[N, T]`` bool (at the sequence level: every token of a touched completion) and the
+    completions with at least one ``[N]`` bool.
+
+    At the sequence level the weight is a product over the completion: a per-token log-ratio ``d`` over ``L`` tokens
+    gives ``exp(L d)``, so 1e-3 over 2,000 tokens is e^2 = 7.4, over the default cap of 3."""
+    if mode not in SAMPLER_CORRECTION_MODES:
+        raise ValueError(f"sampler correction mode must be one of {', '.join(SAMPLER_CORRECTION_MODES)}, got {mode!r}")
+    raw = _sampler_weight(old_logps, sampling_logps, mask, mode.startswith("sequence"))
+    low = -math.inf if ratio_min is None else ratio_min
+    high = math.inf if ratio_max is None else ratio_max
+    outside = (raw < low) | (raw > high)  # (N, T) or (N, 1)
+    tokens = outside.expand_as(mask) & mask.bool()
+    return tokens, tokens.any(-1)
 
 
 @torch.no_grad()

@@ -135,11 +135,14 @@ def test_sampler_figures_are_the_hand_computed_ones():
     old = torch.zeros(2, 3)
     sampling = torch.tensor([[0.1, -0.2, 0.3], [0.5, 0.0, 9.0]])
     mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
-    out = sampler_metrics(old, sampling, torch.tensor([[0.0], [1.5]]), mask)
+    out = sampler_metrics(old, sampling, torch.tensor([[0.0], [1.5]]), mask,
+                          options=dict(mode="sequence_mask", ratio_min=0.7, ratio_max=3.0))
     assert out["train/rollout/sampler/kl"] == pytest.approx((0.1 - 0.2 + 0.3 + 0.5 + 0.0) / 5)
     assert out["train/rollout/sampler/logp_gap_mean"] == pytest.approx((0.1 + 0.2 + 0.3 + 0.5 + 0.0) / 5)
     assert out["train/rollout/sampler/logp_gap_max"] == pytest.approx(0.5)
-    assert out["train/rollout/sampler/masked_fraction"] == 0.5
+    # sequence weights pi_old / mu = exp(-0.2) = 0.82 (kept) and exp(-0.5) = 0.61 (under 0.7: row 1 and its 2 tokens)
+    assert out["train/rollout/sampler/corrected_completions"] == 0.5
+    assert out["train/rollout/sampler/corrected_tokens"] == pytest.approx(2 / 5)
     assert (out["train/rollout/sampler/ratio_min"], out["train/rollout/sampler/ratio_max"]) == (0.0, 1.5)
     assert out["train/rollout/sampler/ratio_mean"] == pytest.approx(0.75)
 

@@ -259,3 +259,39 @@ def test_no_signal_figures_describe_what_the_advantages_are_computed_from(tiny_m
     z_b = (binary[:4] - 0.25) / (0.5 + 1e-4)
     z_f = 0.5 * (fmt[:4] - 1.5) / (1.0 + 1e-4)
     assert zero_std == 0.5 and std == pytest.approx((z_b + z_f).std().item() / 2, rel=1e-5)
+
+
+@pytest.mark.parametrize("mode, completions, tokens", [("sequence_mask", 0.5, 2000 / 2010),
+                                                       ("sequence_truncate", 0.5, 2000 / 2010),
+                                                       ("token_truncate", 0.0, 0.0), ("token_mask", 0.0, 0.0)])
+def test_a_long_completion_whose_tokens_agree_is_corrected_only_at_the_sequence_level(mode, completions, tokens):
+    """Two completions, 2,000 and 10 tokens, each token's log pi_old - log mu = 1e-3 (0.1%): the long one's sequence
+    weight is exp(2) = 7.39, over the cap of 3 (masked or clipped with its 2,000 tokens); the short one's exp(0.01);
+    per token every weight is exp(1e-3), inside the bounds."""
+    from lit_grpo.metrics import sampler_metrics
+    from lit_grpo.objectives import sampler_correction
+
+    mask = torch.zeros(2, 2000)
+    mask[0], mask[1, :10] = 1, 1
+    old, sampling = torch.full((2, 2000), -1.0 + 1e-3), torch.full((2, 2000), -1.0)
+    options = dict(mode=mode, ratio_min=None, ratio_max=3.0)
+    ratio = sampler_correction(old, sampling, mask, **options)
+    out = sampler_metrics(old, sampling, ratio, mask, options=options)
+    assert out["train/rollout/sampler/corrected_completions"] == completions
+    assert out["train/rollout/sampler/corrected_tokens"] == pytest.approx(tokens)
+    if mode.startswith("sequence"):
+        assert ratio[0, 0].item() == (0.0 if mode == "sequence_mask" else 3.0)
+        assert ratio[1, 0].item() == pytest.approx(math.exp(0.01), rel=1e-4)
+
+
+def test_a_step_whose_correction_drops_many_completions_is_warned_about_once(tiny_model_dir):
+    module = _module(tiny_model_dir)
+    with pytest.warns(UserWarning, match=r"the sampler correction \(sequence_mask\) masked or clipped 25% of this "
+                                         r"step's completions .* grpo.sampler_correction_mode: token_truncate"):
+        module._warn_if_corrected(0.25)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        module._warn_if_corrected(0.9)  # once per run
+        _module(tiny_model_dir)._warn_if_corrected(0.2)  # at the share itself: no warning
