@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -41,11 +42,15 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any]
     whole in this process).
 
     Raises:
-        InputError: not a whole checkpoint, or one without the run's settings.
+        InputError: a model folder, not a whole checkpoint, or one without the run's settings.
     """
     import torch.distributed.checkpoint as dcp
 
     path = Path(path)
+    if path.is_dir() and (path / "config.json").is_file() and not (path / SHARDED_META).exists():
+        raise InputError(f"{path} is a model folder (save_pretrained), not a training checkpoint: it already loads as "
+                         "model.init_args.policy.name_or_path; export takes a checkpoint, e.g. "
+                         "checkpoints/<run>/last.ckpt")
     check_checkpoint_file(path)
     if path.is_dir():
         meta = torch.load(path / SHARDED_META, weights_only=False)
@@ -91,11 +96,46 @@ def save_pretrained(model: nn.Module, processor, out: str | Path, merge: bool = 
     return out
 
 
+def check_export(path: Path, out: Path, cfg: PolicyConfig, weights: dict[str, Tensor]) -> None:
+    """Refuse an export that would not be what the user means: an ``out`` that holds files already (an earlier
+    export, or the folder the run started from: ``policy.name_or_path`` or ``lora.adapter_path`` of ``cfg``, whose
+    every other checkpoint would then resume on another model), weights of ``path`` that are not all finite.
+
+    Raises:
+        InputError: naming the folder or the weight, and what to do."""
+    sources = [cfg.name_or_path, cfg.lora.adapter_path if cfg.lora else None]
+    for source in filter(None, sources):
+        if Path(source).exists() and out.exists() and out.resolve() == Path(source).resolve():
+            raise InputError(f"{out} is the folder the run started from (its policy's {source}): exporting there "
+                             "would replace that model, and every checkpoint of the run would then resume on "
+                             "another one; export into a new folder")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise InputError(f"{out} is not an empty folder: export into a new or empty folder (nothing was written)")
+    for name, tensor in weights.items():
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise InputError(f"{path}: weight {name} has {bad} of {tensor.numel()} values that are NaN or infinite: "
+                             "the run diverged before this checkpoint; export an earlier one")
+
+
 def export_checkpoint(path: str | Path, out: str | Path, merge: bool = False) -> Path:
-    """Write the policy of the checkpoint ``path`` as a ``save_pretrained`` folder ``out`` (see the module)."""
+    """Write the policy of the checkpoint ``path`` as a ``save_pretrained`` folder ``out`` (see the module): refused
+    by :func:`check_export` first, then written with the files readable as the user's umask allows.
+
+    Raises:
+        InputError: :func:`check_export`'s, :func:`read_checkpoint`'s and :func:`unsharded_policy`'s."""
+    path, out = Path(path), Path(out)
     weights, hparams = read_checkpoint(path)
-    model, processor = unsharded_policy(policy_config(hparams["policy"]), weights)
-    return save_pretrained(model, processor, out, merge)
+    cfg = policy_config(hparams["policy"])
+    check_export(path, out, cfg, weights)
+    model, processor = unsharded_policy(cfg, weights)
+    written = save_pretrained(model, processor, out, merge)
+    umask = os.umask(0)
+    os.umask(umask)
+    for file in written.rglob("*"):  # some writers make private files (0600): a model folder is for others to read
+        if file.is_file():
+            file.chmod(0o666 & ~umask)
+    return written
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -277,3 +277,71 @@ def test_a_checkpoint_of_another_optimizer_is_refused_naming_both(trained, tmp_p
     assert "\n" not in message
     assert message.startswith(f"checkpoint {ckpt} was written with optimizer torch.optim.AdamW, and this run uses "
                               "torch.optim.SGD")
+
+
+# ---------------------------------------------------------------------------------------------- export
+def _export(*args: str) -> str:
+    """``python -m lit_grpo.export ARGS``: its ``error:`` line (exit status 1), or ``""`` when it wrote."""
+    from lit_grpo.export import main as export
+
+    try:
+        export(list(args))
+    except SystemExit as exc:
+        assert exc.code == 1
+        return "error"
+    return ""
+
+
+def _with_policy(good: Path, folder: Path, **policy) -> Path:
+    """A copy of checkpoint ``good`` whose recorded policy settings are changed by ``policy``."""
+    ckpt = torch.load(good, weights_only=False)
+    ckpt["hyper_parameters"]["policy"] = {**dict(vars(ckpt["hyper_parameters"]["policy"])
+                                                 if not isinstance(ckpt["hyper_parameters"]["policy"], dict)
+                                                 else ckpt["hyper_parameters"]["policy"]), **policy}
+    path = folder / "changed.ckpt"
+    torch.save(ckpt, path)
+    return path
+
+
+def test_an_export_never_writes_into_a_folder_that_holds_files_or_the_runs_own_model(trained, tmp_path, capsys):
+    """Into a folder with a file in it; into the folder the run started from (a copy of the demo model, named by the
+    checkpoint): refused in one line, nothing written there; into a new folder: written, every file readable by
+    others as the umask allows (0644 under umask 022)."""
+    import hashlib
+    import shutil
+
+    _, good = trained
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "notes.txt").write_text("mine")
+    assert _export(str(good), str(busy)) == "error"
+    assert capsys.readouterr().err == (f"error: {busy} is not an empty folder: export into a new or empty folder "
+                                       "(nothing was written)\n")
+    assert [p.name for p in busy.iterdir()] == ["notes.txt"]
+    source = tmp_path / "warm_start"
+    shutil.copytree("checkpoints/demo", source)
+    before = {p.name: hashlib.sha1(p.read_bytes()).hexdigest() for p in source.iterdir() if p.is_file()}
+    assert _export(str(_with_policy(good, tmp_path, name_or_path=str(source))), str(source)) == "error"
+    assert capsys.readouterr().err.startswith(f"error: {source} is the folder the run started from")
+    assert before == {p.name: hashlib.sha1(p.read_bytes()).hexdigest() for p in source.iterdir() if p.is_file()}
+    old = os.umask(0o022)
+    try:
+        assert _export(str(good), str(tmp_path / "new")) == ""
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "new").iterdir() if p.is_file()}
+    assert "model.safetensors" in modes and set(modes.values()) == {0o644}, modes
+
+
+def test_an_export_of_a_diverged_checkpoint_or_of_a_model_folder_is_refused_naming_it(trained, tmp_path, capsys):
+    _, good = trained
+    ckpt = torch.load(good, weights_only=False)
+    name = next(k for k, v in ckpt["state_dict"].items() if v.is_floating_point())
+    ckpt["state_dict"][name][0] = float("nan")
+    torch.save(ckpt, tmp_path / "nan.ckpt")
+    assert _export(str(tmp_path / "nan.ckpt"), str(tmp_path / "out")) == "error"
+    assert f"weight {name} has 1 of" in capsys.readouterr().err and not (tmp_path / "out").exists()
+    assert _export("checkpoints/demo", str(tmp_path / "out")) == "error"
+    assert capsys.readouterr().err == ("error: checkpoints/demo is a model folder (save_pretrained), not a training "
+                                       "checkpoint: it already loads as model.init_args.policy.name_or_path; export "
+                                       "takes a checkpoint, e.g. checkpoints/<run>/last.ckpt\n")
