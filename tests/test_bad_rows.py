@@ -2,6 +2,7 @@
 
 import io
 import json
+import re
 import logging
 
 import datasets
@@ -201,3 +202,29 @@ def test_phyx_text_stored_as_binary_is_read_as_text(tmp_path):
     assert [(s.id, s.question, s.options, s.answer, s.fields) for s in got] == \
         [(s.id, s.question, s.options, s.answer, s.fields) for s in want]
     assert got[0].question.startswith("A mass hangs") and got[0].fields["domain"] == "Mechanics"
+
+
+def test_an_image_path_leading_out_of_the_dataset_folder_is_a_bad_row_unless_allowed(tmp_path):
+    """A VisualSphinx row whose image is a path (an HF image dict with no bytes): inside the dataset's folder it is
+    read; ``../`` out of it, an absolute path elsewhere, or a symbolic link inside pointing out are refused naming
+    the row, unless ``images_outside_root``."""
+    data, elsewhere = tmp_path / "data", tmp_path / "elsewhere"
+    data.mkdir(), elsewhere.mkdir()
+    (data / "in.png").write_bytes(_png())
+    (elsewhere / "secret.png").write_bytes(_png((20, 20)))
+    (data / "link.png").symlink_to(elsewhere / "secret.png")
+    paths = ["in.png", "../elsewhere/secret.png", str(elsewhere / "secret.png"), "link.png"]
+    rows = [_puzzle(i, images=[{"bytes": None, "path": p}]) for i, p in enumerate(paths)]
+    features = datasets.Features({"id": datasets.Value("string"), "images": datasets.List(datasets.Image(decode=False)),
+                                  "problem": datasets.Value("string"), "choice": datasets.Value("string"),
+                                  "answer": datasets.Value("string"), "difficulty": datasets.Value("int32")})
+    path = data / "bench.parquet"
+    datasets.Dataset.from_list(rows, features=features).to_parquet(str(path))
+    ds = read_visualsphinx(str(path), split="test")
+    assert ds[0].images[0].size == (40, 30)
+    for i, p in enumerate(paths[1:], 1):
+        with pytest.raises(BadRowError, match=rf"row {i} \(id p{i}\): field 'images': image path '{re.escape(p)}' "
+                                              rf"leads out of the dataset's folder {re.escape(str(data.resolve()))}"):
+            ds[i]
+    allowed = read_visualsphinx(str(path), split="test", images_outside_root=True)
+    assert [allowed[i].images[0].size for i in range(4)] == [(40, 30), (20, 20), (20, 20), (20, 20)]

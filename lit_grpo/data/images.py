@@ -35,23 +35,26 @@ EXIF_ORIENTATION = 0x0112
 
 
 def decode_image(obj: Any, *, where: str, base_dir: str | Path | None = None,
-                 max_pixels: int = DEFAULT_MAX_PIXELS) -> Image.Image:
+                 max_pixels: int = DEFAULT_MAX_PIXELS, outside_root: bool = False) -> Image.Image:
     """Decode an image given as PIL, raw bytes, an HF ``{"bytes", "path"}`` dict or a file path, to the RGB a viewer
     shows (:func:`viewer_rgb`).
 
+    A path is read relative to ``base_dir`` (the dataset's folder; default: the working folder) and must stay inside
+    it once resolved (``..``, an absolute path and a symbolic link leading out are refused) unless ``outside_root``.
     The format is detected from the bytes (never from the file name). ``where`` names the row for errors.
     Raises:
-        BadRowError: missing, unreadable or undecodable image, more than ``max_pixels`` pixels, or pixel values
-        with no viewer convention.
+        BadRowError: missing, unreadable or undecodable image, a path leading out of ``base_dir``, more than
+        ``max_pixels`` pixels, or pixel values with no viewer convention.
     """
     if isinstance(obj, Image.Image):
         img = obj
     else:
-        img = _open(obj, where, base_dir, max_pixels)
+        img = _open(obj, where, base_dir, max_pixels, outside_root)
     return viewer_rgb(img, where)
 
 
-def _open(obj: Any, where: str, base_dir: str | Path | None, max_pixels: int) -> Image.Image:
+def _open(obj: Any, where: str, base_dir: str | Path | None, max_pixels: int,
+          outside_root: bool = False) -> Image.Image:
     if isinstance(obj, dict):
         obj = obj.get("bytes") or obj.get("path")
     if obj is None or obj == b"" or obj == "":
@@ -59,7 +62,12 @@ def _open(obj: Any, where: str, base_dir: str | Path | None, max_pixels: int) ->
     if isinstance(obj, (bytes, bytearray)):
         src: Any = io.BytesIO(obj)
     else:
-        path = Path(base_dir or ".") / str(obj)
+        root = Path(base_dir or ".")
+        path = root / str(obj)
+        if not outside_root and not path.resolve().is_relative_to(root.resolve()):
+            raise BadRowError(f"{where}: image path {str(obj)!r} leads out of the dataset's folder {root.resolve()}: "
+                              "images are read inside it (set the reader's images_outside_root: true to allow "
+                              "paths elsewhere)")
         if not path.is_file():
             raise BadRowError(f"{where}: image file {path} does not exist")
         src = path

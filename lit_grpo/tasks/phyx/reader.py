@@ -230,10 +230,10 @@ def phyx_fields(row: dict[str, Any], index: int, *, layout: str, where: str, ans
     }
 
 
-def _image_source(row: dict, layout: str, where: str, image_dirs: list[Path]) -> Any:
+def _image_source(row: dict, layout: str, where: str, image_dirs: list[Path], outside_root: bool = False) -> Any:
     image = row.get("image")
     if layout == "raw" and isinstance(image, str) and image:
-        if Path(image).is_absolute() or ".." in Path(image).parts:
+        if not outside_root and (Path(image).is_absolute() or ".." in Path(image).parts):
             raise BadRowError(f"{where}: field 'image' {image!r} must be a file name inside the image folder")
         found = next((d / image for d in image_dirs if (d / image).is_file()), None)
         if found is None:
@@ -250,13 +250,18 @@ def _image_source(row: dict, layout: str, where: str, image_dirs: list[Path]) ->
 
 def phyx_sample(row: dict[str, Any], index: int, *, layout: str, source: str, answer_format: str | None = None,
                 variant: str = "simplified", image_dirs: list[Path] | None = None,
-                max_pixels: int = DEFAULT_MAX_PIXELS) -> Sample:
-    """One PhyX row -> :class:`Sample` (images decoded; see :func:`phyx_fields` for the errors)."""
+                max_pixels: int = DEFAULT_MAX_PIXELS, image_root: str | Path | None = None,
+                images_outside_root: bool = False) -> Sample:
+    """One PhyX row -> :class:`Sample` (images decoded; see :func:`phyx_fields` for the errors). The raw layout's
+    image file is found in ``image_dirs``; another layout's image given as a path is read inside ``image_root`` (the
+    dataset's folder) unless ``images_outside_root``."""
     rid = row.get("id", row.get("index", index))
     where = f"{source} row {index} (id {rid})"
     fields = phyx_fields(row, index, layout=layout, where=where, answer_format=answer_format, variant=variant)
-    image = decode_image(_image_source(row, layout, where, image_dirs or [Path(".")]), where=f"{where}: field 'image'",
-                         max_pixels=max_pixels)
+    found = _image_source(row, layout, where, image_dirs or [Path(".")], images_outside_root)
+    raw = layout == "raw" and isinstance(found, str)  # a file _image_source found in an image folder
+    image = decode_image(found, where=f"{where}: field 'image'", max_pixels=max_pixels,
+                         base_dir=None if raw else image_root, outside_root=raw or images_outside_root)
     return Sample(images=[image], **fields)
 
 
@@ -269,7 +274,8 @@ def _image_dirs(path: str, split: str) -> list[Path]:
 
 def read_phyx(path: str, split: str = "test", rows: str | None = None, answer_format: str | None = None,
               question_variant: str = "simplified", layout: str | None = None, image_dir: str | None = None,
-              on_bad_row: str = "raise", max_pixels: int = DEFAULT_MAX_PIXELS) -> SampleDataset | ConcatDataset:
+              on_bad_row: str = "raise", max_pixels: int = DEFAULT_MAX_PIXELS,
+              images_outside_root: bool = False) -> SampleDataset | ConcatDataset:
     """Open PhyX (a parquet/JSONL/TSV file, a folder, or the hub id ``Cloudriver/PhyX``) as lazy samples.
 
     Args:
@@ -287,6 +293,8 @@ def read_phyx(path: str, split: str = "test", rows: str | None = None, answer_fo
             with an error naming the row) or ``skip`` (every row decoded up front, bad ones dropped and
             counted in the log).
         max_pixels: decompression-bomb guard per image.
+        images_outside_root: read an image given as a path (``..``, absolute) outside the dataset's image folders;
+            by default such a row is a bad row.
     Raises:
         ValueError: unknown ``answer_format``, ``question_variant`` or ``layout``; a variant whose
             description column the file lacks.
@@ -296,7 +304,7 @@ def read_phyx(path: str, split: str = "test", rows: str | None = None, answer_fo
         raise ValueError(f"answer_format must be 'mcq', 'open' or 'both', got {answer_format!r}")
     if answer_format == "both":  # every row twice: first all in MCQ form, then all in open-ended form
         kw = dict(split=split, rows=rows, question_variant=question_variant, layout=layout, image_dir=image_dir,
-                  on_bad_row=on_bad_row, max_pixels=max_pixels)
+                  on_bad_row=on_bad_row, max_pixels=max_pixels, images_outside_root=images_outside_root)
         return ConcatDataset([read_phyx(path, answer_format=f, **kw) for f in ("mcq", "open")])
     if question_variant not in QUESTION_VARIANTS:
         raise ValueError(f"question_variant must be one of {sorted(QUESTION_VARIANTS)}, got {question_variant!r}")
@@ -310,10 +318,13 @@ def read_phyx(path: str, split: str = "test", rows: str | None = None, answer_fo
                          f"which this {layout}-layout file lacks; choose another question_variant (e.g. 'minimal')")
     source = f"{path}[{split}]"
     folders = [Path(image_dir)] if image_dir else _image_dirs(path, split)
+    local = Path(path)
+    root = local if local.is_dir() else local.parent if local.exists() else None
     kw = dict(layout=layout, answer_format=answer_format, variant=question_variant)
 
     def to_sample(row: dict, i: int) -> Sample:
-        return phyx_sample(row, i, source=source, image_dirs=folders, max_pixels=max_pixels, **kw)
+        return phyx_sample(row, i, source=source, image_dirs=folders, max_pixels=max_pixels, image_root=root,
+                           images_outside_root=images_outside_root, **kw)
 
     def check_text(row: dict, i: int) -> dict:
         rid = row.get("id", row.get("index", i))

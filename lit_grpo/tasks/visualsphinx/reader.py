@@ -8,6 +8,7 @@ Columns (the published dataset cards): ``id``, ``images`` (list; older cards ``i
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from lit_grpo.data.io import open_table
@@ -59,11 +60,13 @@ def _where(source: str, row: dict, index: int) -> str:
 
 
 def visualsphinx_sample(row: dict[str, Any], index: int, *, source: str = "visualsphinx",
-                        max_pixels: int = DEFAULT_MAX_PIXELS) -> Sample:
+                        max_pixels: int = DEFAULT_MAX_PIXELS, image_root: str | Path | None = None,
+                        images_outside_root: bool = False) -> Sample:
     """One VisualSphinx row -> :class:`Sample` (``mcq``; options are the labels of ``choice``).
 
-    ``images`` (a list) or, on older cards, ``image`` (one image). Raises :class:`BadRowError` as
-    :func:`visualsphinx_fields` does, or for a missing/undecodable/over-large image.
+    ``images`` (a list) or, on older cards, ``image`` (one image); an image stored as a path is read inside
+    ``image_root`` (:func:`lit_grpo.data.images.decode_image`). Raises :class:`BadRowError` as
+    :func:`visualsphinx_fields` does, or for a missing/undecodable/over-large image or one outside the root.
     """
     where = _where(source, row, index)
     row = text_row(row, where)
@@ -72,17 +75,20 @@ def visualsphinx_sample(row: dict[str, Any], index: int, *, source: str = "visua
     if not images:
         raise BadRowError(f"{where}: field 'images' is empty")
     fields["id"] = str(row.get("id", index))
-    return Sample(images=[decode_image(im, where=f"{where}: field 'images'", max_pixels=max_pixels)
+    return Sample(images=[decode_image(im, where=f"{where}: field 'images'", max_pixels=max_pixels,
+                                       base_dir=image_root, outside_root=images_outside_root)
                           for im in images], **fields)
 
 
 def read_visualsphinx(path: str, split: str = "train", rows: str | None = None,
-                      max_pixels: int = DEFAULT_MAX_PIXELS, on_bad_row: str = "raise") -> SampleDataset:
+                      max_pixels: int = DEFAULT_MAX_PIXELS, on_bad_row: str = "raise",
+                      images_outside_root: bool = False) -> SampleDataset:
     """Open a VisualSphinx parquet file, folder or hub id lazily (rows become samples on access).
 
     Splits: RL-20K ``train``; Benchmark ``test`` and ``testmini``. ``on_bad_row``: ``raise`` (text
     fields validated up front, images decoded lazily, errors name the row) or ``skip`` (bad rows dropped
-    up front and counted in the log).
+    up front and counted in the log). An image stored as a path is read inside the dataset's folder (the file's
+    folder, or the folder given); ``images_outside_root: true`` allows paths anywhere.
     """
     table = open_table(path, split=split, rows=rows)
     source = f"{path}[{split}]"
@@ -91,7 +97,14 @@ def read_visualsphinx(path: str, split: str = "train", rows: str | None = None,
     def check_text(row: dict, i: int) -> dict:
         return {**visualsphinx_fields(row, _where(source, row, i)), "id": str(row.get("id", i))}
 
-    return load_rows(table, lambda row, i: visualsphinx_sample(row, i, source=source, max_pixels=max_pixels),
+    local = Path(path)
+    root = local if local.is_dir() else local.parent if local.exists() else None
+
+    def to_sample(row: dict, i: int) -> Sample:
+        return visualsphinx_sample(row, i, source=source, max_pixels=max_pixels, image_root=root,
+                                   images_outside_root=images_outside_root)
+
+    return load_rows(table, to_sample,
                      name=source, on_bad_row=on_bad_row, check_text=check_text, text_rows=text_rows,
                      image_sources=lambda row, i: row.get("images") or [row.get("image")])
 
