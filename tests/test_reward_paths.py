@@ -39,6 +39,13 @@ def same_length(completions, answer, scale: float = 1.0, **_):
 def starts(completions, answer, options, **_):
     return [float(c.startswith(a)) for c, a in zip(completions, answer)]
 
+def exact(completions, answer):
+    return [float(c == a) for c, a in zip(completions, answer)]
+
+@register_reward("{prefix}_longer", columns=("answer",))
+def longer(completions, answer, margin: int = 0):
+    return [float(len(c) > len(a) + margin) for c, a in zip(completions, answer)]
+
 class Contains:
     def __init__(self, ignore_case: bool = False):
         self.ignore_case = ignore_case
@@ -127,3 +134,14 @@ def test_an_unknown_name_lists_the_tasks_that_could_not_be_imported(monkeypatch)
         assert reg.listing().endswith(want)
     with pytest.raises(ValueError, match="task lit_grpo.tasks.example not loaded: No module named 'pint'"):
         _check_rewards({"rewards": [{"name": "no_such_reward"}]})
+
+
+def test_a_reward_written_without_kwargs_gets_only_the_columns_it_names(my_rewards):
+    """A plain function by path and a registered one, both without ``**_`` (as a user writes them): called in a run,
+    with every column a step passes (``id``, ``answer_format``, ``options``...), each gets the ones it names."""
+    columns = {"answer": ["ab", "x"], "id": ["0", "1"], "answer_format": ["mcq", "mcq"], "options": [None, None],
+               "question": ["q", "q"]}
+    fns = build_rewards([RewardSpec(f"{my_rewards}.exact"), RewardSpec(f"{my_rewards}.longer", kwargs={"margin": 1})])
+    per, total = score_completions(fns, {"exact": 1.0, "longer": 1.0}, ["ab", "xyz"], columns)
+    assert per["exact"].tolist() == [1.0, 0.0] and per["longer"].tolist() == [0.0, 1.0]
+    assert total.tolist() == [1.0, 1.0]

@@ -471,9 +471,13 @@ def call_reward(label: str, fn: RewardFn, completions: list[str], columns: dict[
     find the first that it cannot score, and the error names the reward and that completion. A reward object (a
     judge, the attention reward) is not called again: its error goes on as it is, with a note naming the reward.
 
+    A function without ``**kwargs`` gets only the columns it names (TRL passes every column, so its rewards take
+    ``**kwargs``; a reward written without them is called with what it asks for).
+
     Raises:
         RewardError: a reward function raised (its error's type and message, one line).
     """
+    columns = taken_columns(fn, columns)
     try:
         return fn(completions, **columns)
     except UserError:
@@ -484,6 +488,18 @@ def call_reward(label: str, fn: RewardFn, completions: list[str], columns: dict[
                 exc.add_note(f"(in reward {label!r})")
             raise
         raise _find_failure(label, fn, completions, columns, exc) from exc
+
+
+def taken_columns(fn: RewardFn, columns: dict[str, list]) -> dict[str, list]:
+    """``columns`` that ``fn`` takes: all of them when it has ``**kwargs`` (or no readable signature), else those
+    among its parameters."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return columns
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return columns
+    return {k: v for k, v in columns.items() if k in params}
 
 
 def _find_failure(label: str, fn: RewardFn, completions: list[str], columns: dict[str, list],
