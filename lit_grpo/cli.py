@@ -171,6 +171,12 @@ class GRPOCLI(LightningCLI):
 
     def before_validate(self) -> None:
         check_checkpoint_file(self._ckpt_path())
+        if self._ckpt_path() is None:  # a checkpoint is the usual thing to evaluate: say which weights these are
+            policy = getattr(self.model, "hparams", {}).get("policy")
+            policy = policy.get("name_or_path") if isinstance(policy, dict) else getattr(policy, "name_or_path", None)
+            rank_zero_info(f"{self.subcommand}: no --ckpt_path, so the weights are the run's start"
+                           f"{f' ({policy})' if policy else ''}, not a trained checkpoint; to evaluate one, add "
+                           "--ckpt_path <run's checkpoint folder>/last.ckpt")
 
     before_test = before_predict = before_validate
 

@@ -345,3 +345,15 @@ def test_an_export_of_a_diverged_checkpoint_or_of_a_model_folder_is_refused_nami
     assert capsys.readouterr().err == ("error: checkpoints/demo is a model folder (save_pretrained), not a training "
                                        "checkpoint: it already loads as model.init_args.policy.name_or_path; export "
                                        "takes a checkpoint, e.g. checkpoints/<run>/last.ckpt\n")
+
+
+def test_evaluating_without_a_checkpoint_says_it_evaluates_the_runs_start(trained, tmp_path, caplog):
+    folder, good = trained
+    with caplog.at_level(logging.INFO):
+        _run("validate", folder)
+    assert (f"validate: no --ckpt_path, so the weights are the run's start ({folder / 'model'}), not a trained "
+            "checkpoint; to evaluate one, add --ckpt_path <run's checkpoint folder>/last.ckpt") in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        _run("validate", folder, "--ckpt_path", str(good))
+    assert "no --ckpt_path" not in caplog.text
