@@ -241,3 +241,26 @@ def test_paper_oe_rubric_condition_reaches_the_judge_named_by_the_environment(tm
     scorer = cli.model.evaluator.scorer_fn  # the table's open_equivalence, built with the base's judge (same server)
     assert scorer.judge.endpoint == f"{server.base_url}/chat/completions" and cli.model.evaluation.pass_threshold is None
     assert scorer.judge.cfg.num_judges == 1  # the paper's evaluation asks one judge; the rubric's jury keeps K = 3
+
+
+@pytest.mark.slow
+def test_an_unreachable_judge_on_the_command_line_is_one_error_line(tmp_path, monkeypatch, capsys):
+    """``python -m lit_grpo fit`` whose judge's port is closed: exit status 1 and one ``error:`` line naming the
+    endpoint (no traceback)."""
+    import socket
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/v1"  # closed once the block ends
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    cfg = _config(tmp_path, url, [{"name": "open_accuracy", "kwargs": {"judge": "LOOPBACK"}}], max_steps=1,
+                  limit_val_batches=0)
+    monkeypatch.setattr(sys, "argv", ["lit_grpo", "fit", "--config", "configs/demo_phyx_oe.yaml", "--config", str(cfg)])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main()
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert exc.value.code == 1 and len(errors) == 1 and url.removesuffix("/v1") in errors[0], err[-2000:]
+    assert "Traceback" not in err

@@ -45,6 +45,7 @@ from typing import Any
 
 import httpx
 
+from lit_grpo.errors import UserError
 from lit_grpo.judge_config import JudgeConfig
 from lit_grpo.tasks.phyx.judge.jury import Vote, VerdictError, parse_vote_strict, parse_vote_tolerant
 from lit_grpo.tasks.phyx.judge.prompts import JudgeItem, JudgeTask, messages
@@ -58,8 +59,9 @@ POOL_SIZE = 8
 """Connections per httpx pool; ``concurrency`` slots are spread over ``ceil(concurrency / POOL_SIZE)`` pools."""
 
 
-class JudgeUnavailableError(RuntimeError):
-    """Too many judge calls failed in one step; the message names the endpoint and the errors seen."""
+class JudgeUnavailableError(UserError, RuntimeError):
+    """Too many judge calls failed in one step; the message names the endpoint and the errors seen (on the command
+    line: one ``error:`` line, the last finished step saved)."""
 
 
 @dataclasses.dataclass
