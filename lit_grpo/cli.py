@@ -187,10 +187,8 @@ class GRPOCLI(LightningCLI):
         logdir = getattr(trainer.logger, "log_dir", None) if trainer.logger is not None else None
         written = written_checkpoints(trainer)
         ckpt = ", ".join(written) or "none written"
-        short = ""
-        if 0 < trainer.max_steps and trainer.global_step < trainer.max_steps:
-            short = (f"\nStopped early at step {trainer.global_step} of max_steps {trainer.max_steps} "
-                     "(trainer.max_time, max_epochs or a stop signal): the figures above are at that step.\n")
+        stop = next((cb for cb in trainer.callbacks if isinstance(cb, StopAndResume)), None)
+        short = stop.limit_line(trainer) if stop is not None else ""
         folder = f"  run folder (config, eval curves): {logdir}\n" if logdir else ""
         rank_zero_info(f"{short}\nDone. Look at the run with:\n" + "\n".join(logger_lines(trainer)) + "\n"
                        + folder + f"  checkpoints:           {ckpt}\n")

@@ -407,6 +407,9 @@ class StopAndResume(L.Callback):
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         if trainer.state.fn == TrainerFn.FITTING:
             resume_where_stopped(checkpoint)
+            # trainer.max_time is each process's budget (a job's time limit): Lightning's Timer would count the
+            # stopped run's time too, and a run that max_time stopped would stop again at once
+            checkpoint.get("callbacks", {}).pop("Timer", None)
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         self._in_run = False
@@ -440,6 +443,40 @@ class StopAndResume(L.Callback):
                   + (f" of max_steps {trainer.max_steps}" if trainer.max_steps > 0 else "")
                   + f"; checkpoint written: {path}\nResume the run (same prompts, completions and weights as "
                   f"if it had not stopped; a higher --trainer.max_steps trains further) with:\n  {resume}")
+
+    def limit_line(self, trainer: L.Trainer) -> str:
+        """What ended a ``fit`` (``max_steps``; before it ``max_time``, ``max_epochs``, an early-stopping callback; a
+        signal says so itself), and the command that continues the run from its ``last.ckpt``; "" when a signal
+        stopped it or there is nothing to continue from."""
+        from lightning.pytorch.callbacks import EarlyStopping, Timer
+
+        if not 0 < trainer.max_steps or self.signum is not None:
+            return ""
+        if trainer.global_step >= trainer.max_steps:  # finished: say how to train on
+            written = [p for p in written_checkpoints(trainer) if os.path.basename(p) == "last.ckpt"]
+            if not written or not self.command:
+                return ""
+            more = resume_command([*self.command, "--trainer.max_steps", str(2 * trainer.max_steps)], written[0])
+            return (f"\nFinished trainer.max_steps ({trainer.max_steps}). To train further, continue the run with a "
+                    f"higher max_steps:\n  {more}\n")
+        timer = next((cb for cb in trainer.callbacks if isinstance(cb, Timer)), None)
+        stopper = next((cb for cb in trainer.callbacks if isinstance(cb, EarlyStopping) and cb.stopped_epoch), None)
+        if timer is not None and timer.time_remaining() is not None and timer.time_remaining() <= 0:
+            why, more = f"trainer.max_time ({timer._duration:g} s of training)", (
+                "the resumed process gets max_time again")
+        elif stopper is not None:
+            why, more = f"early stopping on {stopper.monitor}", "give it more patience, or drop it, to train further"
+        elif trainer.max_epochs is not None and 0 <= trainer.max_epochs <= trainer.current_epoch:
+            why, more = f"trainer.max_epochs ({trainer.max_epochs})", "with a higher --trainer.max_epochs"
+        else:
+            why, more = "the trainer", "with the same settings"
+        written = [p for p in written_checkpoints(trainer) if os.path.basename(p) == "last.ckpt"]
+        if not written:
+            return (f"\nStopped by {why} at step {trainer.global_step} of max_steps {trainer.max_steps}; no last.ckpt "
+                    "was written (ModelCheckpoint(save_last=True) keeps one), so the run cannot be continued.\n")
+        resume = resume_command(self.command, written[0]) if self.command else f"ckpt_path={written[0]!r}"
+        return (f"\nStopped by {why} at step {trainer.global_step} of max_steps {trainer.max_steps}: the figures above "
+                f"are at that step. Continue the run ({more}) with:\n  {resume}\n")
 
     @staticmethod
     def stop_path(trainer: L.Trainer) -> str:

@@ -1,6 +1,7 @@
 """The CLI end to end: configs parse, the demo trains, checkpoints resume, real-model configs load by path."""
 
 import logging
+import shlex
 import re
 from pathlib import Path
 
@@ -167,8 +168,15 @@ def test_a_run_cut_short_says_at_which_step_and_names_last_ckpt(tmp_path, caplog
                 "--model.init_args.evaluation.before_fit", "false"])
     step = cli.trainer.global_step
     assert 0 < step < 40
-    assert f"Stopped early at step {step} of max_steps 40" in caplog.text
+    assert (f"Stopped by trainer.max_time (1 s of training) at step {step} of max_steps 40: the figures above are "
+            "at that step. Continue the run (the resumed process gets max_time again) with:") in caplog.text
     assert f"checkpoints:           {tmp_path / 'ckpt' / 'last.ckpt'}" in caplog.text
+    command = shlex.split(caplog.text.split("gets max_time again) with:\n", 1)[1].splitlines()[0])
+    assert command[:4] == ["python", "-m", "lit_grpo", "fit"] and command[-1] == str(tmp_path / "ckpt" / "last.ckpt")
+    caplog.clear()
+    resumed = main(command[3:])  # the printed command as it stands: it trains on (it stopped at once before)
+    assert step < resumed.trainer.global_step < 40
+    assert f"at step {resumed.trainer.global_step} of max_steps 40" in caplog.text
 
 
 def test_lora_checkpoint_holds_only_the_adapter_and_resumes(tmp_path):

@@ -150,9 +150,13 @@ EPOCH_END_SAVE = {"every_n_train_steps": 0, "every_n_epochs": 1, "save_on_train_
     pytest.param(4, 2, 6, {"every_n_train_steps": 100}, marks=pytest.mark.slow),
     pytest.param(5, 2, 6, EPOCH_END_SAVE, marks=pytest.mark.slow),
 ], ids=["mid_epoch_max_epochs_1", "mid_epoch", "at_epoch_end", "mid_epoch_saved_at_epoch_end"])
-def test_a_higher_max_steps_continues_where_max_steps_stopped(tmp_path, reference, stop, max_epochs, until, saves):
+def test_a_higher_max_steps_continues_where_max_steps_stopped(tmp_path, reference, stop, max_epochs, until, saves,
+                                                              caplog):
     """No checkpoint at the step: last.ckpt is the one written when training (or the epoch) ends, its epoch
-    recorded as ended."""
+    recorded as ended. The closing message says max_steps ended the run and gives the command with a higher one."""
+    import logging
+
+    caplog.set_level(logging.INFO)
     ref_steps, _ = reference
     callbacks = [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
                   "init_args": {"dirpath": str(tmp_path / "ckpt"), "save_last": True, **saves}},
@@ -160,6 +164,9 @@ def test_a_higher_max_steps_continues_where_max_steps_stopped(tmp_path, referenc
     epochs = ("--trainer.max_epochs", str(max_epochs))
     _, first = _fit(tmp_path, "--trainer.max_steps", str(stop), *epochs, **{"trainer.callbacks": callbacks})
     assert torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)["global_step"] == stop
+    said = caplog.text.split(f"Finished trainer.max_steps ({stop}). To train further, continue the run with a "
+                             "higher max_steps:\n", 1)[1].splitlines()[0]
+    assert said.endswith(f"--trainer.max_steps {2 * stop} --ckpt_path {tmp_path / 'ckpt' / 'last.ckpt'}")
     cli, second = _fit(tmp_path, "--trainer.max_steps", str(until), *epochs, "--ckpt_path",
                        str(tmp_path / "ckpt" / "last.ckpt"), **{"trainer.callbacks": callbacks})
     assert cli.trainer.global_step == until
