@@ -219,3 +219,31 @@ def test_one_registry_with_the_physicists_angles():
     assert convert(30, None, "degree") is None
     assert parse_unit("k") is None and parse_unit(f"k{OMEGA}") == U.kiloohm
     assert split_quantity(r"10^{-3} \text{ m}") == (0.001, r"\text{ m}")
+
+
+SPELLINGS = [("rpm","revolutions_per_minute"),("r/min","revolutions_per_minute"),("rev/min","revolutions_per_minute"),("rev min^-1","revolutions_per_minute"),
+("min^-1","1/minute"),("rad/s","radian/second"),("rad s^-1","radian/second"),("rad·s⁻¹","radian/second"),("rad s-1","radian/second"),
+("rad/s^2","radian/second**2"),("rad s^-2","radian/second**2"),("rps","revolutions_per_second"),("r/s","revolutions_per_second"),("rev/s","revolutions_per_second"),
+("s^-1","1/second"),("1/s","1/second"),("kWh","kilowatt*hour"),("kW·h","kilowatt*hour"),("kW h","kilowatt*hour"),("kW⋅h","kilowatt*hour"),
+("N·m","newton*meter"),("N m","newton*meter"),("Nm","newton*meter"),("N⋅m","newton*meter"),("J/(kg·K)","joule/kilogram/kelvin"),("J kg^-1 K^-1","joule/kilogram/kelvin"),("J·kg⁻¹·K⁻¹","joule/kilogram/kelvin"),
+("m s^-2","meter/second**2"),("m·s⁻²","meter/second**2"),("Ω·m","ohm*meter"),("ohm m","ohm*meter"),("µF","microfarad"),("μF","microfarad"),("uF","microfarad"),
+("kPa","kilopascal"),("atm","atmosphere"),("mmHg","millimeter_Hg"),("mm Hg","millimeter_Hg"),("torr","torr"),("Torr","torr"),("L","liter"),("l","liter"),("mL","milliliter"),("ml","milliliter"),("cm³","centimeter**3"),("cc","centimeter**3"),
+("km/h","kilometer/hour"),("kmph","kilometer/hour"),("km h^-1","kilometer/hour"),("kph","kilometer/hour"),("mph","mile/hour"),("arcmin","arcminute"),("arcsec","arcsecond"),("′","arcminute"),("″","arcsecond"),
+("mrad","milliradian"),("sr","steradian"),("rev","turn"),("cycles/s","hertz"),("c/s","hertz"),("Wb","weber"),("T","tesla"),("G","gauss"),("dB","decibel"),("lm","lumen"),("lx","lux"),("cd","candela"),("mol","mole"),
+("kg·m²","kilogram*meter**2"),("kg m^2","kilogram*meter**2"),("kg·m²/s","kilogram*meter**2/second"),("J·s","joule*second"),("Js","joule*second"),("eV","electron_volt"),("MeV","megaelectron_volt"),("u","dalton"),("amu","dalton"),("Da","dalton"),
+("A·h","ampere*hour"),("Ah","ampere*hour"),("mAh","milliampere*hour"),("W/m²","watt/meter**2"),("W m^-2","watt/meter**2"),("V/m","volt/meter"),("N/C","newton/coulomb"),("C/m²","coulomb/meter**2"),("H","henry"),("mH","millihenry"),("S","siemens"),("℧","siemens"),("mho","siemens"),
+("deg/s","degree/second"),("°/s","degree/second"),("rad/min","radian/minute"),("1/min","1/minute"),("Bq","becquerel"),("Ci","curie"),("Gy","gray"),("Sv","sievert"),("ly","light_year"),("pc","parsec"),("AU","astronomical_unit"),("au","astronomical_unit"),("nmi","nautical_mile"),("kn","knot"),("kt","knot"),
+("gon","gradian"),("grad","gradian"),("rev/min²","revolutions_per_minute/minute"),("rad·s⁻²","radian/second**2"),("r.p.m.","revolutions_per_minute"),("RPM","revolutions_per_minute"),("cycles per second","hertz"),("revolutions per minute","revolutions_per_minute"),("radians per second","radian/second"),("degrees per second","degree/second"),("m/s/s","meter/second**2"),("kgm/s","kilogram*meter/second"),("kg m/s","kilogram*meter/second"),("kg·m/s","kilogram*meter/second"),("N·s","newton*second"),("N s","newton*second")]
+"""(unit as written, its pint name): SI symbols with every separator (IEC/ISO 80000: a space, a half-high dot, a
+multiplication dot; negative powers and solidus), NIST SP 811's non-SI units accepted for use with SI (L, atm, eV,
+u/Da, au, rpm-style rotational speeds), angular units (rad, mrad, sr, degree, arcminute and arcsecond and their
+prime signs, gon, turn), and textbook forms (r/min, RPM, r.p.m., kmph, mho, kgm/s)."""
+
+
+@pytest.mark.parametrize("text, name", SPELLINGS, ids=[t for t, _ in SPELLINGS])
+def test_every_standard_spelling_is_its_pint_unit(text, name):
+    """Read as the unit pint names, by dimension and scale (1 of it is 1 of the other), and graded the same."""
+    unit = parse_unit(text)
+    assert unit is not None, text
+    assert (1 * unit).to(name).magnitude == pytest.approx(1.0, rel=1e-9)
+    assert same_unit(text, f"{U.Unit(name):~C}")  # and graded as pint's own symbols

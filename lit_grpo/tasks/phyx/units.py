@@ -129,6 +129,21 @@ def _unwrap(text: str) -> str:
     return text
 
 
+SPELLINGS = {  # other standard spellings (IEC 80000, ISO 80000, NIST SP 811, textbooks) -> a name pint reads
+    "r/min": "rpm", "r/s": "rps", "r.p.m.": "rpm", "RPM": "rpm", "r.p.s.": "rps", "RPS": "rps",  # rotational speed
+    "′": "arcminute", "″": "arcsecond",  # angles (the prime and double prime)
+    "c/s": "Hz",  # cycles per second
+    "mm Hg": "mmHg", "Torr": "torr", "atm": "atm",  # pressure (atm: a unit, though pint lists it as a constant)
+    "AU": "au",  # astronomical unit (pint's AU is the absorbance unit)
+    "kmph": "km/h",  # (pint: kilo-mile per hour)
+    "℧": "siemens",  # the mho sign
+    "kgm/s": "kg*m/s", "kgm": "kg*m",  # momentum written without a separator
+}
+"""Unit spellings read as another; each is tested against its pint equivalent (``tests/test_unit_forms.py``)."""
+_SPELLING = re.compile("|".join(rf"(?<![A-Za-z.]){re.escape(k)}(?![A-Za-z])"
+                                for k in sorted(SPELLINGS, key=len, reverse=True)))
+
+
 def normalise_unit_text(text: str) -> str:
     """Rewrite a unit string into pint's syntax: LaTeX, Unicode, degrees, ohm, micro, powers, ``a/b c``.
 
@@ -136,7 +151,7 @@ def normalise_unit_text(text: str) -> str:
     writes it; ``°C`` inside a compound unit is a temperature difference (``J/(kg °C)`` = ``J/(kg K)``).
     Returns ``""`` for an empty unit.
     """
-    s = _unwrap(_power_of_superscripts(text))
+    s = _SPELLING.sub(lambda m: SPELLINGS[m.group(0)], _unwrap(_power_of_superscripts(text)))
     for pattern, repl in _REPLACEMENTS:
         s = re.sub(pattern, repl, s)
     s = re.sub(r"\s+", " ", s).strip().strip(".,;")
@@ -165,6 +180,8 @@ def looks_symbolic(text: str) -> bool:
 
 _CONSTANT_UNITS = {"speed_of_light", "elementary_charge"}
 """Constants physicists write alone as a unit (``0.6c``, ``2e``); any other constant makes a unit ambiguous."""
+_UNIT_CONSTANTS = {"standard_atmosphere"}
+"""pint constants that are units in their own right wherever they stand (``atm``, ``L·atm``)."""
 
 
 _COMPACT_METRE = re.compile(r"(?<![A-Za-z_])(k?)ms(?=\*\*-)")
@@ -181,7 +198,7 @@ def _read_unit(text: str) -> tuple[list[pint.Unit], bool]:
         return [], False
     forms = [s, _COMPACT_METRE.sub(r"\1m*s", s)] if _COMPACT_METRE.search(s) else [s]
     units = [u for u in (_pint_unit(f, text if len(forms) == 1 else f) for f in forms) if u is not None]
-    if any(set(u._units) & _constants() and not (
+    if any(set(u._units) & _constants() - _UNIT_CONSTANTS and not (
             len(u._units) == 1 and dict(u._units).popitem() in {(c, 1) for c in _CONSTANT_UNITS}) for u in units):
         return [], True
     return units, False
