@@ -116,7 +116,13 @@ def _check_reward(spec: dict[str, Any], where: str) -> None:
         try:
             fn([], **columns, **kwargs)
         except (ValueError, TypeError) as exc:
-            raise ValueError(f"{where}.kwargs: reward {name!r}: {exc}") from None
+            raise ValueError(f"{where}.kwargs: reward {name!r} refused its options when called on an empty batch "
+                             f"(the startup check): {exc}") from None
+        except SystemExit as exc:
+            raise ValueError(f"{where}: reward {name!r} called sys.exit({exc.code!r}) when called on an empty batch "
+                             "(the startup check of its options): a reward returns its values or raises") from None
+        except Exception:  # e.g. completions[0] on the empty batch: not an option problem, the batches will tell
+            pass
 
 
 def _check_rewards(init: dict[str, Any]) -> None:

@@ -46,6 +46,27 @@ def exact(completions, answer):
 def longer(completions, answer, margin: int = 0):
     return [float(len(c) > len(a) + margin) for c, a in zip(completions, answer)]
 
+def first_length(completions, answer, **_):
+    return [float(len(completions[0]) == len(a)) for a in answer]  # right on any real batch, not on an empty one
+
+def leaving(completions, **_):
+    raise SystemExit(3)
+
+def picky(completions, level: int = 1, **_):
+    if level > 2:
+        raise ValueError(f"level must be at most 2, got {level}")
+    return [1.0] * len(completions)
+
+def mutates(completions, answer, options, **_):
+    completions[:] = ["x"] * len(completions)
+    answer[:] = ["changed"] * len(answer)
+    for o in options:
+        o["A"] = "changed"
+    return [0.0] * len(completions)
+
+def reads(completions, answer, options, **_):
+    return [float(c == a and o["A"] == "1") for c, a, o in zip(completions, answer, options)]
+
 class Contains:
     def __init__(self, ignore_case: bool = False):
         self.ignore_case = ignore_case
@@ -145,3 +166,23 @@ def test_a_reward_written_without_kwargs_gets_only_the_columns_it_names(my_rewar
     per, total = score_completions(fns, {"exact": 1.0, "longer": 1.0}, ["ab", "xyz"], columns)
     assert per["exact"].tolist() == [1.0, 0.0] and per["longer"].tolist() == [0.0, 1.0]
     assert total.tolist() == [1.0, 1.0]
+
+
+def test_the_startup_check_names_what_it_refuses_and_lets_an_index_on_the_empty_batch_pass(my_rewards):
+    """The startup check calls each reward on an empty batch: a reward that reads ``completions[0]`` passes it
+    (its batches will tell); an option value refused there names the check; ``sys.exit`` in a reward is one line."""
+    _check_rewards({"rewards": [{"name": f"{my_rewards}.first_length"}]})
+    with pytest.raises(ValueError, match=r"rewards\[0\]\.kwargs: reward '.*picky' refused its options when called on "
+                                         r"an empty batch \(the startup check\): level must be at most 2, got 3"):
+        _check_rewards({"rewards": [{"name": f"{my_rewards}.picky", "kwargs": {"level": 3}}]})
+    with pytest.raises(ValueError, match=r"rewards\[0\]: reward '.*leaving' called sys.exit\(3\) when called on an "
+                                         r"empty batch"):
+        _check_rewards({"rewards": [{"name": f"{my_rewards}.leaving"}]})
+
+
+def test_a_reward_that_changes_its_inputs_changes_nothing_a_later_reward_scores(my_rewards):
+    fns = build_rewards([RewardSpec(f"{my_rewards}.mutates"), RewardSpec(f"{my_rewards}.reads")])
+    columns = {"answer": ["ab", "cd"], "options": [{"A": "1"}, {"A": "1"}]}
+    per, _ = score_completions(fns, {"mutates": 1.0, "reads": 1.0}, ["ab", "zz"], columns)
+    assert per["reads"].tolist() == [1.0, 0.0]
+    assert columns == {"answer": ["ab", "cd"], "options": [{"A": "1"}, {"A": "1"}]}  # the step's own, untouched

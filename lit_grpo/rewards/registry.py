@@ -17,6 +17,7 @@ carries ``components`` (per-completion values logged next to the total, not adde
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import functools
@@ -477,7 +478,7 @@ def call_reward(label: str, fn: RewardFn, completions: list[str], columns: dict[
     Raises:
         RewardError: a reward function raised (its error's type and message, one line).
     """
-    columns = taken_columns(fn, columns)
+    columns, completions = own_copy(taken_columns(fn, columns)), list(completions)
     try:
         return fn(completions, **columns)
     except UserError:
@@ -488,6 +489,19 @@ def call_reward(label: str, fn: RewardFn, completions: list[str], columns: dict[
                 exc.add_note(f"(in reward {label!r})")
             raise
         raise _find_failure(label, fn, completions, columns, exc) from exc
+
+
+def own_copy(columns: dict[str, list]) -> dict[str, list]:
+    """A copy of ``columns`` a reward may change at will (lists, dicts, nested values copied), so one reward never
+    changes what a later one scores; images are shared (PIL images are not changed by reading them)."""
+    from PIL import Image
+
+    memo: dict[int, Any] = {}
+    for value in columns.get("images") or []:
+        for image in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(image, Image.Image):
+                memo[id(image)] = image
+    return copy.deepcopy(columns, memo)
 
 
 def taken_columns(fn: RewardFn, columns: dict[str, list]) -> dict[str, list]:
