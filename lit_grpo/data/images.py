@@ -34,6 +34,13 @@ ALPHA_MODES = ("RGBA", "LA", "PA", "RGBa", "La")
 EXIF_ORIENTATION = 0x0112
 
 
+def dataset_folder(path: str | Path) -> Path | None:
+    """The folder a dataset's image paths are read inside: ``path`` itself when it is a folder, a local file's
+    folder, ``None`` for a hub id (the working folder then)."""
+    local = Path(path)
+    return local if local.is_dir() else local.parent if local.exists() else None
+
+
 def decode_image(obj: Any, *, where: str, base_dir: str | Path | None = None,
                  max_pixels: int = DEFAULT_MAX_PIXELS, outside_root: bool = False) -> Image.Image:
     """Decode an image given as PIL, raw bytes, an HF ``{"bytes", "path"}`` dict or a file path, to the RGB a viewer

@@ -32,7 +32,7 @@ from typing import Any, Callable
 from torch.utils.data import ConcatDataset
 
 from lit_grpo.data.io import open_table
-from lit_grpo.data.images import DEFAULT_MAX_PIXELS, decode_image
+from lit_grpo.data.images import DEFAULT_MAX_PIXELS, dataset_folder, decode_image
 from lit_grpo.data.sample import BadRowError, Sample, SampleDataset, load_rows, text_row
 from lit_grpo.tasks.phyx.templates import MC_INSTRUCTION, OE_INSTRUCTION, render_options
 from lit_grpo.tasks.phyx.units import derive_unit
@@ -293,8 +293,7 @@ def read_phyx(path: str, split: str = "test", rows: str | None = None, answer_fo
             with an error naming the row) or ``skip`` (every row decoded up front, bad ones dropped and
             counted in the log).
         max_pixels: decompression-bomb guard per image.
-        images_outside_root: read an image given as a path (``..``, absolute) outside the dataset's image folders;
-            by default such a row is a bad row.
+        images_outside_root: read an image path leading out of the dataset's folders (else a bad row).
     Raises:
         ValueError: unknown ``answer_format``, ``question_variant`` or ``layout``; a variant whose
             description column the file lacks.
@@ -318,13 +317,11 @@ def read_phyx(path: str, split: str = "test", rows: str | None = None, answer_fo
                          f"which this {layout}-layout file lacks; choose another question_variant (e.g. 'minimal')")
     source = f"{path}[{split}]"
     folders = [Path(image_dir)] if image_dir else _image_dirs(path, split)
-    local = Path(path)
-    root = local if local.is_dir() else local.parent if local.exists() else None
     kw = dict(layout=layout, answer_format=answer_format, variant=question_variant)
+    found = dict(image_dirs=folders, image_root=dataset_folder(path), images_outside_root=images_outside_root)
 
     def to_sample(row: dict, i: int) -> Sample:
-        return phyx_sample(row, i, source=source, image_dirs=folders, max_pixels=max_pixels, image_root=root,
-                           images_outside_root=images_outside_root, **kw)
+        return phyx_sample(row, i, source=source, max_pixels=max_pixels, **found, **kw)
 
     def check_text(row: dict, i: int) -> dict:
         rid = row.get("id", row.get("index", i))

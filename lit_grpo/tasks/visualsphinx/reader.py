@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from lit_grpo.data.io import open_table
-from lit_grpo.data.images import DEFAULT_MAX_PIXELS, decode_image
+from lit_grpo.data.images import DEFAULT_MAX_PIXELS, dataset_folder, decode_image
 from lit_grpo.data.sample import BadRowError, Sample, SampleDataset, load_rows, text_row
 
 _META = ("explanation", "difficulty", "has_duplicate", "reasonableness", "readability", "accuracy")
@@ -97,8 +97,7 @@ def read_visualsphinx(path: str, split: str = "train", rows: str | None = None,
     def check_text(row: dict, i: int) -> dict:
         return {**visualsphinx_fields(row, _where(source, row, i)), "id": str(row.get("id", i))}
 
-    local = Path(path)
-    root = local if local.is_dir() else local.parent if local.exists() else None
+    root = dataset_folder(path)
 
     def to_sample(row: dict, i: int) -> Sample:
         return visualsphinx_sample(row, i, source=source, max_pixels=max_pixels, image_root=root,
