@@ -96,6 +96,24 @@ def save_pretrained(model: nn.Module, processor, out: str | Path, merge: bool = 
     return out
 
 
+def sampling_config(model: nn.Module, processor, cfg: PolicyConfig, sampling: Any = None) -> None:
+    """Make ``model``'s ``generation_config`` sample as the run's rollouts did: it stops on every stop id the run
+    used (:func:`lit_grpo.policy.stop_token_ids`: the tokenizer's and generation config's EOS, the chat template's
+    end of turn, ``policy.extra_stop_tokens``), never emits an image token (``suppress_tokens``), and samples with the
+    run's ``temperature``, ``top_p``, ``top_k`` and ``max_completion_length`` (``max_new_tokens``) when the checkpoint
+    records them. ``generate`` from the exported folder then stops where the rollouts stopped."""
+    from lit_grpo.policy import image_token_ids, stop_token_ids
+
+    never = image_token_ids(model, processor)
+    gen = model.generation_config
+    gen.eos_token_id = stop_token_ids(model, processor, cfg.extra_stop_tokens, set(never))
+    gen.suppress_tokens = list(never) or None
+    if sampling is not None:
+        get = (lambda k: sampling.get(k)) if isinstance(sampling, dict) else (lambda k: getattr(sampling, k, None))
+        gen.do_sample, gen.temperature, gen.top_p = True, get("temperature"), get("top_p")
+        gen.top_k, gen.max_new_tokens = get("top_k") or None, get("max_completion_length")
+
+
 def check_export(path: Path, out: Path, cfg: PolicyConfig, weights: dict[str, Tensor]) -> None:
     """Refuse an export that would not be what the user means: an ``out`` that holds files already (an earlier
     export, or the folder the run started from: ``policy.name_or_path`` or ``lora.adapter_path`` of ``cfg``, whose
@@ -129,7 +147,9 @@ def export_checkpoint(path: str | Path, out: str | Path, merge: bool = False) ->
     cfg = policy_config(hparams["policy"])
     check_export(path, out, cfg, weights)
     model, processor = unsharded_policy(cfg, weights)
+    sampling_config(model, processor, cfg, hparams.get("sampling"))
     written = save_pretrained(model, processor, out, merge)
+    model.generation_config.save_pretrained(written)  # also beside a LoRA adapter
     umask = os.umask(0)
     os.umask(umask)
     for file in written.rglob("*"):  # some writers make private files (0600): a model folder is for others to read

@@ -357,3 +357,30 @@ def test_evaluating_without_a_checkpoint_says_it_evaluates_the_runs_start(traine
     with caplog.at_level(logging.INFO):
         _run("validate", folder, "--ckpt_path", str(good))
     assert "no --ckpt_path" not in caplog.text
+
+
+def test_an_exported_model_samples_and_stops_as_the_runs_rollouts(trained, tmp_path):
+    """The exported folder's generation_config: every stop id the run used, the image tokens suppressed, the run's
+    sampling settings; HF generate from it stops on the run's stop id."""
+    from transformers import GenerationConfig
+
+    from lit_grpo.export import main as export
+    from lit_grpo.policy import PolicyConfig, image_token_ids, load_policy, stop_token_ids
+
+    folder, good = trained
+    export([str(good), str(tmp_path / "out")])
+    gen = GenerationConfig.from_pretrained(tmp_path / "out")
+    model, processor = load_policy(PolicyConfig(name_or_path=str(tmp_path / "out")))
+    never = image_token_ids(model, processor)
+    run = torch.load(good, weights_only=False)["hyper_parameters"]
+    sampling = run["sampling"] if isinstance(run["sampling"], dict) else vars(run["sampling"])
+    assert sorted(gen.eos_token_id) == stop_token_ids(model, processor, (), set(never)) and gen.suppress_tokens == never
+    assert (gen.do_sample, gen.temperature, gen.top_p, gen.max_new_tokens) == (
+        True, sampling["temperature"], sampling["top_p"], sampling["max_completion_length"])
+    tok = processor.tokenizer
+    ids = tok("Which option?", return_tensors="pt").input_ids
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=gen, max_new_tokens=40,
+                         pad_token_id=tok.pad_token_id)[0, ids.shape[1]:].tolist()
+    assert not set(out) & set(never)
+    stops = [i for i, t in enumerate(out) if t in gen.eos_token_id]
+    assert not stops or stops[0] == len(out) - 1  # ends at its first stop id (or runs to max_new_tokens)
