@@ -38,7 +38,7 @@ from lit_grpo import distributed as D
 from lit_grpo.columns import build_providers
 from lit_grpo.config import AttentionConfig, EvalConfig, GRPOConfig, PerfConfig, check_settings
 from lit_grpo.data.datamodule import PromptBatch
-from lit_grpo.data.sample import check_prompt_lengths, prompt_limit
+from lit_grpo.data.sample import check_prompt_lengths, encode_samples, prompt_limit
 from lit_grpo.evaluation import EvaluationHooks, Evaluator
 from lit_grpo.families import row_layout
 from lit_grpo.fsdp import ShardingHooks
@@ -96,13 +96,18 @@ class PolicyModule(ShardingHooks, EvaluationHooks, L.LightningModule):
     # ----------------------------------------------------------------- rollout, log-probs, rewards
     def prompt_length(self, messages: list[dict], sample) -> int:
         """Prompt tokens of one sample, image tokens included (used to filter over-long samples)."""
-        return encode_prompts(self.processor, [messages], [sample.images])["input_ids"].shape[1]
+        return self.encode(messages=[messages], samples=[sample])["input_ids"].shape[1]
+
+    def encode(self, messages: list, samples: list) -> Any:
+        """The prompts of ``samples`` encoded by the processor; one it refuses is a bad row naming the sample
+        (:func:`lit_grpo.data.sample.encode_samples`)."""
+        return encode_samples(lambda m, i: encode_prompts(self.processor, m, i), messages, samples)
 
     def rollout(self, batch: PromptBatch, group_size: int, greedy: bool = False,
                 temperature: float | None = None) -> Rollout:
         """``group_size`` completions of every prompt of ``batch`` from the engine."""
         self.layout.check_images({s.id: len(s.images) for s in batch.samples})
-        enc = encode_prompts(self.processor, batch.messages, [s.images for s in batch.samples])
+        enc = self.encode(batch.messages, batch.samples)
         check_prompt_lengths(enc, batch.samples, prompt_limit(self.policy, self.sampling))
         enc = enc.to(self.device)
         return self.passes.engine.sample(self.policy, enc, group_size, greedy=greedy, temperature=temperature)

@@ -38,9 +38,9 @@ class Sampler:
         from lit_grpo.families import load_processor
         from lit_grpo.rollout.vllm import save_sampler_folder, start_llm
 
-        self.config = AutoConfig.from_pretrained(args.model)
+        self.config, self.processor, self.dtype = AutoConfig.from_pretrained(args.model), load_processor(args.model), args.dtype
         self.folder = tempfile.TemporaryDirectory(prefix="lit_grpo_serve_")
-        save_sampler_folder(self.config, load_processor(args.model), self.folder.name)
+        save_sampler_folder(self.config, self.processor, self.folder.name)
         self.llm = start_llm(self.folder.name, args.dtype, args.gpu_memory_utilization, args.max_model_length,
                              args.kv_cache_gib)
         self.group, self.ready, self.lock = None, False, threading.Lock()
@@ -48,9 +48,11 @@ class Sampler:
 
     def health(self) -> dict[str, Any]:
         from lit_grpo.rollout.vllm import sampler_config
-        from lit_grpo.rollout.vllm_server import model_shape
+        from lit_grpo.rollout.vllm_server import model_shape, processor_settings
 
-        return {"ready": self.ready, **model_shape(sampler_config(self.config))}
+        return {"ready": self.ready, "service": "lit_grpo.serve", "dtype": self.dtype,
+                "max_model_len": self.llm.llm_engine.model_config.max_model_len,
+                "processor": processor_settings(self.processor), **model_shape(sampler_config(self.config))}
 
     def join(self, port: int, timeout: float, device: str, prefix: str) -> None:
         """A new trainer's weight group under its ``prefix``, over the store this server keeps on ``port`` (made at
@@ -133,6 +135,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.kv_cache_gib is None and not torch.cuda.is_available():
         args.kv_cache_gib = 1.0  # a share of a CPU machine's memory counts the trainer's too: a fixed size instead
 
+    import socket
+
+    with socket.socket() as probe:  # a port in use is said now, not after the model has loaded
+        try:
+            probe.bind((args.host, args.port))
+        except OSError as exc:
+            parser.exit(1, f"error: {args.host}:{args.port} cannot be listened on ({exc.strerror}): choose another "
+                           "--port (and the trainer's perf.vllm_server_port)\n")
     sampler = Sampler(args)
     print(f"lit_grpo.serve: {args.model} on http://{args.host}:{args.port}, waiting for a trainer's weights",
           flush=True)

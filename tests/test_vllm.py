@@ -575,3 +575,79 @@ def test_a_server_killed_mid_run_is_one_error_line_a_saved_step_and_a_resume_com
         server.wait()
     assert again.returncode == 0, again.stderr[-3000:]
     assert torch.load(last, weights_only=False)["global_step"] == 4
+
+
+def test_a_prompt_and_completion_over_the_samplers_model_length_is_one_line(vllm_zoo):
+    """``perf.vllm_max_model_length`` below the longest prompt + ``max_completion_length``: refused at the rollout,
+    naming the prompt and the figures (vLLM would cut every completion short, or refuse the prompt in a traceback)."""
+    from lit_grpo.errors import InputError
+
+    model, processor = load_policy(PolicyConfig(name_or_path=vllm_zoo("llava")))
+    layout, suppress = row_layout(model, processor), image_token_ids(model, processor)
+    prompts = _prompts(processor, False)
+    longest = int(prompts["attention_mask"].sum(1).max())
+    engine = build_engine(processor, layout, SAMPLING, stop_token_ids(model, processor, (), set(suppress)), suppress,
+                          PerfConfig(engine="vllm", vllm_kv_cache_gib=KV_CACHE_GIB,
+                                     vllm_max_model_length=longest + SAMPLING.max_completion_length - 1))
+    with pytest.raises(InputError, match=rf"^perf.engine: vllm: prompt \d has {longest} tokens, and with "
+                                         rf"max_completion_length 24 it needs {longest + 24}, over the sampler's "
+                                         rf"model length {longest + 23}: raise perf.vllm_max_model_length"):
+        engine.sample(model.eval(), prompts, 2)
+
+
+@pytest.mark.slow
+def test_a_server_of_another_processor_or_dtype_or_no_server_at_all_is_refused_in_one_line(server, tmp_path):
+    """The server runs the demo model in float32: a policy whose processor normalises otherwise (the same weights'
+    shapes), or a bfloat16 policy, is refused before any push; a port that answers but is no lit_grpo.serve too."""
+    import json
+    import shutil
+    import socketserver
+    import threading
+    from http.server import SimpleHTTPRequestHandler
+
+    from lit_grpo.errors import InputError
+
+    _, perf = server
+    other = tmp_path / "demo_mod"
+    shutil.copytree("checkpoints/demo", other)
+    config = json.loads((other / "processor_config.json").read_text()) if (other / "processor_config.json").exists() \
+        else None
+    target = other / ("processor_config.json" if config is not None else "preprocessor_config.json")
+    data = json.loads(target.read_text())
+    holder = data.get("image_processor", data)
+    holder["image_mean"] = [0.25, 0.25, 0.25]
+    target.write_text(json.dumps(data))
+    for name_or_path, dtype, what in ((str(other), "float32", "'processor'"), ("checkpoints/demo", "bfloat16", "'dtype'")):
+        module = _grpo_module("vllm_server", **perf)
+        module.policy.to(getattr(torch, dtype))
+        module.policy.config._name_or_path = name_or_path
+        if name_or_path != "checkpoints/demo":
+            from lit_grpo.families import load_processor
+
+            module.passes.engine.processor = load_processor(name_or_path)
+        with pytest.raises(InputError, match=rf"serves another model or settings \(server, policy: \{{{what}"):
+            module.passes.engine.start(module.policy)
+    with socketserver.TCPServer(("127.0.0.1", 0), SimpleHTTPRequestHandler) as httpd:
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        module = _grpo_module("vllm_server", **{**perf, "vllm_server_port": httpd.server_address[1]})
+        with pytest.raises(InputError, match=r"answered GET /health with no JSON: is it lit_grpo.serve\?"):
+            module.passes.engine.start(module.policy)
+        httpd.shutdown()
+
+
+def test_a_server_on_a_port_in_use_says_so_before_loading_the_model():
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "lit_grpo.serve", "--model", "checkpoints/demo", "--port",
+                               str(port)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (f"error: 127.0.0.1:{port} cannot be listened on (Address already "
+                                                    "in use): choose another --port (and the trainer's "
+                                                    "perf.vllm_server_port)")
+    assert "waiting for a trainer" not in done.stdout

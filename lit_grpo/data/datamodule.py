@@ -20,7 +20,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from lit_grpo.data import overlap
 from lit_grpo.data.io import hub_dataset_cached, is_local, offline, parse_slice
-from lit_grpo.data.sample import TEMPLATES, Sample, render_messages
+from lit_grpo.data.sample import TEMPLATES, BadRowError, Sample, render_messages
 from lit_grpo.errors import InputError
 from lit_grpo.progress import CountProgress
 from lit_grpo.ranges import Checked, Keys, Range, argument_types, check_arguments, raise_problems
@@ -353,13 +353,24 @@ class VLMDataModule(L.LightningDataModule):
         if not limits or measure is None:
             return ds
         limit, label = min(limits)
-        keep = [i for i in range(len(ds)) if measure(self.render(ds[i]), ds[i]) <= limit]
+        keep, refused = [], []
+        for i in range(len(ds)):
+            try:
+                if measure(self.render(ds[i]), ds[i]) <= limit:
+                    keep.append(i)
+            except BadRowError as exc:  # the processor refuses the sample: under skip, a bad row like the others
+                if self.on_bad_row != "skip":
+                    raise
+                refused.append(str(exc))
+        if refused:
+            log.warning("%s: skipped %d of %d rows the model's processor refuses (on_bad_row: skip); first: %s",
+                        split, len(refused), len(ds), " | ".join(refused[:3]))
         if not keep and len(ds):
             raise ValueError(f"{split}: all {len(ds)} samples are longer than {label} (image tokens included); raise "
                              "data.max_prompt_length or use a model with a longer context")
-        if len(keep) < len(ds):
+        if len(keep) + len(refused) < len(ds):
             log.warning("%s: dropped %d of %d samples longer than %s (image tokens included)",
-                        split, len(ds) - len(keep), len(ds), label)
+                        split, len(ds) - len(keep) - len(refused), len(ds), label)
         return Subset(ds, keep) if len(keep) < len(ds) else ds
 
     def collate(self, samples: list[Sample]) -> PromptBatch:

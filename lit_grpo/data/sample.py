@@ -214,6 +214,31 @@ def load_rows(rows: Sequence[Any], to_sample: Callable[[Any, int], Sample], *, n
                          image_sources=image_sources, known=known)
 
 
+def encode_samples(encode: Callable[[list, list], Any], messages: list, samples: Sequence[Sample]) -> Any:
+    """``encode(messages, images)`` of a batch; when the model's processor refuses it (an image it cannot take: an
+    extreme aspect ratio, smaller than its patch, over its pixel limit), the sample it refuses is found by encoding
+    each alone and named, a bad row like any other.
+
+    Raises:
+        BadRowError: naming the sample's id, its image sizes and the processor's reason."""
+    try:
+        return encode(messages, [s.images for s in samples])
+    except InputError:
+        raise
+    except Exception as exc:  # a processor raises ValueError, IndexError, RuntimeError... for what it cannot take
+        for m, sample in zip(messages, samples):
+            try:
+                encode([m], [sample.images])
+            except Exception as one:
+                exc = one
+                sizes = ", ".join(f"{im.width}x{im.height}" for im in sample.images) or "no image"
+                reason = (str(exc).strip().splitlines() or [""])[0][:300]
+                raise BadRowError(f"sample {sample.id}: the model's processor refuses it (image {sizes}; "
+                                  f"{type(exc).__name__}: {reason}); drop the row, or set data.on_bad_row: skip to "
+                                  "drop every such row before training") from None
+        raise
+
+
 def prompt_limit(policy: Any, sampling: Any = None) -> int | None:
     """The prompt tokens a model takes: its text config's ``max_position_embeddings``, less the sampling settings'
     ``max_completion_length`` when that leaves room (a completion is written after the prompt); ``None`` when the

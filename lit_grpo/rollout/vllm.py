@@ -246,6 +246,8 @@ class VLLMEngine(RolloutEngine):
         super().__init__(processor, layout, sampling, stop_ids, suppress_ids)
         self.inner, self.perf = inner, perf
         self.llm, self.started, self.allowed, self.sleeping = None, False, None, False
+        self.max_model_len: int | None = None
+        """The longest prompt + completion the sampler takes (known once it runs)."""
         self.folder: tempfile.TemporaryDirectory | None = None
         self.pushes = 0
         """Weight pushes so far (the first at start)."""
@@ -270,6 +272,7 @@ class VLLMEngine(RolloutEngine):
         p = self.perf
         self.llm = start_llm(self.folder.name, dtype, p.vllm_gpu_memory_utilization, p.vllm_max_model_length,
                              p.vllm_kv_cache_gib, p.vllm_enable_sleep_mode)
+        self.max_model_len = self.llm.llm_engine.model_config.max_model_len
 
     def generate(self, requests: list[dict], params: dict) -> list[dict]:
         """The sampler's completions of ``requests`` (:func:`generate`'s data)."""
@@ -329,6 +332,7 @@ class VLLMEngine(RolloutEngine):
     def sample(self, model: nn.Module, prompts: dict, group_size: int, *, greedy: bool = False,
                temperature: float | None = None) -> Rollout:
         self.start(model)
+        self.check_room(prompts, self.settings(temperature).max_completion_length)
         outputs = self.generate(self.requests(prompts), self.params(group_size, greedy, temperature))
         self.check_prompts(prompts, [o["prompt_token_ids"] for o in outputs])
         rows = [c for o in outputs for c in o["completions"]]  # a prompt's G completions contiguous
@@ -346,6 +350,21 @@ class VLLMEngine(RolloutEngine):
                                 sampling_logps=None if logps is None else logps.to(device))
         rollout.sampler_is_policy = False
         return rollout
+
+    def check_room(self, prompts: dict, max_tokens: int) -> None:
+        """Every prompt and a whole completion must fit the sampler's model length, or vLLM cuts the completions
+        short (or refuses the prompt in a traceback).
+
+        Raises:
+            InputError: naming the prompt, its tokens, ``max_completion_length`` and the limit."""
+        limit = getattr(self, "max_model_len", None)
+        lengths = prompts["attention_mask"].sum(1).tolist()
+        longest = max(range(len(lengths)), key=lengths.__getitem__, default=None)
+        if limit and longest is not None and lengths[longest] + max_tokens > limit:
+            raise InputError(f"perf.engine: {self.name}: prompt {longest} has {lengths[longest]} tokens, and with "
+                             f"max_completion_length {max_tokens} it needs {lengths[longest] + max_tokens}, over the "
+                             f"sampler's model length {limit}: raise perf.vllm_max_model_length (a server: its "
+                             "--max-model-length) or leave it unset")
 
     def check_prompts(self, prompts: dict, sampled: list[list[int]]) -> None:
         """vLLM's expanded prompts must be the processor's (the tokens the log-probs are computed after).

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import concurrent.futures
 import io
+import threading
 import time
 import uuid
 from typing import Any, Callable
@@ -40,6 +41,24 @@ def encode_image(image) -> str:
     return base64.b64encode(buffer.getvalue()).decode()
 
 
+PROCESSOR_KEYS = ("image_mean", "image_std", "rescale_factor", "do_normalize", "do_rescale", "do_resize",
+                  "do_pad", "size", "crop_size", "patch_size", "image_grid_pinpoints", "max_image_tiles",
+                  "min_pixels", "max_pixels", "merge_size", "temporal_patch_size", "do_image_splitting",
+                  "max_image_size")
+"""The image processor's settings a server and a trainer must share (the pixels each prompt's image becomes)."""
+
+
+def processor_settings(processor) -> dict:
+    """The :data:`PROCESSOR_KEYS` the processor's image processor sets (as JSON gives them back), and the tokenizer's
+    size: what makes one image and one prompt the same tokens on both sides."""
+    import json
+
+    image = getattr(processor, "image_processor", None)
+    found = {} if image is None else {k: v for k, v in image.to_dict().items() if k in PROCESSOR_KEYS}
+    tok = getattr(processor, "tokenizer", processor)
+    return json.loads(json.dumps({**found, "vocab": len(tok)}, default=str))
+
+
 def model_shape(config) -> dict:
     """What a server and a trainer compare before the weights go over: the model type and the language model's and
     vision tower's sizes (every weight's shape follows from them)."""
@@ -64,31 +83,44 @@ class VLLMServerEngine(VLLMEngine):
         self.http, self.group, self.failed = None, None, None
         self.model = "<the policy's name_or_path>"
 
-    def fail(self, what: str, exc: BaseException) -> InputError:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        return InputError(f"perf.engine: vllm_server: the vLLM server at {self.url} {what} ({type(exc).__name__}: "
-                          f"{first}); start it with: python -m lit_grpo.serve --model {self.model} "
-                          f"--port {self.perf.vllm_server_port} (docs/distributed.md)")
+    def fail(self, what: str, exc: BaseException | None = None) -> InputError:
+        first = str(exc).strip().splitlines()[0] if exc is not None and str(exc).strip() else ""
+        why = f" ({type(exc).__name__}: {first})" if exc is not None else ""
+        return InputError(f"perf.engine: vllm_server: the vLLM server at {self.url} {what}{why}; start it with: "
+                          f"python -m lit_grpo.serve --model {self.model} --port {self.perf.vllm_server_port} "
+                          "(docs/distributed.md)")
 
     def call(self, method: str, path: str, **kwargs) -> Any:
-        """One HTTP call; any failure is one line naming the server (:meth:`fail`)."""
+        """One HTTP call; a server that does not answer is one line naming it (:meth:`fail`); one that answers
+        with an error is one line with the server's own reason."""
         import httpx
 
         try:
             reply = self.http.request(method, self.url + path, **kwargs)
-            reply.raise_for_status()
-            return reply.json()
         except httpx.HTTPError as exc:
             raise self.fail(f"did not answer {method} {path}", exc) from None
+        if reply.is_error:
+            try:
+                detail = reply.json().get("detail", reply.text)
+            except ValueError:
+                detail = reply.text
+            detail = " ".join(str(detail).split())[:300]
+            raise InputError(f"perf.engine: vllm_server: the vLLM server at {self.url} refused {method} {path} with "
+                             f"HTTP {reply.status_code}: {detail or reply.reason_phrase} (its own log says more)")
+        try:
+            return reply.json()
+        except ValueError:
+            raise self.fail(f"answered {method} {path} with no JSON: is it lit_grpo.serve?") from None
 
     def connect(self, config, dtype: str) -> None:
         """Wait for the server (``vllm_server_timeout`` seconds at most), check that it serves this policy's model,
         and join its weight group: rank 0 only (the one rank that talks to the server); every rank raises what it
         raised."""
         self.model = getattr(config, "_name_or_path", None) or self.model
-        on_rank_zero(lambda: self._connect(config))
+        on_rank_zero(lambda: self._connect(config, dtype))
+        self.max_model_len = on_rank_zero(lambda: self.max_model_len)  # every rank checks its own prompts
 
-    def _connect(self, config) -> None:
+    def _connect(self, config, dtype: str) -> None:
         import httpx
 
         self.http = httpx.Client(timeout=self.perf.vllm_server_timeout)
@@ -101,26 +133,40 @@ class VLLMServerEngine(VLLMEngine):
                 if time.monotonic() > deadline:
                     raise self.fail(f"was not up within {self.perf.vllm_server_timeout:g} s", exc) from None
                 time.sleep(1.0)
-        mine = model_shape(sampler_config(config))
+            except ValueError:
+                raise self.fail("answered GET /health with no JSON: is it lit_grpo.serve?") from None
+        if not isinstance(health, dict) or health.get("service") != "lit_grpo.serve":
+            raise self.fail("is not lit_grpo.serve (its GET /health says otherwise)")
+        mine = {**model_shape(sampler_config(config)), "dtype": dtype,
+                "processor": processor_settings(self.processor)}
         theirs = {k: health.get(k) for k in mine}
         if mine != theirs:
             differ = {k: (theirs[k], mine[k]) for k in mine if theirs[k] != mine[k]}
-            raise InputError(f"perf.engine: vllm_server: the server at {self.url} serves another model (server, "
-                             f"policy: {differ}): start it with --model {self.model}")
+            raise InputError(f"perf.engine: vllm_server: the server at {self.url} serves another model or settings "
+                             f"(server, policy: {differ}): start it with --model {self.model} --dtype {dtype} (the "
+                             "policy's own folder, processor included)")
+        self.max_model_len = health.get("max_model_len")
         device = "cuda" if torch.cuda.is_available() else "cpu"
         port, timeout = self.perf.vllm_group_port, self.perf.vllm_server_timeout
         prefix = uuid.uuid4().hex  # this trainer's keys in the server's store
-        pool = concurrent.futures.ThreadPoolExecutor(1)
+        joined: dict[str, Any] = {}
+
+        def join() -> None:  # a daemon thread: one that never connects does not keep the process from exiting
+            try:
+                joined["group"] = WeightGroup(self.perf.vllm_server_host, port, 0, timeout, prefix, device)
+            except Exception as exc:
+                joined["error"] = exc
+
+        thread = threading.Thread(target=join, daemon=True)
+        thread.start()
         try:
-            group = pool.submit(WeightGroup, self.perf.vllm_server_host, port, 0, timeout, prefix, device)
             self.call("POST", "/group", json={"port": port, "timeout": timeout, "device": device, "prefix": prefix})
-            self.group = group.result()
-        except UserError:
-            raise
-        except Exception as exc:  # the group did not form (a port in use, a timeout): one line, not gloo's trace
-            raise self.fail(f"could not form the weight group on port {port}", exc) from None
-        finally:
-            pool.shutdown(wait=False)
+        except InputError as exc:
+            raise InputError(f"{exc} (perf.vllm_group_port {port} on the server's machine: is it free?)") from None
+        thread.join(timeout)
+        if "group" not in joined:  # the group did not form (a port in use, a timeout): one line, not gloo's trace
+            raise self.fail(f"could not form the weight group on port {port}", joined.get("error")) from None
+        self.group = joined["group"]
 
     def generate(self, requests: list[dict], params: dict) -> list[dict]:
         """Every rank's requests go to the server in one call from rank 0, each with its rank's sampling parameters
