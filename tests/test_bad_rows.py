@@ -228,3 +228,42 @@ def test_an_image_path_leading_out_of_the_dataset_folder_is_a_bad_row_unless_all
             ds[i]
     allowed = read_visualsphinx(str(path), split="test", images_outside_root=True)
     assert [allowed[i].images[0].size for i in range(4)] == [(40, 30), (20, 20), (20, 20), (20, 20)]
+
+
+@pytest.mark.parametrize("size", [(1000, 4), (4, 1000)], ids=["wide", "tall"])
+def test_an_image_the_models_processor_refuses_is_a_bad_row_named_and_skipped(tmp_path, zoo_dir, caplog, size):
+    """Qwen2-VL's image processor refuses an aspect ratio over 200 (its own rule, checked on the processor first),
+    an image PIL opens fine: the batch's error names the row and the reason; under ``on_bad_row: skip`` the data
+    check drops it before training and counts it."""
+    from lit_grpo import GRPOModule
+    from lit_grpo.policy import PolicyConfig
+    from lit_grpo.rewards import RewardSpec
+    from lit_grpo.rollout import SamplingConfig
+
+    module = GRPOModule(policy=PolicyConfig(name_or_path=zoo_dir("qwen2_vl")), rewards=[RewardSpec("binary")],
+                        sampling=SamplingConfig(num_generations=2, max_completion_length=4))
+    bad = Image.new("RGB", size, "white")
+    with pytest.raises(ValueError, match="aspect ratio"):  # the processor's own refusal
+        module.processor(images=[[bad]], text=["<|vision_start|><|image_pad|><|vision_end|>q"], return_tensors="pt")
+    rows = [_puzzle(i) for i in range(3)]
+    buf = io.BytesIO()
+    bad.save(buf, format="PNG")
+    rows[1]["images"] = [{"bytes": buf.getvalue(), "path": None}]
+    features = datasets.Features({"id": datasets.Value("string"), "images": datasets.List(datasets.Image()),
+                                  "problem": datasets.Value("string"), "choice": datasets.Value("string"),
+                                  "answer": datasets.Value("string"), "difficulty": datasets.Value("int32")})
+    path = tmp_path / "wide.parquet"
+    datasets.Dataset.from_list(rows, features=features).to_parquet(str(path))
+    spec = DatasetSpec(path=str(path), reader="visualsphinx", split="test")
+    dm = VLMDataModule(train=spec, batch_size=3)
+    dm.setup("fit")
+    batch = next(iter(dm.train_dataloader()))
+    with pytest.raises(BadRowError, match=rf"sample p1: the model's processor refuses it \(image {size[0]}x{size[1]}; "
+                                          r"ValueError: absolute aspect ratio must be smaller than 200"):
+        module.rollout(batch, 2)
+    dm = VLMDataModule(train=spec, batch_size=2, on_bad_row="skip")
+    dm.prompt_length, dm.prompt_limit = module.prompt_length, 10 ** 6
+    with caplog.at_level(logging.WARNING):
+        dm.setup("fit")
+    assert sorted(s.id for s in next(iter(dm.train_dataloader())).samples) == ["p0", "p2"]
+    assert "skipped 1 of 3 rows the model's processor refuses (on_bad_row: skip); first: sample p1" in caplog.text
