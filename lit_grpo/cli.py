@@ -33,7 +33,7 @@ from lit_grpo.cli_args import (BASE_KEY, SUBCOMMANDS, ConfigError, expand_bases,
 from lit_grpo.cli_help import extra_help, help_args
 from lit_grpo.data.datamodule import VLMDataModule
 from lit_grpo.data.sample import prompt_limit
-from lit_grpo.errors import UserError, fail
+from lit_grpo.errors import InputError, UserError, fail
 from lit_grpo.loggers import RunFolder, continue_run_folder, logger_lines
 from lit_grpo.progress import with_progress_bar
 from lit_grpo.run_lock import RunLock
@@ -160,8 +160,21 @@ class GRPOCLI(LightningCLI):
         files = [value for key, value, _ in iter_options(given) if key in ("config", "c") and value]
         check_config((self.config[sub] if sub else self.config).as_dict(), sub, files)
 
+    def _check_checkpoint(self) -> None:
+        """``--ckpt_path``'s file or folder is whole (:func:`check_checkpoint_file`), and a sharded checkpoint folder
+        is read by the sharded strategy (another reads a file: ``IsADirectoryError`` deep in ``torch.load``)."""
+        path = self._ckpt_path()
+        check_checkpoint_file(path)
+        from lit_grpo.strategy import FSDP2Strategy
+
+        if path is not None and Path(path).is_dir() and not isinstance(self.trainer.strategy, FSDP2Strategy):
+            raise InputError(f"checkpoint {path} is a sharded checkpoint folder (FSDP2): {self.subcommand} it with "
+                             "the sharded strategy, --config configs/fsdp.yaml after the run's config (fit: the same "
+                             "number of ranks; validate and test: any), or export it to one file first "
+                             "(python -m lit_grpo.export)")
+
     def before_fit(self) -> None:
-        check_checkpoint_file(self._ckpt_path())
+        self._check_checkpoint()
         check_checkpoint_folders(self.trainer, self.run_lock if self.trainer.is_global_zero else None)
         if self.datamodule is not None:  # the training data's own checks (rows, overlap) before the step-0 validation
             self.datamodule.setup("fit")
@@ -170,7 +183,7 @@ class GRPOCLI(LightningCLI):
             self.trainer.validate(self.model, datamodule=self.datamodule, verbose=False)
 
     def before_validate(self) -> None:
-        check_checkpoint_file(self._ckpt_path())
+        self._check_checkpoint()
         if self._ckpt_path() is None:  # a checkpoint is the usual thing to evaluate: say which weights these are
             policy = getattr(self.model, "hparams", {}).get("policy")
             policy = policy.get("name_or_path") if isinstance(policy, dict) else getattr(policy, "name_or_path", None)

@@ -384,3 +384,21 @@ def test_an_exported_model_samples_and_stops_as_the_runs_rollouts(trained, tmp_p
     assert not set(out) & set(never)
     stops = [i for i, t in enumerate(out) if t in gen.eos_token_id]
     assert not stops or stops[0] == len(out) - 1  # ends at its first stop id (or runs to max_new_tokens)
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+@pytest.mark.parametrize("subcommand", ["fit", "validate"])
+def test_a_sharded_checkpoint_folder_without_the_sharded_strategy_is_one_line(trained, tmp_path, subcommand):
+    """A whole sharded folder given to a run without configs/fsdp.yaml: named with how to read it (it ended in
+    IsADirectoryError inside torch.load)."""
+    from lit_grpo.errors import InputError
+    from lit_grpo.strategy import save_sharded
+
+    folder, _ = trained
+    sharded = tmp_path / "sharded.ckpt"
+    save_sharded({"state_dict": {"policy.w": torch.zeros(4)}, "optimizer_states": [], "global_step": 2}, sharded,
+                 world_size=1, rank=0, barrier=lambda: None)
+    with pytest.raises(InputError, match=rf"checkpoint {re.escape(str(sharded))} is a sharded checkpoint folder "
+                                         rf"\(FSDP2\): {subcommand} it with the sharded strategy, --config "
+                                         r"configs/fsdp.yaml after the run's config"):
+        _run(subcommand, folder, "--ckpt_path", str(sharded))
