@@ -245,6 +245,16 @@ def run_command(args: list[str] | None) -> list[str]:
     return [*head, *sys.argv[1:]]
 
 
+def masked_excepthook(kind, value, tb) -> None:
+    """Python's traceback print, API keys masked (:func:`lit_grpo.api_keys.redact`): an error a library or a reward
+    raised with a key in its message or its locals' repr never reaches the console (or a capture of it) whole."""
+    import traceback
+
+    from lit_grpo.api_keys import redact
+
+    sys.stderr.write(redact("".join(traceback.format_exception(kind, value, tb))))
+
+
 def main(args: list[str] | None = None) -> GRPOCLI:
     """Run the CLI; a configuration mistake exits with status 2 and one ``error:`` line (see the module); on the
     command line (``args`` None) a :class:`~lit_grpo.errors.UserError` met later (a bad row, checkpoint or folder)
@@ -252,6 +262,8 @@ def main(args: list[str] | None = None) -> GRPOCLI:
     from lightning.fabric.utilities.exceptions import MisconfigurationException
     from omegaconf.errors import OmegaConfBaseException
 
+    if args is None:  # the command line: a traceback it prints masks API keys too
+        sys.excepthook = masked_excepthook
     try:
         return _main(args)
     except ConfigError as exc:

@@ -61,6 +61,14 @@ def band_tags(key: str) -> tuple[str, str]:
     return f"{stage}band/{rest}/lower", f"{stage}band/{rest}/upper"
 
 
+def masked_names(metrics: Mapping[str, float]) -> dict[str, float]:
+    """``metrics`` with every API key in a name masked (:func:`lit_grpo.api_keys.redact`): a reward or metric named
+    after text that holds a key never writes it into a log, a curve or a table."""
+    from lit_grpo.api_keys import redact
+
+    return {redact(k): v for k, v in metrics.items()}
+
+
 def tensorboard_scalars(metrics: Mapping[str, float]) -> dict[str, float]:
     """The scalars to write for one ``log_metrics`` call: each ``<stage>/<key>_se`` whose ``<stage>/<key>`` is in
     ``metrics`` (stage ``val`` or ``test``) becomes the band ``<stage>band/<key>/lower`` = mean - SE and
@@ -205,6 +213,7 @@ class TensorBoardLogger(_LightningTensorBoardLogger):
 
     @rank_zero_only
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        metrics = masked_names(metrics)
         scalars = tensorboard_scalars(metrics)
         new = [k[: -len(SE_SUFFIX)] for k in metrics if k.endswith(SE_SUFFIX) and k[: -len(SE_SUFFIX)] in metrics
                and k.split("/", 1)[0] in EVAL_STAGES and k[: -len(SE_SUFFIX)] not in self._curves]
@@ -370,7 +379,7 @@ class WandbLogger(_LightningWandbLogger):
 
     @rank_zero_only
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
-        scalars = tensorboard_scalars(metrics)
+        scalars = tensorboard_scalars(masked_names(metrics))
         if scalars:
             super().log_metrics(scalars, step)
 

@@ -125,3 +125,30 @@ def test_a_credential_in_base_url_is_refused_at_startup_naming_the_field(tmp_pat
     assert "value not shown" in err and "sk-live" not in err
     # nothing built or written: no model, data, log folder, config.yaml, hparams.yaml, events or checkpoint
     assert sorted(p.name for p in tmp_path.iterdir()) == ["judge.yaml"]
+
+
+def test_a_key_in_a_metric_name_or_a_printed_traceback_is_masked(monkeypatch, tmp_path, capsys):
+    """Two more channels a run writes: TensorBoard (a metric named with the key: its scalar and the eval curves'
+    layout) and a traceback the command line prints (a reward's error holding the key)."""
+    import sys
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from lit_grpo.cli import masked_excepthook
+    from lit_grpo.loggers import TensorBoardLogger, masked_names
+
+    key = "sk-live/Q3+9x=7Zt2Wm4f"
+    monkeypatch.setenv("JUDGE_API_KEY", key)
+    assert masked_names({f"train/reward/{key}": 1.0, "train/reward": 2.0}) == {"train/reward/***": 1.0,
+                                                                               "train/reward": 2.0}
+    logger = TensorBoardLogger(str(tmp_path), name="t")
+    logger.log_metrics({f"val/greedy/{key}": 0.5, f"val/greedy/{key}_se": 0.1, "train/reward": 1.0}, step=1)
+    logger.experiment.flush()
+    tags = EventAccumulator(logger.log_dir).Reload().Tags()["scalars"]
+    assert "val/greedy/***" in tags and not any(key in t for t in tags) and logger._curves == ["val/greedy/***"]
+    try:
+        raise RuntimeError(f"judge said: bad key {key}")
+    except RuntimeError:
+        masked_excepthook(*sys.exc_info())
+    err = capsys.readouterr().err
+    assert "RuntimeError: judge said: bad key ***" in err and key not in err
