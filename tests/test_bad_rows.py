@@ -110,11 +110,17 @@ VS_CASES = [  # (what, overrides of row 1, field named, words, found up front?)
 ]
 
 
+def _vs_features(text: str = "string", decode: bool = True) -> datasets.Features:
+    """A VisualSphinx table's features: text columns of type ``text`` (``string`` or ``binary``), images decoded or
+    kept as stored."""
+    return datasets.Features({"id": datasets.Value("string"), "images": datasets.List(datasets.Image(decode=decode)),
+                              "problem": datasets.Value(text), "choice": datasets.Value(text),
+                              "answer": datasets.Value(text), "difficulty": datasets.Value("int32")})
+
+
 def _vs_file(tmp_path, bad_rows: list[dict]) -> str:
     rows = [_puzzle(i, **bad) for i, bad in enumerate([{}] + bad_rows + [{}])]
-    features = datasets.Features({"id": datasets.Value("string"), "images": datasets.List(datasets.Image()),
-                                  "problem": datasets.Value("string"), "choice": datasets.Value("string"),
-                                  "answer": datasets.Value("string"), "difficulty": datasets.Value("int32")})
+    features = _vs_features()
     path = tmp_path / "bench.parquet"
     datasets.Dataset.from_list(rows, features=features).to_parquet(str(path))
     return str(path)
@@ -159,9 +165,7 @@ def _binary_vs_file(tmp_path, problems: list[bytes]) -> str:
     """A VisualSphinx parquet whose text columns are stored as ``binary`` (parquet BYTE_ARRAY without a UTF-8 type)."""
     rows = [{**_puzzle(i), "problem": p, "answer": b"J", "choice": _puzzle(i)["choice"].encode()}
             for i, p in enumerate(problems)]
-    features = datasets.Features({"id": datasets.Value("string"), "images": datasets.List(datasets.Image()),
-                                  "problem": datasets.Value("binary"), "choice": datasets.Value("binary"),
-                                  "answer": datasets.Value("binary"), "difficulty": datasets.Value("int32")})
+    features = _vs_features("binary")
     path = tmp_path / "binary.parquet"
     datasets.Dataset.from_list(rows, features=features).to_parquet(str(path))
     return str(path)
@@ -215,9 +219,7 @@ def test_an_image_path_leading_out_of_the_dataset_folder_is_a_bad_row_unless_all
     (data / "link.png").symlink_to(elsewhere / "secret.png")
     paths = ["in.png", "../elsewhere/secret.png", str(elsewhere / "secret.png"), "link.png"]
     rows = [_puzzle(i, images=[{"bytes": None, "path": p}]) for i, p in enumerate(paths)]
-    features = datasets.Features({"id": datasets.Value("string"), "images": datasets.List(datasets.Image(decode=False)),
-                                  "problem": datasets.Value("string"), "choice": datasets.Value("string"),
-                                  "answer": datasets.Value("string"), "difficulty": datasets.Value("int32")})
+    features = _vs_features(decode=False)
     path = data / "bench.parquet"
     datasets.Dataset.from_list(rows, features=features).to_parquet(str(path))
     ds = read_visualsphinx(str(path), split="test")
@@ -249,9 +251,7 @@ def test_an_image_the_models_processor_refuses_is_a_bad_row_named_and_skipped(tm
     buf = io.BytesIO()
     bad.save(buf, format="PNG")
     rows[1]["images"] = [{"bytes": buf.getvalue(), "path": None}]
-    features = datasets.Features({"id": datasets.Value("string"), "images": datasets.List(datasets.Image()),
-                                  "problem": datasets.Value("string"), "choice": datasets.Value("string"),
-                                  "answer": datasets.Value("string"), "difficulty": datasets.Value("int32")})
+    features = _vs_features()
     path = tmp_path / "wide.parquet"
     datasets.Dataset.from_list(rows, features=features).to_parquet(str(path))
     spec = DatasetSpec(path=str(path), reader="visualsphinx", split="test")
