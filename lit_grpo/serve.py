@@ -138,7 +138,8 @@ def main(argv: list[str] | None = None) -> None:
     import socket
 
     with socket.socket() as probe:  # a port in use is said now, not after the model has loaded
-        try:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: a port a killed server
+        try:  # left in TIME_WAIT is free, one another process listens on is not
             probe.bind((args.host, args.port))
         except OSError as exc:
             parser.exit(1, f"error: {args.host}:{args.port} cannot be listened on ({exc.strerror}): choose another "
