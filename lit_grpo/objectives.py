@@ -234,8 +234,6 @@ def corrected(old_logps: Tensor, sampling_logps: Tensor, mask: Tensor, mode: str
 
     At the sequence level the weight is a product over the completion: a per-token log-ratio ``d`` over ``L`` tokens
     gives ``exp(L d)``, so 1e-3 over 2,000 tokens is e^2 = 7.4, over the default cap of 3."""
-    if mode not in SAMPLER_CORRECTION_MODES:
-        raise ValueError(f"sampler correction mode must be one of {', '.join(SAMPLER_CORRECTION_MODES)}, got {mode!r}")
     raw = _sampler_weight(old_logps, sampling_logps, mask, mode.startswith("sequence"))
     low = -math.inf if ratio_min is None else ratio_min
     high = math.inf if ratio_max is None else ratio_max
