@@ -1,8 +1,10 @@
 """Runs over several processes and nodes, launched as a user would (``python -m lit_grpo fit``; ``torchrun``), on
-loopback only: a sharded (FSDP2, bf16-mixed) run resumed from its step-2 checkpoint on 2 nodes (two torchrun node
-groups on 127.0.0.1, one process each) continues the 1-node 2-process run exactly; a 2-process DDP run resumed from
-its step-2 checkpoint continues each rank's data, sampling stream and weights exactly; exports of both; sharded
-checkpoints written atomically, refused in one line when they cannot resume the run."""
+loopback only. A sharded (FSDP2, bf16-mixed) and a DDP run of 6 steps on 2 processes (2 epochs of 3 steps), and each
+resumed from a checkpoint at an epoch's last step, at an epoch's first step, and after ``max_steps`` stopped a
+resumed run at an epoch's end; the sharded one also on 2 nodes (two torchrun node groups on 127.0.0.1, one process
+each): every resumed run continues every rank's data, sampling stream, figures and checkpoint names, and ends with
+the uninterrupted run's weights bit for bit. Exports of both; sharded checkpoints written atomically, refused in one
+line when they cannot resume the run."""
 
 import json
 import re
@@ -17,19 +19,21 @@ from launch import free_port, run_together, torchrun
 from lit_grpo.errors import InputError
 
 UNITS = 5  # the embedded model: 2 decoder layers, 2 vision layers and the root
+STEPS, PER_EPOCH = 6, 3
 
 
 def _overrides(folder: Path, shared: Path, run: str, export: bool = False) -> Path:
-    """The demo on 12 puzzles (3 steps of 2 prompts per rank an epoch), 4 steps, validation (2 puzzles, greedy and 4
-    samples each) and a checkpoint every 2 steps (all kept), every rank's steps recorded."""
+    """The demo on 12 puzzles (3 steps of 2 prompts per rank an epoch), 6 steps (2 epochs), validation at each
+    epoch's end (2 puzzles, greedy and 4 samples each) and a checkpoint every step (all kept), every rank's steps
+    recorded."""
     callbacks = [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                  "init_args": {"dirpath": str(folder / "ckpt"), "every_n_train_steps": 2, "save_top_k": -1,
+                  "init_args": {"dirpath": str(folder / "ckpt"), "every_n_train_steps": 1, "save_top_k": -1,
                                 "save_last": True}},
                  {"class_path": "lit_grpo.testing.record.RecordSteps", "init_args": {"folder": str(folder / "record")}}]
     if export:
         callbacks.append({"class_path": "lit_grpo.callbacks.ExportPretrained",
                           "init_args": {"dirpath": str(folder / "export")}})
-    cfg = {"trainer": {"accelerator": "cpu", "max_steps": 4, "max_epochs": 2, "val_check_interval": 2,
+    cfg = {"trainer": {"accelerator": "cpu", "max_steps": STEPS, "max_epochs": 2, "val_check_interval": PER_EPOCH,
                        "enable_progress_bar": False, "callbacks": callbacks,
                        "logger": {"class_path": "lit_grpo.loggers.TensorBoardLogger",
                                   "init_args": {"save_dir": str(folder / "logs"), "name": run}}},
@@ -52,36 +56,56 @@ def _fit(folder: Path, *args: str) -> list[str]:
             str(folder / "overrides.yaml")]
 
 
+def _checkpoint(folder: Path, step: int | str) -> str:
+    """The checkpoint of ``step`` in a run's folder (``last`` for last.ckpt)."""
+    if step == "last":
+        return str(folder / "ckpt" / "last.ckpt")
+    return str(next((folder / "ckpt").glob(f"epoch=*-step={step}.ckpt")))
+
+
+# the resumed runs: name -> (uninterrupted run, checkpoint step it resumes, max_steps); "*_max" stops at the first
+# epoch's end (max_steps 3) and "*_max_resumed" resumes its last.ckpt (written when max_steps stopped it) to the end
+RESUMED = {"nodes": ("sharded", PER_EPOCH, STEPS), "sharded_first": ("sharded", PER_EPOCH + 1, STEPS),
+           "sharded_max": ("sharded", 2, PER_EPOCH), "sharded_max_resumed": ("sharded_max", "last", STEPS),
+           "ddp_last": ("ddp", PER_EPOCH, STEPS), "ddp_first": ("ddp", PER_EPOCH + 1, STEPS),
+           "ddp_max": ("ddp", 2, PER_EPOCH), "ddp_max_resumed": ("ddp_max", "last", STEPS)}
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """sharded: 4 uninterrupted steps on 1 node x 2 processes; nodes: resumed at step 2 on 2 nodes x 1 process;
-    ddp: 4 uninterrupted steps on 2 processes; ddp_resumed: resumed at step 2; evaluated: ``validate`` of the sharded
-    run's last checkpoint on one process (several launches at a time)."""
+    """The two uninterrupted runs, the resumed ones of :data:`RESUMED`, and ``evaluated``: ``validate`` of the
+    sharded run's last checkpoint on one process (several launches at a time)."""
     from lit_grpo.tasks.visualsphinx.puzzles import write_puzzles
     from lit_grpo.embedded import save_embedded_vlm
 
     root = tmp_path_factory.mktemp("ranks")
     shared = root / "shared"
     save_embedded_vlm(shared / "model")
-    write_puzzles(shared / "train.parquet", num=12, seed=0)
+    write_puzzles(shared / "train.parquet", num=2 * 2 * PER_EPOCH, seed=0)
     write_puzzles(shared / "val.parquet", num=2, seed=1)
-    f = {name: root / name for name in ("sharded", "nodes", "ddp", "ddp_resumed", "evaluated")}
+    f = {name: root / name for name in ("sharded", "ddp", "evaluated", *RESUMED)}
     for name, folder in f.items():
         folder.mkdir()
         _overrides(folder, shared, name, export=name == "sharded")
     fsdp = ["--config", "configs/fsdp.yaml", "--trainer.precision", "bf16-mixed"]
-    ddp = ["--trainer.devices", "2", "--trainer.strategy", "ddp"]
-    step2 = "epoch=0-step=2.ckpt"
-    run_together([[sys.executable, *_fit(f["sharded"], *fsdp), "--trainer.devices", "2"],
-             [sys.executable, *_fit(f["ddp"], *ddp)]], timeout=400)
+    strategy = {"sharded": [*fsdp, "--trainer.devices", "2"],
+                "ddp": ["--trainer.devices", "2", "--trainer.strategy", "ddp"]}
+
+    def resumed(name: str) -> list[str]:
+        source, step, max_steps = RESUMED[name]
+        return [sys.executable, *_fit(f[name], *strategy[name.split("_")[0]], "--ckpt_path",
+                                      _checkpoint(f[source], step)), "--trainer.max_steps", str(max_steps)]
+
+    run_together([[sys.executable, *_fit(f[name], *strategy[name])] for name in strategy], timeout=900)
     port = free_port()
     nodes = [torchrun(1, port, *_fit(f["nodes"], *fsdp), "--trainer.devices", "1", "--trainer.num_nodes", "2",
-                      "--ckpt_path", str(f["sharded"] / "ckpt" / step2), nnodes=2, node_rank=i) for i in (0, 1)]
+                      "--ckpt_path", _checkpoint(f["sharded"], PER_EPOCH), nnodes=2, node_rank=i) for i in (0, 1)]
     validate = _fit(f["evaluated"], *fsdp)
     validate[2] = "validate"
-    run_together([*nodes, [sys.executable, *_fit(f["ddp_resumed"], *ddp), "--ckpt_path", str(f["ddp"] / "ckpt" / step2)],
-             [sys.executable, *validate, "--trainer.devices", "1", "--ckpt_path", str(f["sharded"] / "ckpt" /
-                                                                                        "last.ckpt")]], timeout=400)
+    run_together([*nodes, *[resumed(n) for n in RESUMED if n != "nodes" and not n.endswith("_max_resumed")],
+                  [sys.executable, *validate, "--trainer.devices", "1", "--ckpt_path",
+                   _checkpoint(f["sharded"], "last")]], timeout=900)
+    run_together([resumed(n) for n in RESUMED if n.endswith("_max_resumed")], timeout=900)
     return f
 
 
@@ -89,19 +113,49 @@ def _ranks(folder: Path) -> list[dict]:
     return [json.loads((folder / "record" / f"rank{r}.json").read_text()) for r in (0, 1)]
 
 
-def _same_steps(resumed: list[dict], uninterrupted: list[dict]) -> None:
-    """Every rank's steps 3 and 4: the same prompts, completions and logged figures; the same validation after step
-    4 (over both ranks' prompts)."""
+def _same_steps(resumed: list[dict], uninterrupted: list[dict], first: int) -> None:
+    """Every rank's steps from ``first`` on: the same prompts, completions and logged figures; the same validations
+    (over both ranks' prompts) at the epochs' ends."""
     for a, b in zip(resumed, uninterrupted):
-        after = [v for v in a["validations"] if v["step"] == 4]
-        assert len(after) == 1 and after[0] in b["validations"] and after[0]["logged"]["val/sampled/completion_length"]
-        assert [s["step"] for s in a["steps"]] == [3, 4] and [s["step"] for s in b["steps"]] == [1, 2, 3, 4]
-        for x, y in zip(a["steps"], b["steps"][2:]):
+        assert [s["step"] for s in b["steps"]] == list(range(1, STEPS + 1))
+        assert [s["step"] for s in a["steps"]] == list(range(first, first + len(a["steps"])))
+        for x in a["steps"]:
+            y = b["steps"][x["step"] - 1]
             assert x["ids"] == y["ids"] and x["completions"] == y["completions"]
             assert x["logged"] == pytest.approx(y["logged"], rel=1e-6, abs=1e-7)
             assert x["logged"]["train/update/grad_norm"] > 0  # the weights compared below have moved
+        assert [v["step"] for v in b["validations"]] == [PER_EPOCH, STEPS]
+        for v in a["validations"]:
+            assert v in b["validations"] and v["logged"]["val/sampled/completion_length"]
     assert resumed[0]["steps"][0]["ids"] != resumed[1]["steps"][0]["ids"]  # each rank its own share of the data
     assert resumed[0]["steps"][0]["completions"] != resumed[1]["steps"][0]["completions"]
+
+
+def _same_weights(folder: Path, uninterrupted: Path) -> None:
+    weights, after = torch.load(uninterrupted / "record" / "weights.pt"), torch.load(folder / "record" / "weights.pt")
+    assert set(after) == set(weights)
+    for name, value in weights.items():
+        torch.testing.assert_close(after[name], value, rtol=0, atol=0, msg=name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(RESUMED))
+def test_a_resumed_run_continues_the_uninterrupted_one_on_every_rank(runs, name):
+    """Resumed at an epoch's last step (Lightning makes the resumed run's first iterator before it sets the
+    sampler's epoch: every prompt of the next epoch differed on both ranks), at an epoch's first step, at the end
+    that ``max_steps`` put in an epoch's end, and from the ``last.ckpt`` that stop wrote."""
+    source, step, max_steps = RESUMED[name]
+    reference = "ddp" if name.startswith("ddp") else "sharded"
+    first = (PER_EPOCH if step == "last" else step) + 1
+    resumed = _ranks(runs[name])
+    _same_steps(resumed, _ranks(runs[reference]), first)
+    assert [s["step"] for s in resumed[0]["steps"]] == list(range(first, max_steps + 1))
+    # the checkpoints it writes carry the uninterrupted run's epoch in their names
+    written = sorted(p.name for p in (runs[name] / "ckpt").glob("epoch=*"))
+    assert written == sorted(p.name for p in (runs[reference] / "ckpt").glob("epoch=*")
+                             if first <= int(p.stem.split("step=")[1]) <= max_steps)
+    if max_steps == STEPS:
+        _same_weights(runs[name], runs[reference])
 
 
 @pytest.mark.slow
@@ -111,35 +165,24 @@ def test_sharded_run_resumed_on_two_nodes_continues_the_one_node_run(runs):
         [(0, 0, 0, 2), (1, 0, 1, 2)]
     assert [(r["global_rank"], r["node_rank"], r["local_rank"], r["world_size"]) for r in nodes] == \
         [(0, 0, 0, 2), (1, 1, 0, 2)]
-    _same_steps(nodes, sharded)
     for r in sharded + nodes:  # every rollout gathers each unit once; each rank holds half of the weights
         assert all(s["rollout_all_gathers"] == UNITS for s in r["steps"])
         held, whole = r["parameter_bytes"]
         assert 0.45 < held / whole < 0.55
     assert sum(r["parameter_bytes"][0] for r in sharded) == sharded[0]["parameter_bytes"][1]
-    weights, resumed = torch.load(runs["sharded"] / "record" / "weights.pt"), torch.load(runs["nodes"] / "record" /
-                                                                                        "weights.pt")
     # full fine-tuning, vision tower frozen: 2 decoder layers x 9, the (tied) embedding, final norm, 4 projector
     # weights and LLaVA-NeXT's image_newline
-    assert len(weights) == 25 and set(resumed) == set(weights)
-    for name, value in weights.items():
-        torch.testing.assert_close(resumed[name], value, rtol=0, atol=0, msg=name)
+    assert len(torch.load(runs["sharded"] / "record" / "weights.pt")) == 25
     # the folder checkpoints: one shard per rank, nothing left half-written beside them
     names = sorted(p.name for p in (runs["sharded"] / "ckpt").iterdir())
-    assert names == ["epoch=0-step=2.ckpt", "epoch=1-step=4.ckpt", "last.ckpt"]
+    assert names == [f"epoch={(s - 1) // PER_EPOCH}-step={s}.ckpt" for s in range(1, STEPS + 1)] + ["last.ckpt"]
     assert sorted(p.name for p in (runs["sharded"] / "ckpt" / "last.ckpt").iterdir()) == \
         [".metadata", "__0_0.distcp", "__1_0.distcp", "meta.pt"]
 
 
 @pytest.mark.slow
-def test_ddp_run_resumed_continues_every_rank(runs):
-    ddp, resumed = _ranks(runs["ddp"]), _ranks(runs["ddp_resumed"])
-    _same_steps(resumed, ddp)
-    assert all(r["parameter_bytes"][0] == r["parameter_bytes"][1] for r in ddp)  # DDP: every rank holds everything
-    weights, after = torch.load(runs["ddp"] / "record" / "weights.pt"), torch.load(runs["ddp_resumed"] / "record" /
-                                                                                   "weights.pt")
-    for name, value in weights.items():
-        torch.testing.assert_close(after[name], value, rtol=0, atol=0, msg=name)
+def test_ddp_ranks_hold_every_weight(runs):
+    assert all(r["parameter_bytes"][0] == r["parameter_bytes"][1] for r in _ranks(runs["ddp"]))
 
 
 @pytest.mark.slow

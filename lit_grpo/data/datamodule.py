@@ -230,6 +230,24 @@ def ensure_generated(generate: dict[str, Any]) -> Path:
     return path
 
 
+def resumed_epoch(trainer: L.Trainer | None) -> int:
+    """The epoch whose batches a train loader made now serves: Lightning makes the first iterator of a resumed run
+    before it sets the sampler's epoch (``FitLoop.setup_data``), and does not make another for the epoch it
+    resumes, so a ``DistributedSampler`` left at epoch 0 would shuffle that epoch as the first one.
+
+    Resumed inside an epoch (or after :func:`lit_grpo.runs.resume_where_stopped` reopened it): that epoch. Resumed
+    from a checkpoint written at an epoch's last batch: the next one (the saved iterator is finished, so the loader
+    makes a fresh one, and Lightning counts the epoch as ended). Not resuming: the epoch Lightning counts (it sets
+    the sampler's epoch itself before every later iterator).
+    """
+    if trainer is None:
+        return 0
+    loop = trainer.fit_loop
+    batches = loop.epoch_loop.batch_progress
+    ended = loop.restarting and batches.is_last_batch and batches.current.completed > 0
+    return loop.epoch_progress.current.processed + int(ended)
+
+
 @dataclasses.dataclass
 class PromptBatch:
     """B samples and their rendered chat messages."""
@@ -397,6 +415,8 @@ class VLMDataModule(L.LightningDataModule):
                                     generator=torch.Generator().manual_seed(seed))
         if shuffle and sampler is None:
             loader.sampler.generator = torch.Generator().manual_seed(seed)
+        if sampler is not None:
+            sampler.set_epoch(resumed_epoch(self.trainer))
         return loader
 
     def _ranks(self) -> dict[str, int]:
@@ -404,8 +424,8 @@ class VLMDataModule(L.LightningDataModule):
         (the strategy's data-parallel ranks), else empty.
 
         Several ranks shuffle with a ``DistributedSampler`` built here: its order is a function of the seed and the
-        epoch alone, so a resumed run (the loader fast-forwarded to its saved position, the epoch set by Lightning)
-        sees what the uninterrupted run saw. Left to Lightning, the loader's own stateful sampler (not torch's
+        epoch alone, so a resumed run (the loader fast-forwarded to its saved position, the epoch set as
+        :func:`resumed_epoch` says) sees what the uninterrupted run saw. Left to Lightning, the loader's own stateful sampler (not torch's
         ``RandomSampler``) would be wrapped, and the wrapped sampler's generator, saved by no one, would restart on
         resume: other prompts on every rank.
         """
