@@ -33,6 +33,7 @@ from lit_grpo.cli_args import (BASE_KEY, SUBCOMMANDS, ConfigError, expand_bases,
 from lit_grpo.cli_help import extra_help, help_args
 from lit_grpo.data.datamodule import VLMDataModule
 from lit_grpo.data.sample import prompt_limit
+from lit_grpo import environment
 from lit_grpo.errors import InputError, UserError, fail
 from lit_grpo.loggers import RunFolder, continue_run_folder, logger_lines
 from lit_grpo.progress import with_progress_bar
@@ -81,10 +82,12 @@ class GRPOArgumentParser(LightningArgumentParser):
 class RunConfig(SaveConfigCallback):
     """Lightning's config saving (``config.yaml``), into the logger's run folder: ``log_dir`` of TensorBoard, CSV and
     :class:`lit_grpo.loggers.WandbLogger` (Lightning would put a W&B run's config in the ``save_dir`` every run
-    shares). Same arguments."""
+    shares), with the environment that runs it (``environment.json``, :mod:`lit_grpo.environment`; also in every
+    checkpoint). Same arguments."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **{**kwargs, "save_to_log_dir": False})
+        self._environment = None
 
     def save_config(self, trainer, pl_module, stage: str) -> None:
         # as trainer.log_dir, without its broadcast: only rank 0 saves, and a collective on one rank hangs the run
@@ -93,6 +96,14 @@ class RunConfig(SaveConfigCallback):
         os.makedirs(folder, exist_ok=True)
         self.parser.save(self.config, os.path.join(folder, self.config_filename), skip_none=False,
                          overwrite=self.overwrite, multifile=self.multifile)
+        # what made the run, beside its config (environment_resumed_at_step_<s>.json beside a resumed config)
+        environment.write(folder, self.config_filename.replace("config", "environment", 1).rsplit(".", 1)[0]
+                          + ".json")
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        if self._environment is None:
+            self._environment = environment.record()
+        checkpoint[environment.CHECKPOINT_KEY] = self._environment
 
 
 class GRPOCLI(LightningCLI):

@@ -3,10 +3,13 @@ summary from step 0, every validation in ``eval_curves.md``; a shortened run val
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
+import lightning as L
 import pytest
+import torch
 import yaml
 
 from lit_grpo.cli import main
@@ -72,6 +75,12 @@ def test_a_resumed_fit_continues_its_folder_curves_and_tables(tmp_path, capsys, 
     assert f"  tensorboard --logdir {tmp_path / 'logs' / 'run'}     (TensorBoard; this run: {run})" in caplog.text
     assert {p.name for p in run.glob("config*.yaml")} == {
         "config.yaml", "config_resumed_at_step_2.yaml", "config_resumed_at_step_6.yaml"}
+    # what made each start of the run, beside its config, and in every checkpoint
+    assert {p.name for p in run.glob("environment*.json")} == {
+        "environment.json", "environment_resumed_at_step_2.json", "environment_resumed_at_step_6.json"}
+    recorded = json.loads((run / "environment_resumed_at_step_6.json").read_text())
+    assert recorded["torch"]["version"] == torch.__version__ and recorded["packages"]["lightning"] == L.__version__
+    assert torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)["environment"] == recorded
     fit(tmp_path, "--ckpt_path", str(tmp_path / "ckpt" / "last.ckpt"), "--trainer.max_steps", "9",
         "--trainer.logger.init_args.name", "other")
     assert sorted(p.name for p in (tmp_path / "logs" / "other").iterdir()) == ["version_0"]

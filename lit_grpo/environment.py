@@ -1,0 +1,88 @@
+"""What a run was made with: library versions, the torch build, the CPU or GPU model and thread counts.
+
+Training is deterministic in one environment and not across two (another transformers or torch build trains another
+policy by the last step at this scale), so a figure is citable only with the environment that made it. Every run
+writes :func:`record` as ``environment.json`` beside its ``config.yaml`` and into every checkpoint (under
+:data:`CHECKPOINT_KEY`); :func:`differences` says, line by line, how two records differ, which the reproduction
+scripts print when a result does not reproduce.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+CHECKPOINT_KEY = "environment"
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG", "PYTHONHASHSEED")
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux, else what :mod:`platform` knows)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def packages() -> dict[str, str]:
+    """Every installed distribution's version, by its normalised name (what ``pip freeze`` lists)."""
+    found = {}
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata["Name"]
+        if name:
+            found[name.lower().replace("_", "-")] = dist.version
+    return dict(sorted(found.items()))
+
+
+def record() -> dict[str, Any]:
+    """This process's environment: ``python``, ``platform``, ``torch`` (version, git commit, CUDA and cuDNN
+    versions, threads), ``cpu``, ``gpus`` (model names; empty without CUDA), the thread variables set, and
+    ``packages`` (every installed distribution's version)."""
+    import torch
+
+    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() \
+        else []
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "torch": {"version": str(torch.__version__), "git": torch.version.git_version, "cuda": torch.version.cuda,
+                  "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+                  "threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads()},
+        "cpu": {"model": cpu_model(), "count": os.cpu_count()},
+        "gpus": gpus,
+        "variables": {k: os.environ[k] for k in THREAD_VARIABLES if k in os.environ},
+        "packages": packages(),
+    }
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: value}
+
+
+def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """One line per entry that differs between two :func:`record` s (``packages.transformers: 5.19.0 -> 5.25.0``,
+    ``cpu.model: A -> B``; an entry one record lacks shows as ``absent``), sorted by name; empty when they agree."""
+    a, b = _flat(recorded), _flat(current)
+    return [f"{key}: {a.get(key, 'absent')} -> {b.get(key, 'absent')}" for key in sorted(a.keys() | b.keys())
+            if a.get(key, "absent") != b.get(key, "absent")]
+
+
+def write(folder: str | os.PathLike, name: str = "environment.json") -> Path:
+    """Write :func:`record` as JSON into ``folder`` (created); returns the file."""
+    path = Path(folder) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record(), indent=1) + "\n")
+    return path

@@ -1,0 +1,61 @@
+"""The environment record (lit_grpo.environment) and the lock file: what a run writes about what made it, how two
+records are compared, and that requirements/lock.txt pins every requirement of the project within its ranges."""
+
+import configparser
+import re
+from pathlib import Path
+
+import torch
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from lit_grpo import environment
+
+ROOT = Path(__file__).parents[1]
+
+
+def test_the_record_names_versions_build_hardware_and_threads(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    rec = environment.record()
+    assert rec["torch"]["version"] == torch.__version__ and rec["torch"]["threads"] == torch.get_num_threads()
+    assert rec["torch"]["cuda"] == torch.version.cuda and rec["gpus"] == []  # this machine: no CUDA
+    assert rec["variables"] == {"OMP_NUM_THREADS": "3"}
+    assert rec["packages"]["torch"] == torch.__version__.split("+")[0] or rec["packages"]["torch"] == torch.__version__
+    assert rec["cpu"]["model"] and rec["cpu"]["count"] >= 1
+
+
+def test_differences_are_one_line_per_changed_entry():
+    a = {"python": "3.11.7", "torch": {"version": "2.13.0", "threads": 2}, "packages": {"transformers": "5.19.0",
+                                                                                       "pillow": "11.0"}}
+    b = {"python": "3.11.7", "torch": {"version": "2.13.0", "threads": 1}, "packages": {"transformers": "5.25.0",
+                                                                                       "numpy": "2.1"}}
+    assert environment.differences(a, b) == ["packages.numpy: absent -> 2.1", "packages.pillow: 11.0 -> absent",
+                                             "packages.transformers: 5.19.0 -> 5.25.0", "torch.threads: 2 -> 1"]
+    assert environment.differences(a, a) == []
+
+
+def _requirements() -> list[Requirement]:
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    lines = cfg["options"]["install_requires"].splitlines() + cfg["options.extras_require"]["dev"].splitlines()
+    return [Requirement(line) for line in lines if line.strip()]
+
+
+def _lock() -> dict[str, str]:
+    pins = {}
+    for line in (ROOT / "requirements" / "lock.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, version = re.fullmatch(r"([A-Za-z0-9_.\-]+)==(\S+)", line.strip()).groups()
+            pins[canonicalize_name(name)] = version
+    return pins
+
+
+def test_the_lock_pins_every_requirement_within_its_range():
+    pins = _lock()
+    for req in _requirements():
+        if req.marker is not None and not req.marker.evaluate():
+            continue
+        name = canonicalize_name(req.name)
+        assert name in pins, f"requirements/lock.txt does not pin {req.name}"
+        assert req.specifier.contains(pins[name], prereleases=True), f"{req.name}=={pins[name]} not in {req.specifier}"
+    assert pins["torch"] == "2.13.0" and "lit-grpo" not in pins
