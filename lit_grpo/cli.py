@@ -322,6 +322,8 @@ def _main(args: list[str] | None) -> GRPOCLI:
     warnings.filterwarnings("ignore", message=".*ModelCheckpoint with manual optimization.*")
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)`? is deprecated.*")
     for noisy in ("httpx", "urllib3", "filelock", "fsspec"):
+    # a checkpoint folder holds the run's lock file, and an earlier run's checkpoints refuse a new run (not a warning)
+    warnings.filterwarnings("ignore", message="Checkpoint directory .* exists and is not empty")
         logging.getLogger(noisy).setLevel(logging.WARNING)
     # Lightning advertises a cloud logger on every run; lit_grpo logs to TensorBoard.
     for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
