@@ -38,8 +38,8 @@ from lit_grpo.errors import InputError, UserError, fail
 from lit_grpo.loggers import RunFolder, continue_run_folder, logger_lines
 from lit_grpo.progress import with_progress_bar
 from lit_grpo.run_lock import RunLock
-from lit_grpo.runs import (StopAndResume, check_checkpoint_file, check_checkpoint_folders, remove_unused_folders,
-                           written_checkpoints)
+from lit_grpo.runs import (StopAndResume, check_checkpoint_file, check_checkpoint_folders, check_new_run_folders,
+                           remove_unused_folders, written_checkpoints)
 from lit_grpo.save_on_failure import SaveOnFailure
 from lit_grpo.api_keys import find_credentials
 
@@ -187,6 +187,8 @@ class GRPOCLI(LightningCLI):
     def before_fit(self) -> None:
         self._check_checkpoint()
         check_checkpoint_folders(self.trainer, self.run_lock if self.trainer.is_global_zero else None)
+        command = next((cb.command for cb in self.trainer.callbacks if isinstance(cb, StopAndResume)), None)
+        check_new_run_folders(self.trainer, self._ckpt_path(), command)  # every rank: all of them refuse
         if self.datamodule is not None:  # the training data's own checks (rows, overlap) before the step-0 validation
             self.datamodule.setup("fit")
         evaluation = getattr(self.model, "evaluation", None)
@@ -331,6 +333,8 @@ def _main(args: list[str] | None) -> GRPOCLI:
     # A checkpoint after the optimizer step is what a GRPO step should save; and a deprecation inside
     # Lightning's own pytree helper is not the user's to act on.
     warnings.filterwarnings("ignore", message=".*ModelCheckpoint with manual optimization.*")
+    # a checkpoint folder holds the run's lock file, and an earlier run's checkpoints refuse a new run (not a warning)
+    warnings.filterwarnings("ignore", message="Checkpoint directory .* exists and is not empty")
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)`? is deprecated.*")
     for noisy in ("httpx", "urllib3", "filelock", "fsspec"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

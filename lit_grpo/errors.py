@@ -18,6 +18,10 @@ class UnwritableFolderError(UserError, PermissionError):
     """A folder the run must write into cannot be written (names it and the reason)."""
 
 
+class EarlierRunError(UserError, FileExistsError):
+    """A new run would overwrite an earlier run's checkpoints (names the folder and how to continue that run)."""
+
+
 class CheckpointWriteError(UserError, OSError):
     """A checkpoint could not be written (names the file, the reason and the room left in its folder)."""
 

@@ -6,6 +6,8 @@ signal, and resumes that continue the same run.
   save, and with Lightning's own ``CheckpointIO``, which swallows a ``PermissionError``, to the end, saving
   nothing), and what killed saves left there is removed. The saves themselves are atomic
   (:mod:`lit_grpo.checkpoint_io`).
+- :func:`check_new_run_folders`: a new ``fit`` (no ``--ckpt_path``) is refused where a checkpoint folder holds an
+  earlier run's checkpoints, which it would overwrite; the refusal says how to continue that run.
 - :func:`check_checkpoint_file`: a ``--ckpt_path`` file that is empty, truncated or not a checkpoint is
   refused with its path and what is wrong (torch alone says ``EOFError`` and names no file).
 - :class:`StopAndResume` (added to every run by the CLI): SIGTERM or SIGINT finishes the current
@@ -34,7 +36,7 @@ from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lit_grpo.checkpoint_io import check_lightning_checkpoint, remove_leftovers
-from lit_grpo.errors import CheckpointWriteError, InputError, UnwritableFolderError
+from lit_grpo.errors import CheckpointWriteError, EarlierRunError, InputError, UnwritableFolderError
 from lit_grpo.run_lock import RunLock
 
 
@@ -55,24 +57,57 @@ def check_writable(folder: str | os.PathLike, what: str = "checkpoint folder",
                                     f"{fix}") from None
 
 
+def checkpoint_folder(trainer: L.Trainer, cb: ModelCheckpoint) -> str:
+    """The folder the trainer's ``ModelCheckpoint`` ``cb`` will write into: its ``dirpath``, else Lightning's default
+    ``<logger save_dir>/<name>/<version>/checkpoints`` (``<default_root_dir>/checkpoints`` without a logger)."""
+    if cb.dirpath is not None:
+        return str(cb.dirpath)
+    if trainer.loggers:
+        logger = trainer.loggers[0]
+        version = logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
+        return os.path.join(logger.save_dir or trainer.default_root_dir, str(logger.name), version, "checkpoints")
+    return os.path.join(trainer.default_root_dir, "checkpoints")
+
+
 def checkpoint_folders(trainer: L.Trainer) -> list[str]:
-    """The folders the trainer's ``ModelCheckpoint`` callbacks will write into: ``dirpath``, else
-    Lightning's default ``<logger save_dir>/<name>/<version>/checkpoints`` (``<default_root_dir>/checkpoints``
-    without a logger)."""
-    folders = []
+    """The folders the trainer's ``ModelCheckpoint`` callbacks will write into (:func:`checkpoint_folder`)."""
+    return [checkpoint_folder(trainer, cb) for cb in trainer.checkpoint_callbacks if isinstance(cb, ModelCheckpoint)]
+
+
+def earlier_checkpoints(folder: str | os.PathLike, cb: ModelCheckpoint) -> list[Path]:
+    """The checkpoints in ``folder`` (files or sharded checkpoint folders named ``*.ckpt``, ``cb``'s extension; not
+    the hidden temporary files of a save), ``cb``'s ``last.ckpt`` first, then newest first; none when it is missing."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    found = [p for p in folder.iterdir() if p.name.endswith(cb.FILE_EXTENSION) and not p.name.startswith(".")]
+    last = cb.CHECKPOINT_NAME_LAST + cb.FILE_EXTENSION
+    return sorted(found, key=lambda p: (p.name != last, -p.stat().st_mtime, p.name))
+
+
+def check_new_run_folders(trainer: L.Trainer, ckpt_path: str | None, command: list[str] | None = None) -> None:
+    """A new ``fit`` (no ``ckpt_path``) never writes into a checkpoint folder holding an earlier run's checkpoints:
+    it would replace that run's ``last.ckpt`` (the file ``test --ckpt_path`` and a resume read) and its step files
+    with its own. A resume (``ckpt_path`` given) continues whatever run its checkpoint is.
+
+    Raises:
+        EarlierRunError: naming the folder, its checkpoints, the command that continues that run (``command`` with
+            ``--ckpt_path``) and the other ways out (another run name or ``dirpath``, removing the checkpoints).
+    """
+    if ckpt_path is not None:
+        return
     for cb in trainer.checkpoint_callbacks:
-        if not isinstance(cb, ModelCheckpoint):
+        folder = checkpoint_folder(trainer, cb) if isinstance(cb, ModelCheckpoint) else None
+        found = earlier_checkpoints(folder, cb) if folder is not None and "://" not in folder else []
+        if not found:
             continue
-        if cb.dirpath is not None:
-            folders.append(str(cb.dirpath))
-        elif trainer.loggers:
-            logger = trainer.loggers[0]
-            version = logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
-            folders.append(os.path.join(logger.save_dir or trainer.default_root_dir, str(logger.name), version,
-                                        "checkpoints"))
-        else:
-            folders.append(os.path.join(trainer.default_root_dir, "checkpoints"))
-    return folders
+        names = ", ".join(p.name for p in found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+        resume = resume_command(command, str(found[0])) if command else f"--ckpt_path {found[0]}"
+        raise EarlierRunError(
+            f"checkpoint folder {folder} already holds an earlier run's checkpoints ({names}), which this new run "
+            f"would overwrite: continue that run with {resume} (and a higher --trainer.max_steps if it finished), "
+            "give this run another name (--trainer.logger.init_args.name) or another ModelCheckpoint dirpath, or "
+            "remove those checkpoints to start over")
 
 
 def missing_folders(folder: Path) -> list[Path]:
