@@ -9,14 +9,16 @@ attention at weight 1 each, ``normalize_then_sum``, seed 0; see its README). Thi
 overlay), trains it with the runner's launcher in a temporary output folder, and compares the exported
 ``model.safetensors`` with the shipped one by SHA-256. Training is chaotic at this scale: a change in the last bit
 of one step's reward (e.g. the order of a mean's float32 sum) trains another policy by the last step, which a
-two-step check does not see. It prints the two hashes and the time taken, and when they differ the
-``train/reward`` of each progress line (every few steps), to compare with the sweep's log of that run; exit status
-0 when they match.
+two-step check does not see. It prints the two hashes, the time taken and ``identical`` or ``DIFFERENT``; when they
+differ, how this environment differs from the one recorded beside the shipped checkpoint (``environment.json``,
+:mod:`lit_grpo.environment`; docs/install.md#locked installs that one) and the ``train/reward`` of each progress line
+(every few steps), to compare with the sweep's log of that run; exit status 0 when they match.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sys
 import tempfile
@@ -24,6 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "checkpoints" / "demo_phyx_oe_asm_norm1" / "model.safetensors"
+RECORDED = SHIPPED.with_name("environment.json")
 SWEEP = "configs/experiments/phyx_attention_sweep.yaml"
 RUN = "oe_asm_norm_w1_s0"
 
@@ -55,6 +58,14 @@ def main() -> int:
     print(f"{'identical' if same else 'DIFFERENT'}; fit took {took:.0f} s "
           f"(OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '1')})")
     if not same:
+        from lit_grpo.environment import differences, record
+
+        if RECORDED.is_file():
+            lines = differences(json.loads(RECORDED.read_text()), record())
+            print(f"this environment against {RECORDED.relative_to(ROOT)} ({len(lines)} differences):")
+            print("\n".join(f"  {line}" for line in lines) or "  none: the same versions, build and hardware")
+        else:
+            print(f"no environment is recorded beside the shipped checkpoint ({RECORDED.relative_to(ROOT)})")
         rewards = [line.split("train/reward")[1].split()[0] for line in output.splitlines()
                    if "train/reward" in line and line.startswith("step ")]
         print("train/reward at each progress line:", " ".join(rewards))
