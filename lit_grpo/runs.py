@@ -293,7 +293,7 @@ def resume_where_stopped(checkpoint: dict[str, Any]) -> None:
     """
     loop = checkpoint.get("loops", {}).get("fit_loop", {})
     batches, epochs = loop.get("epoch_loop.batch_progress"), loop.get("epoch_progress")
-    if not batches or not epochs or not batches["current"]["completed"]:
+    if not batches or not epochs or not batches["current"]["ready"]:  # saved before a batch of this epoch
         return
     current = epochs["current"]
     ended = current["ready"] == current["started"] == current["processed"] > 0  # written after the epoch's end

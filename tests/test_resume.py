@@ -142,6 +142,30 @@ def test_stop_and_resume_elsewhere_is_the_same_run(tmp_path, reference, stop):
     _assert_same_run(first + second, _weights(cli), reference)
 
 
+@pytest.mark.slow
+def test_epochs_of_one_step_resume_as_the_same_run(tmp_path):
+    """2 puzzles, 2 prompts a step: every step is an epoch's first and last. Resumed from step 2, the run trains
+    steps 3 and 4 of epochs 2 and 3 on the uninterrupted run's prompts and weights; its checkpoint of step 2 was
+    taken for an unfinished epoch (no batch of the epoch counted as completed yet at the save), so the resumed run
+    replayed the finished epoch as an empty one, counted an epoch more and stopped at ``max_epochs`` a step short."""
+    def one(folder: Path) -> dict:
+        folder.mkdir()
+        keep = {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                "init_args": {"dirpath": str(folder / "ckpt"), "every_n_train_steps": 1, "save_top_k": -1}}
+        return {"data.train.generate.num": 2, "trainer.max_steps": 4, "trainer.max_epochs": 4,
+                "trainer.callbacks": [keep, {"class_path": "test_resume.Record"}]}
+
+    ref_cli, ref = _fit(tmp_path / "ref", **one(tmp_path / "ref"))
+    ref_names = sorted(p.name for p in (tmp_path / "ref" / "ckpt").glob("epoch=*"))
+    assert ref_names == [f"epoch={s - 1}-step={s}.ckpt" for s in range(1, 5)] and len(ref) == 4
+    cli, second = _fit(tmp_path / "resumed", "--ckpt_path", str(tmp_path / "ref" / "ckpt" / "epoch=1-step=2.ckpt"),
+                       **one(tmp_path / "resumed"))
+    assert sorted(p.name for p in (tmp_path / "resumed" / "ckpt").glob("epoch=*")) == ref_names[2:]
+    assert [s[:3] for s in second] == [s[:3] for s in ref[2:]]
+    for name, value in _weights(ref_cli).items():
+        torch.testing.assert_close(_weights(cli)[name], value, rtol=0, atol=1e-6, msg=name)
+
+
 EPOCH_END_SAVE = {"every_n_train_steps": 0, "every_n_epochs": 1, "save_on_train_epoch_end": True}
 
 

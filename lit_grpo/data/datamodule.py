@@ -244,7 +244,7 @@ def resumed_epoch(trainer: L.Trainer | None) -> int:
         return 0
     loop = trainer.fit_loop
     batches = loop.epoch_loop.batch_progress
-    ended = loop.restarting and batches.is_last_batch and batches.current.completed > 0
+    ended = loop.restarting and batches.is_last_batch
     return loop.epoch_progress.current.processed + int(ended)
 
 
