@@ -106,7 +106,9 @@ class ExportPretrained(L.Callback):
 
     With LoRA the adapter is written (``merge: true`` merges it into a full model instead); the folder
     then loads by path as ``model.policy.name_or_path`` (or ``lora.adapter_path``). A sharded policy (FSDP2) is
-    gathered whole and written by rank 0 from an unsharded copy (:mod:`lit_grpo.export`).
+    gathered whole and written by rank 0 from an unsharded copy (:mod:`lit_grpo.export`), with the generation config
+    of the run's sampler (stop ids, suppressed image tokens, sampling settings). A merge that would not be the trained
+    policy (a bfloat16 / float16 LoRA run) is refused at setup, before the first step.
     """
 
     def __init__(self, dirpath: str = "checkpoints/export", merge: bool = False):

@@ -8,6 +8,11 @@ the run's settings (``hyper_parameters.policy``); the export loads the model the
 adapter with LoRA (``--merge``: merged into a whole model), else the whole model. The folder loads by path as
 ``model.policy.name_or_path`` (or ``lora.adapter_path``) for evaluation and in the notebooks. One process, no GPU:
 a sharded checkpoint is read whole, whatever number of ranks wrote it.
+
+The folder computes the trained policy's logits (``tests/test_export_matrix.py``, every family and tuning mode,
+figures in docs/models.md): a merge unties a tied weight that an adapter changes (:func:`untie_adapted`), a merge of a
+bfloat16 / float16 LoRA run is refused (:func:`check_merge`), and ``generation_config.json`` stops where the
+rollouts stopped (:func:`generation_config`).
 """
 
 from __future__ import annotations
