@@ -249,3 +249,14 @@ def test_generate_from_an_export_stops_where_the_rollouts_stopped(zoo_dir, tmp_p
         want = ids[row][mask[row]].tolist()
         assert out[row, :len(want)].tolist() == want
         assert set(out[row, len(want):].tolist()) <= {processor.tokenizer.pad_token_id}
+
+
+def test_a_run_that_started_from_an_adapter_exports_the_trained_policy(zoo_dir, tmp_path):
+    """``lora.adapter_path``: a run continuing an exported adapter (llava_next) exports, kept and merged, the policy
+    it trained from there."""
+    _, _, ckpt = _trained(PolicyConfig(name_or_path=zoo_dir("llava_next"), lora=ATTENTION), tmp_path)
+    export([str(ckpt), str(tmp_path / "first")])
+    (tmp_path / "second").mkdir()
+    found = _matrix_case(tmp_path / "second", zoo_dir("llava_next"),
+                         dataclasses.replace(ATTENTION, adapter_path=str(tmp_path / "first")))
+    assert found[False] == 0.0 and found[True] <= MERGED, found
