@@ -106,23 +106,35 @@ class ExportPretrained(L.Callback):
 
     With LoRA the adapter is written (``merge: true`` merges it into a full model instead); the folder
     then loads by path as ``model.policy.name_or_path`` (or ``lora.adapter_path``). A sharded policy (FSDP2) is
-    gathered whole and written by rank 0 from an unsharded copy (:mod:`lit_grpo.export`).
+    gathered whole and written by rank 0 from an unsharded copy (:mod:`lit_grpo.export`), with the generation config
+    of the run's sampler (stop ids, suppressed image tokens, sampling settings). A merge that would not be the trained
+    policy (a bfloat16 / float16 LoRA run) is refused at setup, before the first step.
     """
 
     def __init__(self, dirpath: str = "checkpoints/export", merge: bool = False):
         self.dirpath, self.merge = dirpath, merge
 
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        """Refuse, before the first step, a merge that would not be the trained policy
+        (:func:`lit_grpo.export.check_merge`)."""
+        from lit_grpo.export import check_merge, policy_config
+
+        if stage == "fit" and "policy" in pl_module.hparams:
+            check_merge(policy_config(pl_module.hparams["policy"]), self.merge)
+
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        from lit_grpo.export import policy_config, save_pretrained, unsharded_policy
+        from lit_grpo.export import generation_config, policy_config, save_pretrained, unsharded_policy
         from lit_grpo.fsdp import is_sharded, trainable_state
 
         model, processor = pl_module.policy, pl_module.processor
+        cfg = policy_config(pl_module.hparams["policy"])
         if is_sharded(model):
             weights = trainable_state(pl_module)  # every rank takes part; rank 0 gets the weights
             if trainer.is_global_zero:
-                model, processor = unsharded_policy(policy_config(pl_module.hparams["policy"]), weights)
+                model, processor = unsharded_policy(cfg, weights)
         if trainer.is_global_zero:
             save_pretrained(model, processor, self.dirpath, self.merge)
+            generation_config(model, processor, cfg, pl_module.hparams.get("sampling")).save_pretrained(self.dirpath)
 
 
 class EvalSummary(L.Callback):

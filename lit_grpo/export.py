@@ -8,6 +8,11 @@ the run's settings (``hyper_parameters.policy``); the export loads the model the
 adapter with LoRA (``--merge``: merged into a whole model), else the whole model. The folder loads by path as
 ``model.policy.name_or_path`` (or ``lora.adapter_path``) for evaluation and in the notebooks. One process, no GPU:
 a sharded checkpoint is read whole, whatever number of ranks wrote it.
+
+The folder computes the trained policy's logits (``tests/test_export_matrix.py``, every family and tuning mode,
+figures in docs/models.md): a merge unties a tied weight that an adapter changes (:func:`untie_adapted`), a merge of a
+bfloat16 / float16 LoRA run is refused (:func:`check_merge`), and ``generation_config.json`` stops where the
+rollouts stopped (:func:`generation_config`).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import json
 import os
 import warnings
 from pathlib import Path
@@ -25,6 +31,7 @@ from torch import Tensor, nn
 
 from lit_grpo.embedded import EmbeddedModelConfig
 from lit_grpo.errors import InputError
+from lit_grpo.families import unwrap
 from lit_grpo.policy import LoRAConfig, PolicyConfig, load_policy
 from lit_grpo.runs import SHARDED_META, check_checkpoint_file
 
@@ -85,42 +92,105 @@ def unsharded_policy(cfg: PolicyConfig, weights: dict[str, Tensor], prefix: str 
     return model.eval(), processor
 
 
+def untie_adapted(model: nn.Module) -> list[str]:
+    """Give every weight that a LoRA layer adapts and that is tied to another module (Granite's ``lm_head`` and
+    ``embed_tokens``, ``tie_word_embeddings``) a copy of its own, and set ``tie_word_embeddings`` false in every
+    config of ``model``: merging the adapter into the shared weight would also change the module that shares it,
+    which the adapter never changed during training (a LoRA on ``lm_head`` would move every input embedding).
+    Returns the names of the weights given their own copy (none: ``model`` is left as it is)."""
+    shared: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        shared.setdefault(id(p), []).append(name)
+    copied = []
+    for names in (n for n in shared.values() if len(n) > 1 and any(".base_layer." in x for x in n)):
+        for name in names[1:]:
+            owner, _, attr = name.rpartition(".")
+            module = model.get_submodule(owner)
+            setattr(module, attr, nn.Parameter(getattr(module, attr).detach().clone(), requires_grad=False))
+            copied.append(name)
+    configs = [m.config for m in model.modules() if hasattr(m, "config")] if copied else []
+    for config in configs + [getattr(c, "get_text_config", lambda: None)() for c in configs]:
+        if config is not None and getattr(config, "tie_word_embeddings", False):
+            config.tie_word_embeddings = False
+    return copied
+
+
 def save_pretrained(model: nn.Module, processor, out: str | Path, merge: bool = False) -> Path:
-    """Write ``model`` (a LoRA model: its adapter, or the merged model with ``merge``) and ``processor`` to ``out``."""
+    """Write ``model`` (a LoRA model: its adapter, or the merged model with ``merge``) and ``processor`` to ``out``.
+    A merge unties the weights an adapter changes (:func:`untie_adapted`), so the merged model computes what the
+    adapted one did."""
     if merge and hasattr(model, "merge_and_unload"):
-        model = copy.deepcopy(model).merge_and_unload()
+        model = copy.deepcopy(model)
+        untie_adapted(model)
+        model = model.merge_and_unload()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     processor.save_pretrained(out)
+    name_transformers_processor(out, getattr(unwrap(model).config, "model_type", None), processor)
     return out
 
 
-def sampling_config(model: nn.Module, processor, cfg: PolicyConfig, sampling: Any = None) -> None:
-    """Make ``model``'s ``generation_config`` sample as the run's rollouts did: it stops on every stop id the run
-    used (:func:`lit_grpo.policy.stop_token_ids`: the tokenizer's and generation config's EOS, the chat template's
-    end of turn, ``policy.extra_stop_tokens``), never emits an image token (``suppress_tokens``), and samples with the
-    run's ``temperature``, ``top_p``, ``top_k`` and ``max_completion_length`` (``max_new_tokens``) when the checkpoint
-    records them. ``generate`` from the exported folder then stops where the rollouts stopped."""
+def name_transformers_processor(out: Path, model_type: str | None, processor) -> None:
+    """Name the family's ``transformers`` processor class (``Qwen2_5_VLProcessor``) in ``out``'s processor and
+    tokenizer configs where ``processor`` is this project's image-only rebuild (``ImageOnlyQwenProcessor``, which
+    :func:`lit_grpo.families.load_processor` makes again from the model type): under the rebuild's name
+    ``AutoProcessor`` elsewhere finds no processor class and silently returns the bare tokenizer."""
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
+
+    real = PROCESSOR_MAPPING_NAMES.get(model_type or "")
+    if not type(processor).__module__.startswith("lit_grpo.") or not isinstance(real, str):
+        return
+    for name in ("processor_config.json", "tokenizer_config.json"):
+        file = out / name
+        if file.is_file():
+            content = json.loads(file.read_text())
+            if content.get("processor_class") == type(processor).__name__:
+                file.write_text(json.dumps({**content, "processor_class": real}, indent=2, sort_keys=True) + "\n")
+
+
+def generation_config(model: nn.Module, processor, cfg: PolicyConfig, sampling: Any = None):
+    """A copy of ``model``'s ``generation_config`` that samples as the run's rollouts did: it stops on every stop id
+    the run used (:func:`lit_grpo.policy.stop_token_ids`: the tokenizer's and generation config's EOS, the chat
+    template's end of turn, ``policy.extra_stop_tokens``), never emits an image token (``suppress_tokens``), and
+    samples with the run's ``temperature``, ``top_p``, ``top_k`` and ``max_completion_length`` (``max_new_tokens``)
+    when ``sampling`` (the checkpoint's) records them. ``generate`` from the exported folder then stops where the
+    rollouts stopped."""
     from lit_grpo.policy import image_token_ids, stop_token_ids
 
     never = image_token_ids(model, processor)
-    gen = model.generation_config
+    gen = copy.deepcopy(model.generation_config)
     gen.eos_token_id = stop_token_ids(model, processor, cfg.extra_stop_tokens, set(never))
     gen.suppress_tokens = list(never) or None
     if sampling is not None:
         get = (lambda k: sampling.get(k)) if isinstance(sampling, dict) else (lambda k: getattr(sampling, k, None))
         gen.do_sample, gen.temperature, gen.top_p = True, get("temperature"), get("top_p")
         gen.top_k, gen.max_new_tokens = get("top_k") or None, get("max_completion_length")
+    return gen
 
 
-def check_export(path: Path, out: Path, cfg: PolicyConfig, weights: dict[str, Tensor]) -> None:
+def check_merge(cfg: PolicyConfig, merge: bool) -> None:
+    """Refuse a merge that cannot give the trained policy: a LoRA adapter of a ``bfloat16`` / ``float16`` policy
+    merged into its weights rounds ``W + B A`` to that dtype, where the trained policy added ``B A x`` to ``W x``
+    (a logit moves by about one unit in the last place of the dtype: 0.008 in bfloat16 on the tiny test models).
+
+    Raises:
+        InputError: naming the dtype and what to do instead."""
+    if merge and cfg.lora is not None and cfg.dtype != "float32":
+        raise InputError(f"a merged export of a policy.dtype {cfg.dtype} LoRA run is not the trained policy: "
+                         f"merging rounds W + BA to {cfg.dtype}, which moves the logits (by about 0.008 in bfloat16); "
+                         f"export the adapter (no merge) and load it with PEFT on the base in {cfg.dtype}, or train in float32")
+
+
+def check_export(path: Path, out: Path, cfg: PolicyConfig, weights: dict[str, Tensor], merge: bool = False) -> None:
     """Refuse an export that would not be what the user means: an ``out`` that holds files already (an earlier
     export, or the folder the run started from: ``policy.name_or_path`` or ``lora.adapter_path`` of ``cfg``, whose
-    every other checkpoint would then resume on another model), weights of ``path`` that are not all finite.
+    every other checkpoint would then resume on another model), weights of ``path`` that are not all finite, a
+    merge that would not be the trained policy (:func:`check_merge`).
 
     Raises:
         InputError: naming the folder or the weight, and what to do."""
+    check_merge(cfg, merge)
     sources = [cfg.name_or_path, cfg.lora.adapter_path if cfg.lora else None]
     for source in filter(None, sources):
         if Path(source).exists() and out.exists() and out.resolve() == Path(source).resolve():
@@ -145,11 +215,10 @@ def export_checkpoint(path: str | Path, out: str | Path, merge: bool = False) ->
     path, out = Path(path), Path(out)
     weights, hparams = read_checkpoint(path)
     cfg = policy_config(hparams["policy"])
-    check_export(path, out, cfg, weights)
+    check_export(path, out, cfg, weights, merge)
     model, processor = unsharded_policy(cfg, weights)
-    sampling_config(model, processor, cfg, hparams.get("sampling"))
     written = save_pretrained(model, processor, out, merge)
-    model.generation_config.save_pretrained(written)  # also beside a LoRA adapter
+    generation_config(model, processor, cfg, hparams.get("sampling")).save_pretrained(written)  # beside an adapter too
     umask = os.umask(0)
     os.umask(umask)
     for file in written.rglob("*"):  # some writers make private files (0600): a model folder is for others to read

@@ -98,6 +98,8 @@ def test_demo_sft_config_produces_a_loadable_checkpoint(tmp_path):
         assert torch.equal(p, trained[n]), n
     assert processor.tokenizer.convert_tokens_to_ids("<image>") == loaded.config.image_token_index
     assert list((tmp_path / "export").glob("*.safetensors"))
+    assert (loaded.generation_config.eos_token_id, loaded.generation_config.suppress_tokens) == (
+        cli.model.stop_ids, cli.model.suppress_ids.tolist())  # it stops and suppresses as the run's sampler
 
 
 @pytest.mark.slow
