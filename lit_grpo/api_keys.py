@@ -285,8 +285,8 @@ def mask_console() -> list[MaskedWrites]:
     """Mask every key in what this process writes to ``sys.stdout`` and ``sys.stderr`` from now on (see
     :class:`MaskedWrites`), by patching those objects' ``write`` and ``flush``: everything that holds them (``print``,
     tracebacks, logging handlers made earlier, a console capture that patched them before) goes through the mask.
-    Returns the masks put on (none for a stream masked already, or one whose methods cannot be set); undo them with
-    :meth:`MaskedWrites.restore`. What a stream holds back is written when the process exits."""
+    Returns the masks put on (none for a stream whose top ``write`` is a mask already, or whose methods cannot be
+    set); :func:`unmask_console` takes them off, and does at exit (writing what they hold back)."""
     made = []
     for stream in {id(s): s for s in (sys.stdout, sys.stderr) if s is not None}.values():
         if masked_stream(stream) is None:

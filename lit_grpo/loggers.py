@@ -81,12 +81,14 @@ def masked_text(value: Any) -> Any:
 def mask_under_console_capture() -> None:
     """Put the console mask (:func:`lit_grpo.api_keys.mask_console`) above W&B's console capture.
 
-    W&B's default capture (``console="auto"``, which is ``"wrap"``) patches the ``write`` of ``sys.stdout`` and
-    ``sys.stderr`` once, when ``wandb.sdk.lib.console_capture`` is first imported, and hands its callbacks the text
-    given to that ``write`` (into ``output.log`` and the ``.wandb`` file). Imported after the mask, it sits above it
-    and would capture the text unmasked; so once it is imported, a mask goes on top of it when the top is not one
-    already (the mask below then sees masked text: masking twice changes nothing). ``console="redirect"`` reads the
-    file descriptors, below Python's streams: what it captures was masked already."""
+    W&B's console capture is left at its default (wandb 0.31: ``console="auto"``, which is ``"wrap"``), because
+    every setting keeps the mask once this has run: the ``wrap`` modes (``wrap_raw``, ``wrap_emu``) hand their
+    callbacks the text given to the ``write`` of ``sys.stdout`` / ``sys.stderr``, which
+    ``wandb.sdk.lib.console_capture`` patches once, when it is first imported; ``"redirect"`` reads the file descriptors, below Python's streams, so
+    what it captures was masked already; ``"off"`` captures nothing. Imported after the mask, W&B's patch sits above
+    it and would capture the text unmasked (into ``output.log`` and the ``.wandb`` file); so once it is imported, a
+    mask goes on top of it when the top is not one already (the mask below then sees masked text: masking twice
+    changes nothing)."""
     import wandb.sdk.lib.console_capture  # noqa: F401  (patches the streams' write when first imported)
 
     from lit_grpo.api_keys import mask_console

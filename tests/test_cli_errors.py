@@ -155,9 +155,10 @@ NO_MODEL = "no model: none of the configs ({}) names the model's class_path; a c
      "configs/wandb.yaml"),
     (["--config", "configs/fsdp.yaml", "--config", "configs/wandb.yaml", "--config", "configs/demo_phyx_mcq.yaml"],
      "configs/wandb.yaml sets trainer.logger to lit_grpo.loggers.WandbLogger, but configs/demo_phyx_mcq.yaml (its "
-     "_base_ configs/base/demo_phyx.yaml), given after it, sets lit_grpo.loggers.TensorBoardLogger, so configs/wandb.yaml would be ignored: a config that "
-     "changes some settings of another (an overlay) goes after the config it changes: --config configs/fsdp.yaml "
-     "--config configs/demo_phyx_mcq.yaml --config configs/wandb.yaml"),
+     "_base_ configs/base/demo_phyx.yaml), given after it, sets lit_grpo.loggers.TensorBoardLogger, so "
+     "configs/wandb.yaml would be ignored: a config that changes some settings of another (an overlay) goes after "
+     "the config it changes: --config configs/fsdp.yaml --config configs/demo_phyx_mcq.yaml --config "
+     "configs/wandb.yaml"),
     # configs of trainer settings alone: no model at all (every config kept in the suggestion, text quoted)
     (["--config", "configs/fsdp.yaml", "--config", "configs/wandb.yaml"], NO_MODEL.format(
         "configs/fsdp.yaml, configs/wandb.yaml", "--config configs/fsdp.yaml --config configs/wandb.yaml")),

@@ -164,7 +164,8 @@ def test_wandb_without_a_login_is_one_line_before_any_model_work(tmp_path, monke
     assert exc.value.code == 2 and err == WANDB_LOGIN_LINE.format(netrc=tmp_path / ".netrc") + "\n"
     assert list(tmp_path.iterdir()) == []  # W&B never started (it writes its settings under HOME)
     logger = "lit_grpo.loggers.WandbLogger"
-    assert check_wandb_login(logger, {"offline": True}) is None and check_wandb_login(logger, {"mode": "offline"}) is None
+    assert check_wandb_login(logger, {"offline": True}) is None
+    assert check_wandb_login(logger, {"mode": "offline"}) is None
     (tmp_path / ".netrc").write_text("machine api.wandb.ai\n  login user\n  password 0123456789abcdef\n")
     assert check_wandb_login(logger, {}) is None  # what `wandb login` writes
     (tmp_path / ".netrc").unlink()
