@@ -280,3 +280,25 @@ def test_a_key_reaches_no_file_of_a_wandb_run(tmp_path):
     assert b"train/reward/Leaky/echo ***" in record and b"reward sees key ***" in record
     [table] = (run / "files" / "media" / "table" / "train").glob("completions_0_*.table.json")
     assert "\\nkey: ***" in table.read_text()
+
+
+def test_a_key_in_logged_text_and_tables_is_masked_in_tensorboard(monkeypatch, tmp_path):
+    """Logged text (a completion), a table's cells and its tag reach TensorBoard with the key masked; prose around it,
+    including words a credential's shape would match (``token accuracy``), stays as it was."""
+    from types import SimpleNamespace
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from lit_grpo.loggers import TensorBoardLogger, log_table, log_text
+
+    key = "sk-live/Q3+9x=7Zt2Wm4f"
+    monkeypatch.setenv("JUDGE_API_KEY", key)
+    logger = TensorBoardLogger(str(tmp_path), name="t")
+    trainer = SimpleNamespace(loggers=[logger])
+    log_text(trainer, "train/completions", f"the key is {key[:5]}\n{key[5:]}, token accuracy", 1)
+    log_table(trainer, f"test/{key}", ["completion"], [[f"echo {key}"]], 1)
+    logger.experiment.flush()
+    events = EventAccumulator(logger.log_dir, size_guidance={"tensors": 0}).Reload()
+    texts = {tag: events.Tensors(tag)[0].tensor_proto.string_val[0].decode() for tag in events.Tags()["tensors"]}
+    assert texts == {"train/completions/text_summary": "the key is ***, token accuracy",
+                     "test/***/text_summary": "| completion |\n|---|\n| echo *** |\n"}
