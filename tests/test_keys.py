@@ -302,3 +302,18 @@ def test_a_key_in_logged_text_and_tables_is_masked_in_tensorboard(monkeypatch, t
     texts = {tag: events.Tensors(tag)[0].tensor_proto.string_val[0].decode() for tag in events.Tags()["tensors"]}
     assert texts == {"train/completions/text_summary": "the key is ***, token accuracy",
                      "test/***/text_summary": "| completion |\n|---|\n| echo *** |\n"}
+
+
+def test_a_key_in_a_prediction_is_masked_in_predictions_jsonl(monkeypatch, tmp_path):
+    """``predict``'s JSONL: a prompt or completion holding the key is masked there too (inside its JSON string);
+    the line stays JSON."""
+    from lit_grpo.callbacks import PredictionsJSONL
+
+    key = "sk-live/Q3+9x=7Zt2Wm4f"
+    monkeypatch.setenv("JUDGE_API_KEY", key)
+    writer = PredictionsJSONL(path=str(tmp_path / "p.jsonl"))
+    writer.file = tmp_path / "p.jsonl"
+    writer.write_on_batch_end(None, None, [{"id": "r0", "prompt": f"key: {key}", "completion": f'"{key}" ok'}],
+                              None, None, 0)
+    assert [json.loads(line) for line in writer.file.read_text().splitlines()] == [
+        {"id": "r0", "prompt": "key: ***", "completion": '"***" ok'}]
