@@ -15,15 +15,24 @@ when it sends a request. Anything else that holds a key would be printed (``--pr
   value of any length in every form a server or a library echoes it: as it is, JSON-escaped (``\\/``,
   ``\\u00xx``, doubly escaped), percent-encoded (``%2F``, ``%252F``, ``+`` for a space), as HTML entities, in hex,
   and inside base64 or base64url (a header dump of ``Basic``/``Bearer`` credentials: the characters that only the
-  key decides, at each of the three byte alignments).
+  key decides, at each of the three byte alignments), and split across lines (a line break, with the next line's
+  indentation, anywhere inside it: a server's echo wrapped at a width).
+- :func:`mask_console` puts the same mask on everything the process writes to ``sys.stdout`` and ``sys.stderr``
+  (``print`` in a reward, a traceback, a logging handler holding either stream, and what a console capture such as
+  W&B's sees of them), holding back the end of a line that could begin a key until the next line shows whether it
+  does. :func:`watch_variables` adds the variables a run's config names (``api_key_env``) to those masked by
+  default.
 """
 
 from __future__ import annotations
 
+import atexit
 import base64
 import functools
 import os
 import re
+import sys
+import threading
 import urllib.parse
 from typing import Any, Iterable
 
@@ -54,6 +63,17 @@ URL_CREDENTIAL_PARAMETER = re.compile(
     r"|x[_-](amz|goog)[_-](signature|credential|security[_-]token))$", re.IGNORECASE)
 """Parameters of a URL (query, ``#fragment`` or ``;path`` parameters) that carry a credential (``?api_key=``,
 ``?key=``, ``?sig=``, Azure's ``?code=``, S3/GCS presigned ``X-Amz-Signature`` / ``X-Goog-Credential``)."""
+LINE_BREAK = r"(?:\r?\n[ \t]*)?"
+"""What may sit between two characters of a key that a server echoed wrapped: a line break and the next line's
+indentation."""
+_WATCHED = {KEY_VARIABLE}
+"""The variables :func:`redact` masks by default (:func:`watch_variables` adds a run's ``api_key_env`` names)."""
+
+
+def watch_variables(names: Iterable[str]) -> None:
+    """Mask the values of ``names`` too wherever :func:`redact` is called without names (the console, the error
+    line, tracebacks, logged text and metric names)."""
+    _WATCHED.update(n for n in names if n)
 
 
 def key_variables(config: Any = None) -> list[str]:
@@ -113,24 +133,26 @@ def _base64_cores(key: str) -> list[str]:
 def key_pattern(key: str, encoded: bool = True) -> re.Pattern:
     """A regex of ``key`` in every form it can be echoed (see the module docstring); ``encoded=False``: as it is
     and escaped only (what a config value can hold), without its base64 and hex forms."""
-    forms = ["".join(_char_forms(ch) for ch in key)]
+    forms = [LINE_BREAK.join(_char_forms(ch) for ch in key)]
     if encoded:
         raw = key.encode("utf-8").hex()
         forms += [re.escape(core) for core in _base64_cores(key)] + [raw, raw.upper()]
     return re.compile("|".join(forms))
 
 
-def redact(text: str, names: Iterable[str] = (KEY_VARIABLE,)) -> str:
-    """``text`` with the value of every key variable in ``names`` (in every form it is echoed in) and anything
-    that looks like a credential replaced by ``***``.
+def redact(text: str, names: Iterable[str] | None = None, shapes: bool = True) -> str:
+    """``text`` with the value of every key variable in ``names`` (default: ``JUDGE_API_KEY`` and those
+    :func:`watch_variables` added; in every form it is echoed in) and anything that looks like a credential replaced
+    by ``***``. ``shapes=False``: the keys' values only (for free text, where ``token``, ``basic`` or ``bearer``
+    followed by a long word is prose, not a credential).
 
     >>> redact("HTTP 401: bad key 'sk-abcdefghijklmnop1234'")
     "HTTP 401: bad key '***'"
     """
     text = str(text)
-    for value in key_values(names):
+    for value in key_values(_WATCHED if names is None else names):
         text = key_pattern(value).sub(MASK, text)
-    return CREDENTIAL_VALUE.sub(MASK, text)
+    return CREDENTIAL_VALUE.sub(MASK, text) if shapes else text
 
 
 def find_credentials(config: Any) -> list[str]:
@@ -189,3 +211,101 @@ def _walk(node: Any, path: tuple = ()) -> Iterable[tuple[tuple, Any]]:
             yield from _walk(v, (*path, i))
     elif path == ():
         yield path, node
+
+
+_BREAKS = re.compile(LINE_BREAK[:-1])  # a line break and the next line's indentation (not optional)
+
+
+def held_back(text: str, keys: list[str]) -> int:
+    """Where the end of ``text`` that could begin one of ``keys`` starts (a proper prefix of it, line breaks left
+    out): the part a stream holds until more text shows whether the key goes on. ``len(text)`` when none does."""
+    firsts = {k[0] for k in keys}
+    for i in range(max(0, len(text) - 4 * max(map(len, keys), default=0) - 80), len(text)):
+        if text[i] in firsts:
+            rest = _BREAKS.sub("", text[i:])
+            if rest and any(len(rest) < len(k) and k.startswith(rest) for k in keys):
+                return i
+    return len(text)
+
+
+class MaskedWrites:
+    """The masked ``write`` and ``flush`` of one text stream (:func:`mask_console`): text goes on to the stream's
+    own ``write`` (or whatever had patched it before, e.g. a console capture) with every key masked
+    (:func:`redact`, keys' values only) once a line break or a flush comes, except an end that could begin a key
+    (:func:`held_back`), which waits for the next line."""
+
+    def __init__(self, stream: Any):
+        self.stream, self.pending, self.lock = stream, "", threading.RLock()
+        self.through = {name: getattr(stream, name) for name in ("write", "flush")}
+        self.own = {name: name in getattr(stream, "__dict__", {}) for name in self.through}  # patched before us
+
+    def write(self, s: Any) -> int:
+        if not isinstance(s, str):
+            return self.through["write"](s)
+        with self.lock:
+            self.pending += s
+            if "\n" in s or "\r" in s:
+                self._emit(max(self.pending.rfind("\n"), self.pending.rfind("\r")) + 1)
+        return len(s)
+
+    def flush(self) -> None:
+        with self.lock:
+            self._emit(len(self.pending))
+        return self.through["flush"]()
+
+    def _emit(self, upto: int, hold: bool = True) -> None:
+        cut = held_back(self.pending[:upto], key_values(_WATCHED)) if hold else upto
+        text, self.pending = self.pending[:cut], self.pending[cut:]
+        if text:
+            self.through["write"](redact(text, shapes=False))
+
+    def restore(self) -> None:
+        """Write what was held (masked) and put the stream's ``write`` and ``flush`` back as they were."""
+        with self.lock:
+            self._emit(len(self.pending), hold=False)
+        if masked_stream(self.stream) is self:  # not when another patch went on top of ours: it calls ours
+            for name, method in self.through.items():
+                if self.own[name]:
+                    setattr(self.stream, name, method)
+                else:
+                    delattr(self.stream, name)
+        try:
+            self.through["flush"]()
+        except ValueError:  # closed at exit
+            pass
+
+
+def masked_stream(stream: Any) -> MaskedWrites | None:
+    """The :class:`MaskedWrites` that masks ``stream``, if any."""
+    owner = getattr(getattr(stream, "write", None), "__self__", None)
+    return owner if isinstance(owner, MaskedWrites) else None
+
+
+def mask_console() -> list[MaskedWrites]:
+    """Mask every key in what this process writes to ``sys.stdout`` and ``sys.stderr`` from now on (see
+    :class:`MaskedWrites`), by patching those objects' ``write`` and ``flush``: everything that holds them (``print``,
+    tracebacks, logging handlers made earlier, a console capture that patched them before) goes through the mask.
+    Returns the masks put on (none for a stream whose top ``write`` is a mask already, or whose methods cannot be
+    set); :func:`unmask_console` takes them off, and does at exit (writing what they hold back)."""
+    made = []
+    for stream in {id(s): s for s in (sys.stdout, sys.stderr) if s is not None}.values():
+        if masked_stream(stream) is None:
+            masked = MaskedWrites(stream)
+            try:
+                stream.write, stream.flush = masked.write, masked.flush
+            except (AttributeError, TypeError):  # a stream whose methods cannot be replaced
+                continue
+            made.append(masked)
+    if made and not _AT_EXIT:
+        _AT_EXIT.append(atexit.register(unmask_console))
+    return made
+
+
+_AT_EXIT: list = []
+
+
+def unmask_console() -> None:
+    """Take the mask off ``sys.stdout`` and ``sys.stderr`` (what they hold back written first, masked)."""
+    for stream in (sys.stdout, sys.stderr):
+        while masked_stream(stream) is not None:  # each mask on top (one under another patch stays with it)
+            masked_stream(stream).restore()

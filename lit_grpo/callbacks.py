@@ -16,7 +16,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 from lit_grpo import distributed as D
 from lit_grpo.evaluation import (CSV_COLUMNS, TABLE_GROUPS, accuracy_table, prompt_text, scalar_name, table_csv,
                                  table_markdown, table_rows)
-from lit_grpo.loggers import log_images, log_table, log_text
+from lit_grpo.loggers import log_images, log_table, log_text, masked_text
 
 
 def _code(text: str) -> str:
@@ -282,7 +282,7 @@ class AccuracyTable(L.Callback):
             md = table_markdown(rows, f"test accuracy ({mode})", caption)
             for suffix, text in ((".md", md), (".csv", table_csv(rows, mode))):
                 path = out / f"{self.prefix}_{mode}{suffix}"
-                path.write_text(text, encoding="utf-8")
+                path.write_text(masked_text(text), encoding="utf-8")  # API keys masked as in every log
                 written.append(path)
             scalars = {f"test/{mode}/accuracy/{scalar_name(r)}{suffix}": r[field] for r in rows
                        if not math.isnan(r["accuracy"]) for suffix, field in (("", "accuracy"), ("_se", "se"))}
@@ -311,7 +311,8 @@ class PredictionsJSONL(BasePredictionWriter):
     Fields: ``id``, ``mode``, ``prompt``, ``completion``, ``extracted`` (the answer the configured scorer
     reads), ``answer``, ``answer_format``, the table's group fields (PhyX: ``domain``, ``reasoning_type``),
     ``rewards`` (each reward),
-    ``total``, ``correct`` (NaN written as ``null``). With several ranks each writes ``<stem>.rank<r>.jsonl``.
+    ``total``, ``correct`` (NaN written as ``null``). With several ranks each writes ``<stem>.rank<r>.jsonl``. API keys
+    are masked (:func:`lit_grpo.loggers.masked_text`).
     """
 
     def __init__(self, filename: str = "predictions.jsonl", path: str | None = None):
@@ -332,7 +333,7 @@ class PredictionsJSONL(BasePredictionWriter):
                            batch_indices: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         with open(self.file, "a", encoding="utf-8") as f:
             for record in prediction or []:
-                f.write(json.dumps(_jsonable(record), ensure_ascii=False) + "\n")
+                f.write(masked_text(json.dumps(_jsonable(record), ensure_ascii=False)) + "\n")  # API keys masked
 
     def on_predict_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         rank_zero_info(f"predictions written to {self.file}")

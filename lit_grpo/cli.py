@@ -159,7 +159,11 @@ class GRPOCLI(LightningCLI):
     def parse_arguments(self, parser, args) -> None:
         """Parse, then check the inputs (data paths, rewards, judge, templates, model folder, API keys) before
         anything else runs: no seeding message, model work or log folder (:func:`lit_grpo.preflight.check_config`)."""
-        from lit_grpo.preflight import check_config
+        from lightning.pytorch.loggers import WandbLogger as WandbLoggerBase
+
+        from lit_grpo.api_keys import key_variables, watch_variables
+        from lit_grpo.loggers import mask_under_console_capture
+        from lit_grpo.preflight import check_config, logger_classes
 
         # as LightningCLI does, without its warning about ``args`` next to ``sys.argv`` (main() is called with
         # ``args`` from Python: tests, notebooks)
@@ -169,7 +173,11 @@ class GRPOCLI(LightningCLI):
         sub = self.config.get("subcommand")
         given = sys.argv[1:] if args is None else args if isinstance(args, list) else []
         files = [value for key, value, _ in iter_options(given) if key in ("config", "c") and value]
-        check_config((self.config[sub] if sub else self.config).as_dict(), sub, files)
+        config = (self.config[sub] if sub else self.config).as_dict()
+        check_config(config, sub, files)
+        watch_variables(key_variables(config))  # a run's api_key_env masked on the console too
+        if any(issubclass(cls, WandbLoggerBase) for _, cls in logger_classes(config.get("trainer") or {})):
+            mask_under_console_capture()
 
     def _check_checkpoint(self) -> None:
         """``--ckpt_path``'s file or folder is whole (:func:`check_checkpoint_file`), and a sharded checkpoint folder
@@ -275,8 +283,11 @@ def main(args: list[str] | None = None) -> GRPOCLI:
     from lightning.fabric.utilities.exceptions import MisconfigurationException
     from omegaconf.errors import OmegaConfBaseException
 
+    from lit_grpo.api_keys import mask_console, unmask_console
+
     if args is None:  # the command line: a traceback it prints masks API keys too
         sys.excepthook = masked_excepthook
+    masked = mask_console()  # everything printed from here on (rewards, tracebacks, logging, W&B's capture of it)
     try:
         return _main(args)
     except ConfigError as exc:
@@ -290,6 +301,9 @@ def main(args: list[str] | None = None) -> GRPOCLI:
         if args is not None:  # called from Python (a notebook, a test): the exception itself
             raise
         fail(with_notes(exc), status=1)
+    finally:
+        if masked and args is not None:  # called from Python: the streams as they were (the command line keeps it
+            unmask_console()             # to the end, for what is printed at exit)
 
 
 def _loader_without_base_key() -> None:

@@ -428,12 +428,52 @@ def check_class_order(args: list[str]) -> None:
             for part in reversed(key.rstrip("+").split(".")):
                 tree = {part: tree}
             _class_order(tree, state, None, f"--{key}={value}" if len(value) < 40 else f"--{key}")
+    check_overlay_order(configs)
     asks_config = any(k == "print_config" for k, _, _ in iter_options(args))
     if configs and state.get("model") != "" and not asks_config and set(args) & set(SUBCOMMANDS):
         given = " ".join(f"--config {shlex.quote(c)}" for c in configs)
         raise ConfigError(f"no model: none of the configs ({', '.join(configs)}) names the model's class_path; a "
                           "config that changes some settings of another (an overlay) goes after the config it "
                           f"changes: --config configs/demo.yaml {given}")
+
+
+def _class_of(tree: dict, option: str) -> Any:
+    """The class path that ``option`` (``model``, ``trainer.logger``) has in a config's mapping (a ``class_path``,
+    or the class as a string); :data:`_ABSENT` when it names none."""
+    for sub in [tree.get(s) for s in SUBCOMMANDS if isinstance(tree.get(s), dict)] or [tree]:
+        value: Any = sub
+        for part in option.split("."):
+            value = value.get(part, _ABSENT) if isinstance(value, dict) else _ABSENT
+        value = value.get("class_path", _ABSENT) if isinstance(value, dict) else value
+        if isinstance(value, str) and value.lower() not in NO_CLASS:
+            return value
+    return _ABSENT
+
+
+def check_overlay_order(configs: list[str]) -> None:
+    """An overlay (a config that names no model) that sets a class option's class, e.g. ``configs/wandb.yaml``'s
+    logger, is not replaced by a config given after it that names another class for that option: the overlay would be
+    silently ignored (a whole run without W&B).
+
+    Raises:
+        ConfigError: naming both configs, both classes and the order that works (the overlay last).
+    """
+    trees = [_config_tree(c) for c in configs]
+    for i, (early, tree) in enumerate(zip(configs, trees)):
+        if _class_of(tree, "model") is not _ABSENT:
+            continue
+        for option in CLASS_OPTIONS[1:]:
+            mine = _class_of(tree, option)
+            later = [(c, _class_of(t, option)) for c, t in zip(configs[i + 1:], trees[i + 1:])]
+            replaced = next(((c, cls) for c, cls in later if cls is not _ABSENT and cls != mine), None)
+            if mine is not _ABSENT and replaced:
+                bases = {c: config_with_bases(c)[:-1] if Path(c).is_file() else [] for c in configs}
+                given = [c for c in configs if not any(c in b for b in bases.values())]  # as typed: no _base_
+                by = next((f"{c} (its _base_ {replaced[0]})" for c in given if replaced[0] in bases[c]), replaced[0])
+                order = " ".join(f"--config {shlex.quote(c)}" for c in [*(g for g in given if g != early), early])
+                raise ConfigError(f"{early} sets {option} to {mine}, but {by}, given after it, sets "
+                                  f"{replaced[1]}, so {early} would be ignored: a config that changes some settings "
+                                  f"of another (an overlay) goes after the config it changes: {order}")
 
 
 def _class_order(tree: dict, state: dict[str, str], config: str | None, argument: str | None) -> None:

@@ -69,6 +69,33 @@ def masked_names(metrics: Mapping[str, float]) -> dict[str, float]:
     return {redact(k): v for k, v in metrics.items()}
 
 
+def masked_text(value: Any) -> Any:
+    """``value`` with every API key masked when it is text (:func:`lit_grpo.api_keys.redact`, keys' values only: a
+    completion's prose is not taken for a credential); anything else as it is. What the callbacks log (completions,
+    tables, captions) goes through it."""
+    from lit_grpo.api_keys import redact
+
+    return redact(value, shapes=False) if isinstance(value, str) else value
+
+
+def mask_under_console_capture() -> None:
+    """Put the console mask (:func:`lit_grpo.api_keys.mask_console`) above W&B's console capture.
+
+    W&B's console capture is left at its default (wandb 0.31: ``console="auto"``, which is ``"wrap"``), because
+    every setting keeps the mask once this has run: the ``wrap`` modes (``wrap_raw``, ``wrap_emu``) hand their
+    callbacks the text given to the ``write`` of ``sys.stdout`` / ``sys.stderr``, which
+    ``wandb.sdk.lib.console_capture`` patches once, when it is first imported; ``"redirect"`` reads the file descriptors, below Python's streams, so
+    what it captures was masked already; ``"off"`` captures nothing. Imported after the mask, W&B's patch sits above
+    it and would capture the text unmasked (into ``output.log`` and the ``.wandb`` file); so once it is imported, a
+    mask goes on top of it when the top is not one already (the mask below then sees masked text: masking twice
+    changes nothing)."""
+    import wandb.sdk.lib.console_capture  # noqa: F401  (patches the streams' write when first imported)
+
+    from lit_grpo.api_keys import mask_console
+
+    mask_console()
+
+
 def tensorboard_scalars(metrics: Mapping[str, float]) -> dict[str, float]:
     """The scalars to write for one ``log_metrics`` call: each ``<stage>/<key>_se`` whose ``<stage>/<key>`` is in
     ``metrics`` (stage ``val`` or ``test``) becomes the band ``<stage>band/<key>/lower`` = mean - SE and
@@ -400,7 +427,9 @@ def _wandbs(trainer: L.Trainer, on: bool = True) -> list:
 def log_text(trainer: L.Trainer, tag: str, markdown: str, step: int, to_tensorboard: bool = True,
              to_wandb: bool = True) -> None:
     """``markdown`` as TensorBoard text, and as a one-cell W&B table (W&B shows text in tables); ``to_tensorboard`` /
-    ``to_wandb`` False: not to that logger (a caller that gives it the same content in another form)."""
+    ``to_wandb`` False: not to that logger (a caller that gives it the same content in another form). API keys are
+    masked (:func:`masked_text`), here and in every ``log_*`` below."""
+    tag, markdown = masked_text(tag), masked_text(markdown)
     for writer in _tensorboards(trainer, to_tensorboard):
         writer.add_text(tag, markdown, step)
     for logger in _wandbs(trainer, to_wandb):
@@ -418,17 +447,20 @@ def log_images(trainer: L.Trainer, images: dict[str, np.ndarray], step: int, cap
                to_tensorboard: bool = True, to_wandb: bool = True) -> None:
     """Each ``tag -> HWC image`` (float in [0, 1] or uint8) as a TensorBoard image and a W&B image (``captions``:
     ``tag -> text`` shown under it on W&B)."""
+    images = {masked_text(tag): image for tag, image in images.items()}
+    captions = {masked_text(tag): masked_text(text) for tag, text in (captions or {}).items()}
     for writer in _tensorboards(trainer, to_tensorboard):
         for tag, image in images.items():
             writer.add_image(tag, as_uint8(image), step, dataformats="HWC")  # uint8 HWC: no rescaling
     for logger in _wandbs(trainer, to_wandb):
         for tag, image in images.items():
-            logger.log_image(tag, [as_uint8(image)], step=step, caption=[(captions or {}).get(tag, tag)])
+            logger.log_image(tag, [as_uint8(image)], step=step, caption=[captions.get(tag, tag)])
 
 
 @rank_zero_only
 def log_histogram(trainer: L.Trainer, tag: str, values: Any, step: int) -> None:
     """``values`` (a 1-D tensor or array) as a TensorBoard histogram and a W&B histogram."""
+    tag = masked_text(tag)
     for writer in _tensorboards(trainer):
         writer.add_histogram(tag, values, step)
     for logger in _wandbs(trainer):
@@ -442,6 +474,8 @@ def log_table(trainer: L.Trainer, tag: str, columns: list[str], rows: list[list[
               markdown: str | None = None, to_tensorboard: bool = True, to_wandb: bool = True) -> None:
     """A table: on TensorBoard as Markdown text (``markdown``, else a pipe table of ``rows``), on W&B as a table
     (image cells given as HWC arrays become W&B images)."""
+    tag, columns, markdown = masked_text(tag), [masked_text(c) for c in columns], masked_text(markdown)
+    rows = [[masked_text(c) for c in row] for row in rows]
     text = markdown if markdown is not None else markdown_table(columns, rows)
     for writer in _tensorboards(trainer, to_tensorboard):
         writer.add_text(tag, text, step)

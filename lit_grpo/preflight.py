@@ -207,22 +207,73 @@ LOGGER_PACKAGES = {"WandbLogger": ("wandb", "pip install -e '.[wandb]'"),
 """Lightning's loggers that need a package of their own: its module and how to install it."""
 
 
-def _check_loggers(trainer: dict[str, Any]) -> None:
-    """A logger whose package is not installed (W&B, Comet, MLflow, Neptune) is named with the command that installs
-    it (for W&B, the project's ``wandb`` extra), before any model work."""
-    import importlib.util
-
+def logger_classes(trainer: dict[str, Any]) -> list[tuple[str, type]]:
+    """``(class path, class)`` of each logger ``trainer.logger`` configures (one, or a list)."""
     from lit_grpo.cli_args import _import
 
     specs = trainer.get("logger")
+    found = []
     for spec in specs if isinstance(specs, list) else [specs]:
         path = spec.get("class_path") if isinstance(spec, dict) else spec if isinstance(spec, str) else None
         cls = _import(path) if path else None
-        for base in getattr(cls, "__mro__", ()):
+        if isinstance(cls, type):
+            found.append((path, cls))
+    return found
+
+
+def _check_loggers(trainer: dict[str, Any]) -> None:
+    """A logger whose package is not installed (W&B, Comet, MLflow, Neptune) is named with the command that installs
+    it (for W&B, the project's ``wandb`` extra), and a W&B logger that would log online without a login is named
+    with the two ways on (:func:`check_wandb_login`), before any model work."""
+    import importlib.util
+
+    specs = trainer.get("logger")
+    init_args = {s.get("class_path"): s.get("init_args") or {} for s in (specs if isinstance(specs, list) else [specs])
+                 if isinstance(s, dict)}
+    for path, cls in logger_classes(trainer):
+        for base in cls.__mro__:
             needs = LOGGER_PACKAGES.get(base.__name__) if base.__module__.startswith("lightning.") else None
             if needs and importlib.util.find_spec(needs[0]) is None:
                 raise ValueError(f"trainer.logger: {path} needs the {needs[0]} package, which is not installed: "
                                  f"{needs[1]}")
+            if needs and needs[0] == "wandb":
+                check_wandb_login(path, init_args.get(path, {}))
+
+
+WANDB_LOCAL_MODES = ("offline", "dryrun", "disabled")
+"""``WANDB_MODE`` values (or a logger's ``mode``) that need no W&B login."""
+
+
+def check_wandb_login(path: str, init_args: dict[str, Any]) -> None:
+    """A W&B logger that logs online needs a login, found here without the network as W&B finds it: the
+    ``WANDB_API_KEY`` or ``WANDB_IDENTITY_TOKEN_FILE`` variable, or an entry for the W&B host (``WANDB_BASE_URL``,
+    default ``api.wandb.ai``) in the ``.netrc`` file ``wandb login`` writes (``NETRC``, else ``~/.netrc`` or
+    ``~/_netrc``). Offline (``WANDB_MODE=offline``, ``dryrun`` or ``disabled``; the logger's ``offline: true`` or
+    ``mode``) needs none. Without one, ``wandb.init`` fails after the model is built, in a long traceback (or waits
+    for a key typed at a prompt).
+
+    Raises:
+        ValueError: one line naming the logger and the two ways on (``wandb login``, ``WANDB_MODE=offline``).
+    """
+    import netrc
+    import urllib.parse
+
+    mode = str(os.environ.get("WANDB_MODE") or init_args.get("mode") or "").lower()
+    if init_args.get("offline") or mode in WANDB_LOCAL_MODES or os.environ.get("WANDB_API_KEY") \
+            or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
+        return
+    host = urllib.parse.urlsplit(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname or ""
+    files = [os.environ["NETRC"]] if os.environ.get("NETRC") else \
+        [os.path.expanduser(f"~/{name}") for name in (".netrc", "_netrc")]
+    for file in files:
+        try:
+            if os.path.isfile(file) and netrc.netrc(file).authenticators(host):
+                return
+        except (netrc.NetrcParseError, OSError):
+            continue
+    raise ValueError(f"trainer.logger: {path} logs to W&B online, but there is no W&B login here (no WANDB_API_KEY, "
+                     f"no {host} entry in {files[0]}): run `wandb login` first, or set WANDB_MODE=offline to log "
+                     "locally and upload later with `wandb sync`")
 
 
 def _check_data(arg: tuple[dict[str, Any], str | None, list]) -> None:

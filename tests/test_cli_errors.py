@@ -146,6 +146,19 @@ NO_MODEL = "no model: none of the configs ({}) names the model's class_path; a c
     (["--config", "configs/demo.yaml", "--trainer.logger=false", "--trainer={logger: {init_args: {name: x}}}"],
      f"--trainer={{logger: {{init_args: {{name: x}}}}}} {LOGGER} (--trainer.logger=false switched it off): give the "
      "config that names it first (--config configs/demo.yaml), or --trainer.logger=<class path> before it"),
+    # an overlay's class replaced by a config after it that names another (the W&B overlay before its base: a whole
+    # run without W&B): both named, and the order that keeps the overlay
+    (["--config", "configs/wandb.yaml", "--config", "configs/demo.yaml"],
+     "configs/wandb.yaml sets trainer.logger to lit_grpo.loggers.WandbLogger, but configs/demo.yaml, given after it, "
+     "sets lit_grpo.loggers.TensorBoardLogger, so configs/wandb.yaml would be ignored: a config that changes some "
+     "settings of another (an overlay) goes after the config it changes: --config configs/demo.yaml --config "
+     "configs/wandb.yaml"),
+    (["--config", "configs/fsdp.yaml", "--config", "configs/wandb.yaml", "--config", "configs/demo_phyx_mcq.yaml"],
+     "configs/wandb.yaml sets trainer.logger to lit_grpo.loggers.WandbLogger, but configs/demo_phyx_mcq.yaml (its "
+     "_base_ configs/base/demo_phyx.yaml), given after it, sets lit_grpo.loggers.TensorBoardLogger, so "
+     "configs/wandb.yaml would be ignored: a config that changes some settings of another (an overlay) goes after "
+     "the config it changes: --config configs/fsdp.yaml --config configs/demo_phyx_mcq.yaml --config "
+     "configs/wandb.yaml"),
     # configs of trainer settings alone: no model at all (every config kept in the suggestion, text quoted)
     (["--config", "configs/fsdp.yaml", "--config", "configs/wandb.yaml"], NO_MODEL.format(
         "configs/fsdp.yaml, configs/wandb.yaml", "--config configs/fsdp.yaml --config configs/wandb.yaml")),

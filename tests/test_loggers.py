@@ -142,3 +142,36 @@ def test_an_interpolation_the_new_logger_cannot_resolve_is_one_line():
     assert exc.value.code == 2
     assert err.getvalue() == ("error: fit.trainer.callbacks[0].init_args.dirpath: Interpolation key "
                               "'....logger.init_args.name' not found (resolved to 'fit.trainer.logger.init_args.name')\n")
+
+
+WANDB_LOGIN_LINE = ("error: trainer.logger: lit_grpo.loggers.WandbLogger logs to W&B online, but there is no W&B login "
+                    "here (no WANDB_API_KEY, no api.wandb.ai entry in {netrc}): run `wandb login` first, or set "
+                    "WANDB_MODE=offline to log locally and upload later with `wandb sync`")
+
+
+def test_wandb_without_a_login_is_one_line_before_any_model_work(tmp_path, monkeypatch, capsys):
+    """No ``WANDB_API_KEY``, no ``.netrc`` entry, not offline: one line naming both ways on, found from the
+    environment and the files alone (no network call; W&B never starts); each way on passes the check."""
+    pytest.importorskip("wandb")
+    from lit_grpo.preflight import check_wandb_login
+
+    for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_IDENTITY_TOKEN_FILE", "WANDB_BASE_URL", "NETRC"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "--config", str(ROOT / "configs/demo.yaml"), "--config", str(ROOT / "configs/wandb.yaml")])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err == WANDB_LOGIN_LINE.format(netrc=tmp_path / ".netrc") + "\n"
+    assert list(tmp_path.iterdir()) == []  # W&B never started (it writes its settings under HOME)
+    logger = "lit_grpo.loggers.WandbLogger"
+    assert check_wandb_login(logger, {"offline": True}) is None
+    assert check_wandb_login(logger, {"mode": "offline"}) is None
+    (tmp_path / ".netrc").write_text("machine api.wandb.ai\n  login user\n  password 0123456789abcdef\n")
+    assert check_wandb_login(logger, {}) is None  # what `wandb login` writes
+    (tmp_path / ".netrc").unlink()
+    for name, value in (("WANDB_MODE", "offline"), ("WANDB_API_KEY", "0123456789abcdef")):
+        with monkeypatch.context() as env:
+            env.setenv(name, value)
+            assert check_wandb_login(logger, {}) is None
+    with pytest.raises(ValueError, match="no api.wandb.ai entry"):
+        check_wandb_login(logger, {})
