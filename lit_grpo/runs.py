@@ -148,9 +148,20 @@ def check_checkpoint_file(path: str | os.PathLike | None) -> None:
         return
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path} does not exist")
+    check_whole_archive(path)
+    check_lightning_checkpoint(path)
+
+
+def check_whole_archive(path: Path, what: str = "checkpoint") -> None:
+    """Refuse a file that is empty or not a whole ``torch.save`` zip archive (its central directory or a member cut
+    off).
+
+    Raises:
+        InputError: naming the file (as ``what``) and its size.
+    """
     size = path.stat().st_size
     if size == 0:
-        raise InputError(f"checkpoint {path} is empty (0 bytes): it was never written completely; "
+        raise InputError(f"{what} {path} is empty (0 bytes): it was never written completely; "
                          "use an earlier checkpoint")
     try:
         with zipfile.ZipFile(path) as archive:
@@ -158,10 +169,9 @@ def check_checkpoint_file(path: str | os.PathLike | None) -> None:
     except (zipfile.BadZipFile, OSError, EOFError):
         members = []
     if not members or any(m.header_offset + m.compress_size > size for m in members):
-        raise InputError(f"checkpoint {path} ({size} bytes) is truncated or not a checkpoint: a checkpoint is a zip "
+        raise InputError(f"{what} {path} ({size} bytes) is truncated or not a checkpoint: a checkpoint is a zip "
                          "archive written by torch.save, and this file holds no complete one (a copy cut short, a "
                          "save that was interrupted?); use an earlier checkpoint or copy it again")
-    check_lightning_checkpoint(path)
 
 
 SHARDED_META = "meta.pt"
@@ -170,15 +180,37 @@ SHARDED_META = "meta.pt"
 
 def check_sharded_checkpoint(path: Path) -> None:
     """Refuse a checkpoint folder that is not a whole sharded checkpoint (:mod:`lit_grpo.strategy`): no ``.metadata``
-    (torch's distributed checkpoint) or no ``meta.pt`` (a copy cut short, or not a checkpoint).
+    (torch's distributed checkpoint) or no ``meta.pt`` (a copy cut short, or not a checkpoint), a ``.metadata`` torch
+    cannot read, a shard file it names missing or shorter than the bytes it records there, or a ``meta.pt`` that is
+    not a whole archive.
 
     Raises:
-        InputError: naming the folder and what it lacks.
+        InputError: naming the folder and what it lacks, or the file that is cut short.
     """
+    import torch.distributed.checkpoint as dcp
+
     missing = [name for name in (".metadata", SHARDED_META) if not (path / name).is_file()]
     if missing:
         raise InputError(f"checkpoint folder {path} is not a whole sharded checkpoint (it has no "
                          f"{' and no '.join(missing)}); use an earlier checkpoint or copy it again")
+    try:
+        storage = dcp.FileSystemReader(path).read_metadata().storage_data or {}
+    except Exception as exc:  # a pickle cut short: torch's own error names no file
+        raise InputError(f"checkpoint file {path / '.metadata'} cannot be read ({type(exc).__name__}): it is cut "
+                         "short or not torch's distributed-checkpoint metadata; use an earlier checkpoint or copy it "
+                         "again") from None
+    ends: dict[str, int] = {}  # shard file -> the end of the last bytes the metadata records in it
+    for info in storage.values():
+        ends[info.relative_path] = max(ends.get(info.relative_path, 0), info.offset + info.length)
+    for name, end in sorted(ends.items()):
+        shard = path / name
+        size = shard.stat().st_size if shard.is_file() else None
+        if size is None or size < end:
+            state = "is missing" if size is None else f"has {size} bytes"
+            raise InputError(f"checkpoint shard {shard} {state} where the folder's .metadata records {end}: the copy "
+                             "was cut short (a transfer or save that did not finish?); use an earlier checkpoint or "
+                             "copy it again")
+    check_whole_archive(path / SHARDED_META, "checkpoint file")
 
 
 def check_trainable_weights(state_dict: dict[str, Any], trainable: set[str] | dict[str, tuple[int, ...]],
