@@ -352,9 +352,10 @@ def _main(args: list[str] | None) -> GRPOCLI:
             args=args,
             run_lock=lock,
         )
-    except SIGTERMException:  # Lightning exits 0 after a SIGTERM; a stopped run is not a finished one
-        sys.exit(stop.exit_code)
-    except BaseException:  # a refused or failed run: the folders it made and left unused go
+    except BaseException as exc:  # Lightning exits 0 after a SIGTERM, 1 after a KeyboardInterrupt: 128 + the signal
+        if isinstance(exc, SIGTERMException) or (stop.interrupted and getattr(exc, "code", None) == 1):
+            sys.exit(stop.exit_code)
+        # a refused or failed run: the folders it made and left unused go
         lock.release()
         remove_unused_folders(lock.created)
         raise

@@ -10,8 +10,9 @@ signal, and resumes that continue the same run.
   refused with its path and what is wrong (torch alone says ``EOFError`` and names no file).
 - :class:`StopAndResume` (added to every run by the CLI): SIGTERM or SIGINT finishes the current
   training step, writes a checkpoint, prints the command that resumes the run and exits with
-  128 + the signal number; a checkpoint resumes where its run stopped, inside an epoch (also when
-  ``max_steps`` or ``max_time`` ended it there) or at an epoch's end.
+  128 + the signal number; a step that does not finish within a grace period (a reward that hangs) is
+  abandoned (:class:`StepAbandoned`) and the last finished step saved instead; a checkpoint resumes where its
+  run stopped, inside an epoch (also when ``max_steps`` or ``max_time`` ended it there) or at an epoch's end.
 - :func:`written_checkpoints`: the checkpoint files a run really wrote, for its closing message.
 """
 
@@ -307,6 +308,35 @@ def resume_where_stopped(checkpoint: dict[str, Any]) -> None:
         checkpoint["epoch"] = current["started"] - 1
 
 
+STOP_GRACE_S = 30.0
+"""How long a stop signal waits for the current step before abandoning it (``LIT_GRPO_STOP_GRACE_S`` sets it)."""
+
+
+class StepAbandoned(SIGTERMException):
+    """A stop signal abandoned the step in progress: it did not finish within the grace period (a reward or a
+    judge that does not return), or a second signal came. Lightning treats it as its own SIGTERM stop; the last
+    finished step is saved by :class:`~lit_grpo.save_on_failure.SaveOnFailure`."""
+
+
+def stop_grace_s() -> float:
+    """``LIT_GRPO_STOP_GRACE_S`` (seconds, > 0), else :data:`STOP_GRACE_S`.
+
+    Raises:
+        InputError: the variable is not a positive number.
+    """
+    text = os.environ.get("LIT_GRPO_STOP_GRACE_S", "").strip()
+    if not text:
+        return STOP_GRACE_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise InputError(f"LIT_GRPO_STOP_GRACE_S={text!r} is not a number of seconds > 0: set it to how long a stop "
+                         f"signal waits for the current step (default {STOP_GRACE_S:g}), or unset it")
+    return value
+
+
 def resume_command(command: list[str], ckpt_path: str) -> str:
     """``command`` with any ``--ckpt_path`` replaced by ``ckpt_path``, quoted for a shell."""
     args, skip = [], False
@@ -326,9 +356,12 @@ class StopAndResume(L.Callback):
     - SIGTERM (what a scheduler sends at a time limit) or SIGINT (Ctrl+C) during training: the current step
       finishes (Lightning's own SIGTERM handling, which SIGINT joins), a checkpoint is written
       (``last.ckpt`` in the first ``ModelCheckpoint``'s folder), the command that resumes the run is printed,
-      and the CLI exits with 128 + the signal number (143, 130). A second SIGINT abandons the step at once
-      and writes nothing more. During evaluation the run stops at the next batch; outside a trainer run (model
-      loading) SIGTERM stops at once; either way with the same exit status, and nothing trained is lost.
+      and the CLI exits with 128 + the signal number (143, 130). A step that has not finished ``grace_s`` after
+      the signal (a reward or a judge that does not return), or a second signal, abandons the step
+      (:class:`StepAbandoned`, raised in the main thread, which a sleep or a Python loop gives way to) and the last
+      finished step is saved instead (one process), with the same exit status. During evaluation the run stops
+      at the next batch; outside a trainer run (model loading) SIGTERM stops at once; either way with the same
+      exit status, and nothing trained is lost.
     - A checkpoint resumes where the run stopped, inside an epoch or at its end (:func:`resume_where_stopped`).
 
     The handlers are installed by :meth:`install` (the CLI calls it first thing) or at the first ``setup``.
@@ -337,11 +370,16 @@ class StopAndResume(L.Callback):
 
     Args:
         command: the command line of the run (``python -m lit_grpo fit ...``), for the resume command.
+        grace_s: how long a signal waits for the current step before abandoning it (default :func:`stop_grace_s`).
     """
 
-    def __init__(self, command: list[str] | None = None):
+    def __init__(self, command: list[str] | None = None, grace_s: float | None = None):
         self.command = command
+        self.grace_s = stop_grace_s() if grace_s is None else grace_s
         self.signum: int | None = None
+        self.interrupted = False  # a KeyboardInterrupt ended the run (Lightning then exits 1)
+        self._timer: threading.Timer | None = None
+        self._abandon = False
         self._in_run = self._forwarding = False
         self._previous: dict[int, Any] = {}
         self._unsaved: set[str] = set()
@@ -377,13 +415,32 @@ class StopAndResume(L.Callback):
             self._say(f"{name} received outside training: stopping now, nothing trained is lost "
                       f"(exit status {self.exit_code})")
             raise SystemExit(self.exit_code)
+        if again and (self._abandon or self._timer is not None):  # the grace period is over, or a second signal
+            self._abandon = False
+            self.cancel_timer()
+            raise StepAbandoned
+        if again:
+            return
         if signum == signal.SIGINT:
-            if again:
-                raise KeyboardInterrupt  # Ctrl+C again: abandon the step now
             self._forward(frame)  # Lightning's SIGTERM handling: the step finishes, then the loop stops
-        if not again:
-            self._say(f"{name} received: the run stops after the current step (or evaluation batch) and writes "
-                      "a checkpoint" + (" (Ctrl+C again abandons the step)" if signum == signal.SIGINT else ""))
+        self._say(f"{name} received: the run stops after the current step (or evaluation batch) and writes a "
+                  f"checkpoint; a step not finished within {self.grace_s:g} s (a reward that hangs?) or a second "
+                  "signal abandons it, and the last finished step is saved")
+        self._timer = threading.Timer(self.grace_s, self._grace_over, [threading.main_thread().ident])
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _grace_over(self, main: int) -> None:
+        """The grace period has passed (timer thread): interrupt the main thread, whose handler abandons the step;
+        SIGINT to the main thread alone, so that a ``sleep`` there returns (a process signal may go to any thread)."""
+        self._abandon = True
+        signal.pthread_kill(main, signal.SIGINT)
+
+    def cancel_timer(self) -> None:
+        """Stop waiting for the step: it is over (the stop's save begins) or abandoned."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def _forward(self, frame) -> None:
         handler = signal.getsignal(signal.SIGTERM)
@@ -401,6 +458,7 @@ class StopAndResume(L.Callback):
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._in_run = False
+        self.cancel_timer()
 
     def _stop_if_signalled(self) -> None:
         """A signal Lightning did not see (it arrived before this trainer run registered its handler)."""
@@ -445,9 +503,19 @@ class StopAndResume(L.Callback):
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         self._in_run = False
+        self.cancel_timer()
         if isinstance(exception, KeyboardInterrupt):
+            self.interrupted, self.signum = True, self.signum or signal.SIGINT
             self._say(f"Interrupted after step {trainer.global_step}; nothing more is written. "
                       + self._newest(trainer))
+        elif isinstance(exception, StepAbandoned):
+            name = signal.Signals(self.signum or signal.SIGTERM).name
+            saves = trainer.state.fn == TrainerFn.FITTING and trainer.world_size == 1 and any(
+                type(cb).__name__ == "SaveOnFailure" for cb in trainer.callbacks)
+            self._say(f"Stopped by {name}: the step after step {trainer.global_step} did not finish (within "
+                      f"{self.grace_s:g} s, or before a second signal) and is abandoned"
+                      + (" (a reward or a judge that does not return?)." if saves else
+                         f". Nothing more is written. {self._newest(trainer)}"))
         elif isinstance(exception, SIGTERMException):
             self._stop(trainer)
 

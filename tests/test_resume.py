@@ -7,6 +7,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import lightning as L
@@ -63,6 +64,29 @@ if "fails_when_armed" not in REWARDS:
     def _fails_when_armed(completions, **_):
         if FailAt.armed:
             raise RuntimeError("the grader is gone")
+        return [0.0] * len(completions)
+
+
+class HangAt(L.Callback):
+    """Makes the weight-0 reward ``hangs_when_armed`` hang (``how``: a long sleep or a busy loop) from training step
+    ``step`` on."""
+
+    armed = ""
+
+    def __init__(self, step: int, how: str = "sleep"):
+        self.step, self.how = step, how
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        HangAt.armed = self.how if trainer.global_step + 1 >= self.step else ""
+
+
+if "hangs_when_armed" not in REWARDS:
+    @REWARDS.register("hangs_when_armed")
+    def _hangs_when_armed(completions, **_):
+        if HangAt.armed == "sleep":
+            time.sleep(1e6)
+        while HangAt.armed == "busy":
+            pass
         return [0.0] * len(completions)
 
 
@@ -234,14 +258,74 @@ def test_a_signal_before_training_exits_nonzero_and_says_nothing_is_lost(tmp_pat
     assert not (tmp_path / "ckpt").exists() or not any((tmp_path / "ckpt").iterdir())
 
 
-def test_a_second_ctrl_c_abandons_the_step_and_writes_nothing(tmp_path, capsys):
+def test_a_second_ctrl_c_abandons_the_step_and_exits_130_with_the_last_finished_step(tmp_path, capsys):
     kill = {"class_path": "test_resume.SignalAt", "init_args": {"signum": int(signal.SIGINT), "step": 2, "times": 2}}
     with pytest.raises(SystemExit) as stopped:
         _fit(tmp_path, "--trainer.callbacks+", json.dumps(kill))
-    assert stopped.value.code != 0
-    assert torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)["global_step"] == 1
+    assert stopped.value.code == 130
+    last = tmp_path / "ckpt" / "last.ckpt"
+    assert torch.load(last, weights_only=False)["global_step"] == 1
+    err = capsys.readouterr().err
+    assert "Stopped by SIGINT: the step after step 1 did not finish (within 30 s, or before a second signal) and " \
+        "is abandoned" in err
+    assert f"Step 1, the last finished step, is saved in {last}; Resume the run with:\n  python -m lit_grpo fit " in err
+
+
+class InterruptAt(L.Callback):
+    """Raises KeyboardInterrupt at the start of training step ``step`` (as a Ctrl+C met outside our handler would)."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step + 1 == self.step:
+            raise KeyboardInterrupt
+
+
+def test_a_keyboard_interrupt_in_a_step_exits_130_not_lightnings_1(tmp_path, capsys):
+    interrupt = {"class_path": "test_resume.InterruptAt", "init_args": {"step": 2}}
+    with pytest.raises(SystemExit) as stopped:
+        _fit(tmp_path, "--trainer.callbacks+", json.dumps(interrupt))
+    assert stopped.value.code == 130
     assert f"Interrupted after step 1; nothing more is written. The newest checkpoint is {tmp_path / 'ckpt'}" \
         in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("signum,how", [(signal.SIGTERM, "sleep"), (signal.SIGTERM, "busy"), (signal.SIGINT, "sleep")],
+                         ids=["SIGTERM-sleep", "SIGTERM-busy-loop", "SIGINT-sleep"])
+def test_a_signal_stops_a_hung_reward_saves_the_last_finished_step_and_resumes_as_the_same_run(
+        tmp_path, reference, capsys, monkeypatch, signum, how):
+    """A reward hangs in step 3 (``time.sleep(1e6)``, or a busy loop) and the signal comes at its start: 1 s later
+    the step is abandoned, last.ckpt holds step 2 (no checkpoint was due), the exit status is 128 + the signal, and
+    the printed command, run as it stands, makes 2 + 4 steps the 6 uninterrupted ones."""
+    monkeypatch.setenv("LIT_GRPO_STOP_GRACE_S", "1")
+    rewards = {"model.init_args.rewards": [{"name": "binary", "weight": 1.0}, {"name": "boxed_format", "weight": 0.5},
+                                           {"name": "hangs_when_armed", "weight": 0.0}]}
+    hang = {"class_path": "test_resume.HangAt", "init_args": {"step": 3, "how": how}}
+    kill = {"class_path": "test_resume.SignalAt", "init_args": {"signum": int(signum), "step": 3}}
+    start = time.monotonic()
+    with pytest.raises(SystemExit) as stopped:
+        _fit(tmp_path, "--trainer.callbacks+", json.dumps(hang), "--trainer.callbacks+", json.dumps(kill),
+             every_n=100, **rewards)
+    assert stopped.value.code == 128 + signum
+    assert time.monotonic() - start < 120
+    last = tmp_path / "ckpt" / "last.ckpt"
+    assert torch.load(last, weights_only=False)["global_step"] == 2
+    err = capsys.readouterr().err
+    name = signal.Signals(signum).name
+    assert f"Stopped by {name}: the step after step 2 did not finish (within 1 s, or before a second signal)" in err
+    assert f"Step 2, the last finished step, is saved in {last}; Resume the run with:\n" in err
+    command = shlex.split(err.split("Resume the run with:", 1)[1].splitlines()[1])
+    assert command[:4] == ["python", "-m", "lit_grpo", "fit"] and command[-2:] == ["--ckpt_path", str(last)]
+    first = list(Record.steps)
+    HangAt.armed = ""
+    Record.steps = []
+    kept = command[3:]
+    for i in reversed(range(len(kept))):  # the hang fixed: the test's two callbacks dropped, the rest as printed
+        if "HangAt" in kept[i] or "SignalAt" in kept[i]:
+            del kept[i - 1:i + 1]
+    cli = main(kept)
+    _assert_same_run(first + Record.steps, _weights(cli), reference)
 
 
 @pytest.mark.slow
