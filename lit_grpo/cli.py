@@ -33,6 +33,7 @@ from lit_grpo.cli_args import (BASE_KEY, SUBCOMMANDS, ConfigError, expand_bases,
 from lit_grpo.cli_help import extra_help, help_args
 from lit_grpo.data.datamodule import VLMDataModule
 from lit_grpo.data.sample import prompt_limit
+from lit_grpo.distributed import end_with_launcher
 from lit_grpo.errors import InputError, UserError, fail
 from lit_grpo.loggers import RunFolder, continue_run_folder, logger_lines
 from lit_grpo.progress import with_progress_bar
@@ -262,8 +263,9 @@ def main(args: list[str] | None = None) -> GRPOCLI:
     from lightning.fabric.utilities.exceptions import MisconfigurationException
     from omegaconf.errors import OmegaConfBaseException
 
-    if args is None:  # the command line: a traceback it prints masks API keys too
+    if args is None:  # the command line: a printed traceback masks API keys too; a launched rank ends with its launcher
         sys.excepthook = masked_excepthook
+        end_with_launcher()
     try:
         return _main(args)
     except ConfigError as exc:
