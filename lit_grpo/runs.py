@@ -380,6 +380,7 @@ class StopAndResume(L.Callback):
         self.interrupted = False  # a KeyboardInterrupt ended the run (Lightning then exits 1)
         self._timer: threading.Timer | None = None
         self._abandon = False
+        self.final_validation_left = False  # a stop during the validation after the last step: resumed, it runs again
         self._in_run = self._forwarding = False
         self._previous: dict[int, Any] = {}
         self._unsaved: set[str] = set()
@@ -455,6 +456,31 @@ class StopAndResume(L.Callback):
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self.install()
         self._in_run = True
+        if stage == "fit" and not getattr(trainer.fit_loop.run, "finishes_validation", False):
+            trainer.fit_loop.run = self._validate_then(trainer, trainer.fit_loop.run)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"final_validation_left": self.final_validation_left}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.final_validation_left = bool(state_dict.get("final_validation_left", False))
+
+    def _validate_then(self, trainer: L.Trainer, run: Any) -> Any:
+        """The fit loop's ``run``, preceded by the validation a stop interrupted after the last training step: Lightning
+        would resume such a run as finished (``max_steps`` reached), with neither that validation nor its figures.
+        Called once the checkpoint's loops are restored; the validation runs whole, as it would have."""
+        def validate_then_run() -> None:
+            if self.final_validation_left:
+                self.final_validation_left = False
+                loop = trainer.fit_loop
+                loop.setup_data()
+                loop.epoch_loop.val_loop.restarting = False  # from its first batch
+                trainer.validating = True
+                loop.epoch_loop.val_loop.run()
+                trainer.training = True
+            run()
+        validate_then_run.finishes_validation = True
+        return validate_then_run
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._in_run = False
@@ -528,6 +554,8 @@ class StopAndResume(L.Callback):
                       f"(exit status {self.exit_code}).")
             return
         path = self.stop_path(trainer)
+        last = trainer.validating and (trainer.should_stop or 0 < trainer.max_steps <= trainer.global_step)
+        self.final_validation_left = last  # kept in the checkpoint: the resumed run validates first
         try:
             trainer.save_checkpoint(path, weights_only=False)
         except CheckpointWriteError as exc:  # one line: the file, the reason, the room left, what is still there
@@ -539,10 +567,13 @@ class StopAndResume(L.Callback):
             return
         resume = (resume_command(self.command, path) if self.command
                   else f"trainer.fit(model, datamodule, ckpt_path={path!r})")
-        self._say(f"Stopped by {name} after step {trainer.global_step}"
+        self._say(f"Stopped by {name} " + ("during the validation after the last step, " if last else "")
+                  + f"after step {trainer.global_step}"
                   + (f" of max_steps {trainer.max_steps}" if trainer.max_steps > 0 else "")
                   + f"; checkpoint written: {path}\nResume the run (same prompts, completions and weights as "
-                  f"if it had not stopped; a higher --trainer.max_steps trains further) with:\n  {resume}")
+                  "if it had not stopped; " + ("the validation runs again, whole, and the run ends with its figures"
+                                              if last else "a higher --trainer.max_steps trains further")
+                  + f") with:\n  {resume}")
 
     def limit_line(self, trainer: L.Trainer) -> str:
         """What ended a ``fit`` (``max_steps``; before it ``max_time``, ``max_epochs``, an early-stopping callback; a

@@ -364,3 +364,54 @@ def test_a_signal_to_a_real_fit_checkpoints_says_how_to_resume_and_exits_nonzero
     assert cli.trainer.global_step == step + 1
     optimizer_state = cli.trainer.optimizers[0].state_dict()["state"]
     assert all(s["step"] == step + 1 for s in optimizer_state.values())  # continued from the saved optimizer
+
+
+class SignalInValidation(L.Callback):
+    """Sends SIGTERM to this process at the first batch of the validation at training step ``step``."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        if trainer.global_step == self.step and batch_idx == 0 and not trainer.sanity_checking:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _final_row(folder: Path) -> dict:
+    import csv
+
+    (path,) = folder.glob("logs/t/*/eval_curves.csv")
+    rows = list(csv.DictReader(open(path)))
+    return {k: v for k, v in rows[-1].items()}
+
+
+def test_a_stop_during_the_final_validation_resumes_into_that_validation_and_its_figures(tmp_path, capsys):
+    """SIGTERM at the first of 2 batches of the validation after the last step (2 of max_steps 2): the printed
+    command runs that validation whole, and its row of eval_curves.csv and closing summary equal the unbroken run's
+    (the resumed run trained 0 steps and skipped the validation)."""
+    summary = json.dumps({"class_path": "lit_grpo.callbacks.EvalSummary"})
+    val = {"data.val": {"generate": {"path": str(tmp_path / "val.parquet"), "kind": "puzzles", "num": 4, "seed": 1}}}
+    (tmp_path / "whole").mkdir()
+    _fit(tmp_path / "whole", "--trainer.callbacks+", summary, "--trainer.max_steps", "2", every_n=100, **val)
+    whole = _final_row(tmp_path / "whole")
+    assert whole["step"] == "2"
+    whole_out = capsys.readouterr().out
+    kill = json.dumps({"class_path": "test_resume.SignalInValidation", "init_args": {"step": 2}})
+    with pytest.raises(SystemExit) as stopped:
+        _fit(tmp_path, "--trainer.callbacks+", summary, "--trainer.max_steps", "2", "--trainer.callbacks+", kill,
+             every_n=100, **val)
+    assert stopped.value.code == 143
+    last = tmp_path / "ckpt" / "last.ckpt"
+    err = capsys.readouterr().err
+    assert f"Stopped by SIGTERM during the validation after the last step, after step 2 of max_steps 2; checkpoint " \
+           f"written: {last}" in err
+    assert not list(tmp_path.glob("logs/t/*/eval_curves.csv"))  # no validation had ended: no row yet
+    command = shlex.split(err.split("Resume the run", 1)[1].splitlines()[1])
+    kept = command[3:]
+    del kept[kept.index(kill) - 1:kept.index(kill) + 1]  # the test's signal dropped, the rest as printed
+    cli = main(kept)
+    assert cli.trainer.global_step == 2
+    assert _final_row(tmp_path) == whole
+    out = capsys.readouterr().out
+    closing = [line for line in whole_out.splitlines() if "step 2" in line or "±" in line]
+    assert closing and all(line in out for line in closing)
