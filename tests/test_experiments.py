@@ -316,10 +316,12 @@ print(f"rc={rc} stop={stop_signal()}")
 
 
 @pytest.mark.slow
-def test_a_sigterm_to_the_runner_stops_its_fit_with_a_save_and_the_rerun_resumes_it(tmp_path):
+@pytest.mark.parametrize("signum", [15, 1], ids=["SIGTERM", "SIGHUP"])
+def test_a_sigterm_to_the_runner_stops_its_fit_with_a_save_and_the_rerun_resumes_it(tmp_path, signum):
     """The runner's fit (logger and checkpoints as ``fit_overlay`` sets them: no ModelCheckpoint) gets the runner's
-    SIGTERM, saves its last step where :func:`stopped_fit` looks, and has ended when the runner returns its 143 (it
-    ran on, orphaned, and the rerun started it anew); that checkpoint resumes the fit."""
+    SIGTERM (a SIGHUP goes on as SIGTERM), saves its last step where :func:`stopped_fit` looks, and has ended when
+    the runner returns its 143 (it ran on, orphaned, and the rerun started it anew); that checkpoint resumes the
+    fit."""
     import signal
     import subprocess
     import sys
@@ -353,12 +355,13 @@ def test_a_sigterm_to_the_runner_stops_its_fit_with_a_save_and_the_rerun_resumes
             subprocess.run(["sleep", "0.1"])
         assert runner.poll() is None, (tmp_path / "fit.log").read_text()[-3000:]
         child = int(touch.read_text())
-        runner.send_signal(signal.SIGTERM)
+        runner.send_signal(signum)
         out, err = runner.communicate(timeout=300)
     finally:
         os.killpg(runner.pid, signal.SIGKILL) if runner.poll() is None else None
-    assert out.strip() == "rc=143 stop=15", err[-3000:]
-    assert "SIGTERM received: passed on to the runs in progress, which save their last step" in err
+    assert out.strip() == f"rc=143 stop={signum}", err[-3000:]
+    assert f"{signal.Signals(signum).name} received: passed on to the runs in progress, which save their last step" \
+        in err
     with pytest.raises(ProcessLookupError):  # the fit has ended (and was reaped) when the runner returns
         os.kill(child, 0)
     last = tmp_path / "tb" / "run" / "checkpoints" / "last.ckpt"
@@ -366,6 +369,8 @@ def test_a_sigterm_to_the_runner_stops_its_fit_with_a_save_and_the_rerun_resumes
     assert 2 <= step < 300
     assert f"Stopped by SIGTERM after step {step} of max_steps 1000; checkpoint written: {last}" \
         in (tmp_path / "fit.log").read_text()
+    if signum != signal.SIGTERM:
+        return  # the rest is the same for both
     # the rerun's choice: that checkpoint for the same stamp stopped by a signal, nothing for a failed or other run
     exp = dataclasses.make_dataclass("Exp", [("force", bool)])(False)
     exp.path = lambda *parts: tmp_path.joinpath(*parts)

@@ -267,7 +267,8 @@ def passing_signals_on():
     """While the runner runs (main thread): a SIGTERM or SIGINT to it goes on to every fit and evaluation it has
     started (each in a session of its own, so a Ctrl+C at the terminal reaches it once, through here); each saves
     its last step and exits (``python -m lit_grpo``'s stop), no new run starts, and :func:`launch` returns the child's
-    status once it has ended. A second signal goes on too (the child then abandons its step)."""
+    status once it has ended. A second signal goes on too (the child then abandons its step). A SIGHUP (the
+    terminal closed) goes on as SIGTERM: the children, in sessions of their own, would not get it."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -280,10 +281,10 @@ def passing_signals_on():
         with _Stop.lock:
             for child in _Stop.children:
                 _Stop.children[child] = True
-                child.send_signal(signum)
+                child.send_signal(signal.SIGTERM if signum == signal.SIGHUP else signum)
 
     _Stop.signum = None
-    previous = {s: signal.signal(s, pass_on) for s in (signal.SIGTERM, signal.SIGINT)}
+    previous = {s: signal.signal(s, pass_on) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     try:
         yield
     finally:
