@@ -34,6 +34,7 @@ from lit_grpo.cli_help import extra_help, help_args
 from lit_grpo.data.datamodule import VLMDataModule
 from lit_grpo.data.sample import prompt_limit
 from lit_grpo import environment
+from lit_grpo.distributed import end_with_launcher
 from lit_grpo.errors import InputError, UserError, fail
 from lit_grpo.loggers import RunFolder, continue_run_folder, logger_lines
 from lit_grpo.progress import with_progress_bar
@@ -285,8 +286,9 @@ def main(args: list[str] | None = None) -> GRPOCLI:
 
     from lit_grpo.api_keys import mask_console, unmask_console
 
-    if args is None:  # the command line: a traceback it prints masks API keys too
+    if args is None:  # the command line: a printed traceback masks API keys too; a launched rank ends with its launcher
         sys.excepthook = masked_excepthook
+        end_with_launcher()
     masked = mask_console()  # everything printed from here on (rewards, tracebacks, logging, W&B's capture of it)
     try:
         return _main(args)
@@ -381,9 +383,10 @@ def _main(args: list[str] | None) -> GRPOCLI:
             args=args,
             run_lock=lock,
         )
-    except SIGTERMException:  # Lightning exits 0 after a SIGTERM; a stopped run is not a finished one
-        sys.exit(stop.exit_code)
-    except BaseException:  # a refused or failed run: the folders it made and left unused go
+    except BaseException as exc:  # Lightning exits 0 after a SIGTERM, 1 after a KeyboardInterrupt: 128 + the signal
+        if isinstance(exc, SIGTERMException) or (stop.interrupted and getattr(exc, "code", None) == 1):
+            sys.exit(stop.exit_code)
+        # a refused or failed run: the folders it made and left unused go
         lock.release()
         remove_unused_folders(lock.created)
         raise

@@ -1,6 +1,12 @@
-"""The collectives a step and an evaluation need; identity when torch.distributed is not initialised."""
+"""The collectives a step and an evaluation need; identity when torch.distributed is not initialised. And
+:func:`end_with_launcher`: a launched rank never outlives the process that launched it."""
 
 from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
 
 import torch
 import torch.distributed as dist
@@ -76,3 +82,40 @@ def clip_grad_norm(root: nn.Module | None, parameters: list[nn.Parameter], max_n
         return root.clip_grad_norm_(max_norm)
     norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm)
     return norm.full_tensor() if isinstance(norm, DTensor) else norm
+
+
+LAUNCHER_PID = "LIT_GRPO_LAUNCHER_PID"
+"""Set by a CLI process that is no launched rank to its own pid: the ranks Lightning's launcher starts from it inherit
+it, and one whose parent is not that process at its start (it was reparented: its launcher failed before it got
+going) stops at once."""
+
+
+def end_with_launcher(poll_s: float = 0.5) -> bool:
+    """In a rank that a launcher started (``LOCAL_RANK`` set: Lightning's launcher starts ranks 1.. as children of rank
+    0, torchrun starts every rank), end the process with status 1 and one line as soon as its launcher has ended;
+    in any other process, record its pid for the ranks it may launch (:data:`LAUNCHER_PID`).
+
+    Lightning's launcher ends the others when a child rank fails, but a rank 0 that fails (a busy ``MASTER_PORT``, an
+    error before training) or is killed leaves its children waiting for it in the process group's rendezvous or a
+    collective, for the group's timeout (30 min) or for ever. A daemon thread checks the parent's pid every
+    ``poll_s`` s. Returns whether it watches.
+    """
+    if not os.environ.get("LOCAL_RANK"):
+        os.environ[LAUNCHER_PID] = str(os.getpid())
+        return False
+    parent, launcher = os.getppid(), int(os.environ.get(LAUNCHER_PID) or 0)
+    if launcher and parent != launcher:  # started by that CLI process, which ended before this rank got going
+        parent = launcher
+    elif parent <= 1:
+        return False
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        print(f"error: rank {os.environ.get('RANK', os.environ['LOCAL_RANK'])} (pid {os.getpid()}) stops: the process "
+              f"that launched it (pid {parent}) has ended; its output says why", file=sys.stderr, flush=True)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="end_with_launcher", daemon=True).start()
+    return True
+

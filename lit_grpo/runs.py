@@ -12,8 +12,9 @@ signal, and resumes that continue the same run.
   refused with its path and what is wrong (torch alone says ``EOFError`` and names no file).
 - :class:`StopAndResume` (added to every run by the CLI): SIGTERM or SIGINT finishes the current
   training step, writes a checkpoint, prints the command that resumes the run and exits with
-  128 + the signal number; a checkpoint resumes where its run stopped, inside an epoch (also when
-  ``max_steps`` or ``max_time`` ended it there) or at an epoch's end.
+  128 + the signal number; a step that does not finish within a grace period (a reward that hangs) is
+  abandoned (:class:`StepAbandoned`) and the last finished step saved instead; a checkpoint resumes where its
+  run stopped, inside an epoch (also when ``max_steps`` or ``max_time`` ended it there) or at an epoch's end.
 - :func:`written_checkpoints`: the checkpoint files a run really wrote, for its closing message.
 """
 
@@ -183,9 +184,20 @@ def check_checkpoint_file(path: str | os.PathLike | None) -> None:
         return
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path} does not exist")
+    check_whole_archive(path)
+    check_lightning_checkpoint(path)
+
+
+def check_whole_archive(path: Path, what: str = "checkpoint") -> None:
+    """Refuse a file that is empty or not a whole ``torch.save`` zip archive (its central directory or a member cut
+    off).
+
+    Raises:
+        InputError: naming the file (as ``what``) and its size.
+    """
     size = path.stat().st_size
     if size == 0:
-        raise InputError(f"checkpoint {path} is empty (0 bytes): it was never written completely; "
+        raise InputError(f"{what} {path} is empty (0 bytes): it was never written completely; "
                          "use an earlier checkpoint")
     try:
         with zipfile.ZipFile(path) as archive:
@@ -193,10 +205,9 @@ def check_checkpoint_file(path: str | os.PathLike | None) -> None:
     except (zipfile.BadZipFile, OSError, EOFError):
         members = []
     if not members or any(m.header_offset + m.compress_size > size for m in members):
-        raise InputError(f"checkpoint {path} ({size} bytes) is truncated or not a checkpoint: a checkpoint is a zip "
+        raise InputError(f"{what} {path} ({size} bytes) is truncated or not a checkpoint: a checkpoint is a zip "
                          "archive written by torch.save, and this file holds no complete one (a copy cut short, a "
                          "save that was interrupted?); use an earlier checkpoint or copy it again")
-    check_lightning_checkpoint(path)
 
 
 SHARDED_META = "meta.pt"
@@ -205,15 +216,37 @@ SHARDED_META = "meta.pt"
 
 def check_sharded_checkpoint(path: Path) -> None:
     """Refuse a checkpoint folder that is not a whole sharded checkpoint (:mod:`lit_grpo.strategy`): no ``.metadata``
-    (torch's distributed checkpoint) or no ``meta.pt`` (a copy cut short, or not a checkpoint).
+    (torch's distributed checkpoint) or no ``meta.pt`` (a copy cut short, or not a checkpoint), a ``.metadata`` torch
+    cannot read, a shard file it names missing or shorter than the bytes it records there, or a ``meta.pt`` that is
+    not a whole archive.
 
     Raises:
-        InputError: naming the folder and what it lacks.
+        InputError: naming the folder and what it lacks, or the file that is cut short.
     """
+    import torch.distributed.checkpoint as dcp
+
     missing = [name for name in (".metadata", SHARDED_META) if not (path / name).is_file()]
     if missing:
         raise InputError(f"checkpoint folder {path} is not a whole sharded checkpoint (it has no "
                          f"{' and no '.join(missing)}); use an earlier checkpoint or copy it again")
+    try:
+        storage = dcp.FileSystemReader(path).read_metadata().storage_data or {}
+    except Exception as exc:  # a pickle cut short: torch's own error names no file
+        raise InputError(f"checkpoint file {path / '.metadata'} cannot be read ({type(exc).__name__}): it is cut "
+                         "short or not torch's distributed-checkpoint metadata; use an earlier checkpoint or copy it "
+                         "again") from None
+    ends: dict[str, int] = {}  # shard file -> the end of the last bytes the metadata records in it
+    for info in storage.values():
+        ends[info.relative_path] = max(ends.get(info.relative_path, 0), info.offset + info.length)
+    for name, end in sorted(ends.items()):
+        shard = path / name
+        size = shard.stat().st_size if shard.is_file() else None
+        if size is None or size < end:
+            state = "is missing" if size is None else f"has {size} bytes"
+            raise InputError(f"checkpoint shard {shard} {state} where the folder's .metadata records {end}: the copy "
+                             "was cut short (a transfer or save that did not finish?); use an earlier checkpoint or "
+                             "copy it again")
+    check_whole_archive(path / SHARDED_META, "checkpoint file")
 
 
 def check_trainable_weights(state_dict: dict[str, Any], trainable: set[str] | dict[str, tuple[int, ...]],
@@ -310,6 +343,35 @@ def resume_where_stopped(checkpoint: dict[str, Any]) -> None:
         checkpoint["epoch"] = current["started"] - 1
 
 
+STOP_GRACE_S = 30.0
+"""How long a stop signal waits for the current step before abandoning it (``LIT_GRPO_STOP_GRACE_S`` sets it)."""
+
+
+class StepAbandoned(SIGTERMException):
+    """A stop signal abandoned the step in progress: it did not finish within the grace period (a reward or a
+    judge that does not return), or a second signal came. Lightning treats it as its own SIGTERM stop; the last
+    finished step is saved by :class:`~lit_grpo.save_on_failure.SaveOnFailure`."""
+
+
+def stop_grace_s() -> float:
+    """``LIT_GRPO_STOP_GRACE_S`` (seconds, > 0), else :data:`STOP_GRACE_S`.
+
+    Raises:
+        InputError: the variable is not a positive number.
+    """
+    text = os.environ.get("LIT_GRPO_STOP_GRACE_S", "").strip()
+    if not text:
+        return STOP_GRACE_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise InputError(f"LIT_GRPO_STOP_GRACE_S={text!r} is not a number of seconds > 0: set it to how long a stop "
+                         f"signal waits for the current step (default {STOP_GRACE_S:g}), or unset it")
+    return value
+
+
 def resume_command(command: list[str], ckpt_path: str) -> str:
     """``command`` with any ``--ckpt_path`` replaced by ``ckpt_path``, quoted for a shell."""
     args, skip = [], False
@@ -329,9 +391,12 @@ class StopAndResume(L.Callback):
     - SIGTERM (what a scheduler sends at a time limit) or SIGINT (Ctrl+C) during training: the current step
       finishes (Lightning's own SIGTERM handling, which SIGINT joins), a checkpoint is written
       (``last.ckpt`` in the first ``ModelCheckpoint``'s folder), the command that resumes the run is printed,
-      and the CLI exits with 128 + the signal number (143, 130). A second SIGINT abandons the step at once
-      and writes nothing more. During evaluation the run stops at the next batch; outside a trainer run (model
-      loading) SIGTERM stops at once; either way with the same exit status, and nothing trained is lost.
+      and the CLI exits with 128 + the signal number (143, 130). A step that has not finished ``grace_s`` after
+      the signal (a reward or a judge that does not return), or a second signal, abandons the step
+      (:class:`StepAbandoned`, raised in the main thread, which a sleep or a Python loop gives way to) and the last
+      finished step is saved instead (one process), with the same exit status. During evaluation the run stops
+      at the next batch; outside a trainer run (model loading) SIGTERM stops at once; either way with the same
+      exit status, and nothing trained is lost.
     - A checkpoint resumes where the run stopped, inside an epoch or at its end (:func:`resume_where_stopped`).
 
     The handlers are installed by :meth:`install` (the CLI calls it first thing) or at the first ``setup``.
@@ -340,11 +405,17 @@ class StopAndResume(L.Callback):
 
     Args:
         command: the command line of the run (``python -m lit_grpo fit ...``), for the resume command.
+        grace_s: how long a signal waits for the current step before abandoning it (default :func:`stop_grace_s`).
     """
 
-    def __init__(self, command: list[str] | None = None):
+    def __init__(self, command: list[str] | None = None, grace_s: float | None = None):
         self.command = command
+        self.grace_s = stop_grace_s() if grace_s is None else grace_s
         self.signum: int | None = None
+        self.interrupted = False  # a KeyboardInterrupt ended the run (Lightning then exits 1)
+        self._timer: threading.Timer | None = None
+        self._abandon = False
+        self.final_validation_left = False  # a stop during the validation after the last step: resumed, it runs again
         self._in_run = self._forwarding = False
         self._previous: dict[int, Any] = {}
         self._unsaved: set[str] = set()
@@ -380,13 +451,32 @@ class StopAndResume(L.Callback):
             self._say(f"{name} received outside training: stopping now, nothing trained is lost "
                       f"(exit status {self.exit_code})")
             raise SystemExit(self.exit_code)
+        if again and (self._abandon or self._timer is not None):  # the grace period is over, or a second signal
+            self._abandon = False
+            self.cancel_timer()
+            raise StepAbandoned
+        if again:
+            return
         if signum == signal.SIGINT:
-            if again:
-                raise KeyboardInterrupt  # Ctrl+C again: abandon the step now
             self._forward(frame)  # Lightning's SIGTERM handling: the step finishes, then the loop stops
-        if not again:
-            self._say(f"{name} received: the run stops after the current step (or evaluation batch) and writes "
-                      "a checkpoint" + (" (Ctrl+C again abandons the step)" if signum == signal.SIGINT else ""))
+        self._say(f"{name} received: the run stops after the current step (or evaluation batch) and writes a "
+                  f"checkpoint; a step not finished within {self.grace_s:g} s (a reward that hangs?) or a second "
+                  "signal abandons it, and the last finished step is saved")
+        self._timer = threading.Timer(self.grace_s, self._grace_over, [threading.main_thread().ident])
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _grace_over(self, main: int) -> None:
+        """The grace period has passed (timer thread): interrupt the main thread, whose handler abandons the step;
+        SIGINT to the main thread alone, so that a ``sleep`` there returns (a process signal may go to any thread)."""
+        self._abandon = True
+        signal.pthread_kill(main, signal.SIGINT)
+
+    def cancel_timer(self) -> None:
+        """Stop waiting for the step: it is over (the stop's save begins) or abandoned."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def _forward(self, frame) -> None:
         handler = signal.getsignal(signal.SIGTERM)
@@ -401,9 +491,35 @@ class StopAndResume(L.Callback):
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self.install()
         self._in_run = True
+        if stage == "fit" and not getattr(trainer.fit_loop.run, "finishes_validation", False):
+            trainer.fit_loop.run = self._validate_then(trainer, trainer.fit_loop.run)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"final_validation_left": self.final_validation_left}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.final_validation_left = bool(state_dict.get("final_validation_left", False))
+
+    def _validate_then(self, trainer: L.Trainer, run: Any) -> Any:
+        """The fit loop's ``run``, preceded by the validation a stop interrupted after the last training step: Lightning
+        would resume such a run as finished (``max_steps`` reached), with neither that validation nor its figures.
+        Called once the checkpoint's loops are restored; the validation runs whole, as it would have."""
+        def validate_then_run() -> None:
+            if self.final_validation_left:
+                self.final_validation_left = False
+                loop = trainer.fit_loop
+                loop.setup_data()
+                loop.epoch_loop.val_loop.restarting = False  # from its first batch
+                trainer.validating = True
+                loop.epoch_loop.val_loop.run()
+                trainer.training = True
+            run()
+        validate_then_run.finishes_validation = True
+        return validate_then_run
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._in_run = False
+        self.cancel_timer()
 
     def _stop_if_signalled(self) -> None:
         """A signal Lightning did not see (it arrived before this trainer run registered its handler)."""
@@ -448,9 +564,19 @@ class StopAndResume(L.Callback):
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         self._in_run = False
+        self.cancel_timer()
         if isinstance(exception, KeyboardInterrupt):
+            self.interrupted, self.signum = True, self.signum or signal.SIGINT
             self._say(f"Interrupted after step {trainer.global_step}; nothing more is written. "
                       + self._newest(trainer))
+        elif isinstance(exception, StepAbandoned):
+            name = signal.Signals(self.signum or signal.SIGTERM).name
+            saves = trainer.state.fn == TrainerFn.FITTING and trainer.world_size == 1 and any(
+                type(cb).__name__ == "SaveOnFailure" for cb in trainer.callbacks)
+            self._say(f"Stopped by {name}: the step after step {trainer.global_step} did not finish (within "
+                      f"{self.grace_s:g} s, or before a second signal) and is abandoned"
+                      + (" (a reward or a judge that does not return?)." if saves else
+                         f". Nothing more is written. {self._newest(trainer)}"))
         elif isinstance(exception, SIGTERMException):
             self._stop(trainer)
 
@@ -463,6 +589,8 @@ class StopAndResume(L.Callback):
                       f"(exit status {self.exit_code}).")
             return
         path = self.stop_path(trainer)
+        last = trainer.validating and (trainer.should_stop or 0 < trainer.max_steps <= trainer.global_step)
+        self.final_validation_left = last  # kept in the checkpoint: the resumed run validates first
         try:
             trainer.save_checkpoint(path, weights_only=False)
         except CheckpointWriteError as exc:  # one line: the file, the reason, the room left, what is still there
@@ -474,10 +602,13 @@ class StopAndResume(L.Callback):
             return
         resume = (resume_command(self.command, path) if self.command
                   else f"trainer.fit(model, datamodule, ckpt_path={path!r})")
-        self._say(f"Stopped by {name} after step {trainer.global_step}"
+        self._say(f"Stopped by {name} " + ("during the validation after the last step, " if last else "")
+                  + f"after step {trainer.global_step}"
                   + (f" of max_steps {trainer.max_steps}" if trainer.max_steps > 0 else "")
                   + f"; checkpoint written: {path}\nResume the run (same prompts, completions and weights as "
-                  f"if it had not stopped; a higher --trainer.max_steps trains further) with:\n  {resume}")
+                  "if it had not stopped; " + ("the validation runs again, whole, and the run ends with its figures"
+                                              if last else "a higher --trainer.max_steps trains further")
+                  + f") with:\n  {resume}")
 
     def limit_line(self, trainer: L.Trainer) -> str:
         """What ended a ``fit`` (``max_steps``; before it ``max_time``, ``max_epochs``, an early-stopping callback; a

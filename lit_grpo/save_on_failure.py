@@ -1,5 +1,6 @@
 """A step that fails never takes the finished steps with it: when training stops on an error (a reward that raises,
-a judge that is down, a bug in a callback, out of memory), the last finished step is saved as ``last.ckpt``, as a
+a judge that is down, a bug in a callback, out of memory) or a stop signal abandons a step that does not finish
+(:class:`~lit_grpo.runs.StepAbandoned`), the last finished step is saved as ``last.ckpt``, as a
 checkpoint written right after that step would be, so resuming from it is the same run.
 
 How: after every training step :class:`SaveOnFailure` keeps what a checkpoint holds besides the weights and the
@@ -26,7 +27,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lit_grpo.errors import CheckpointWriteError
 from lit_grpo.rng import collect_rng_states, set_rng_states
-from lit_grpo.runs import StopAndResume, resume_command, written_checkpoints
+from lit_grpo.runs import StepAbandoned, StopAndResume, resume_command, written_checkpoints
 
 
 class SaveOnFailure(L.Callback):
@@ -66,19 +67,24 @@ class SaveOnFailure(L.Callback):
             checkpoint["loops"]["fit_loop"] = self._saving
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        abandoned = isinstance(exception, StepAbandoned)  # a stop signal gave up waiting for the step
         if (trainer.state.fn != TrainerFn.FITTING or trainer.world_size > 1 or not self._hooks  # training not begun
-                or isinstance(exception, (SIGTERMException, KeyboardInterrupt, CheckpointWriteError))):
+                or (not abandoned
+                    and isinstance(exception, (SIGTERMException, KeyboardInterrupt, CheckpointWriteError)))):
             return
         try:
-            self.note = self._save(trainer)
+            resume_with = "Resume the run with:\n " if abandoned else "resume once this is fixed with:"
+            self.note = self._save(trainer, resume_with)
         except Exception as exc:  # never hide the run's own error behind this one
             self.note = f"The last finished step could not be saved ({type(exc).__name__}: {exc})."
-        if hasattr(exception, "add_note"):
+        if abandoned:  # a stop, not an error: no error line will carry the note
+            print(f"{self.note}\n", file=sys.stderr, flush=True)
+        elif hasattr(exception, "add_note"):
             exception.add_note(self.note)
         else:  # pragma: no cover - Python 3.10
             print(self.note, file=sys.stderr, flush=True)
 
-    def _save(self, trainer: L.Trainer) -> str:
+    def _save(self, trainer: L.Trainer, resume_with: str = "resume once this is fixed with:") -> str:
         """Write the last finished step's checkpoint if the weights are still that step's; the note to show."""
         if self._finished is None:
             return "No training step had finished: nothing to save."
@@ -105,4 +111,4 @@ class SaveOnFailure(L.Callback):
                 self._saving = None
                 set_rng_states(now)
         resume = resume_command(self.command, saved) if self.command else f"ckpt_path={saved!r}"
-        return f"Step {step}, the last finished step, is saved in {saved}; resume once this is fixed with: {resume}"
+        return f"Step {step}, the last finished step, is saved in {saved}; {resume_with} {resume}"

@@ -408,3 +408,52 @@ def test_a_sharded_checkpoint_folder_without_the_sharded_strategy_is_one_line(tr
                                          rf"\(FSDP2\): {subcommand} it with the sharded strategy, --config "
                                          r"configs/fsdp.yaml after the run's config"):
         _run(subcommand, folder, "--ckpt_path", str(sharded))
+
+
+def _sharded(folder: Path) -> Path:
+    """A whole one-rank sharded checkpoint folder of one 1,000-float weight and its AdamW state."""
+    from lit_grpo.strategy import save_sharded
+
+    path = folder / "sharded.ckpt"
+    optimizer = {"state": {"policy.w": {"step": torch.tensor(2.0), "exp_avg": torch.ones(1000)}},
+                 "param_groups": [{"lr": 1e-3, "params": ["policy.w"]}]}
+    save_sharded({"state_dict": {"policy.w": torch.arange(1000.0)}, "optimizer_states": [optimizer],
+                  "global_step": 2}, path, world_size=1, rank=0, barrier=lambda: None)
+    return path
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+@pytest.mark.parametrize("damage", ["shard_in_half", "shard_less_one_byte", "shard_missing", "metadata_in_half",
+                                    "meta_pt_in_half"])
+def test_a_sharded_checkpoint_with_a_file_cut_short_is_one_line_naming_the_file(trained, tmp_path, damage):
+    """One file of a sharded folder cut short (or gone): refused before anything loads, naming that file (torch's
+    reader ended in a long traceback naming none)."""
+    from lit_grpo.errors import InputError
+    from lit_grpo.runs import check_checkpoint_file
+
+    path = _sharded(tmp_path)
+    check_checkpoint_file(path)  # whole: accepted
+    shard = path / "__0_0.distcp"
+    name = {"metadata_in_half": ".metadata", "meta_pt_in_half": "meta.pt"}.get(damage, shard.name)
+    data = (path / name).read_bytes()
+    if damage == "shard_missing":
+        shard.unlink()
+    else:
+        (path / name).write_bytes(data[:len(data) - 1] if damage == "shard_less_one_byte" else data[:len(data) // 2])
+    expected = {
+        "shard_in_half": rf"checkpoint shard {re.escape(str(shard))} has {len(data) // 2} bytes where the folder's "
+                         rf"\.metadata records {len(data)}: the copy was cut short",
+        "shard_less_one_byte": rf"checkpoint shard {re.escape(str(shard))} has {len(data) - 1} bytes where the "
+                               rf"folder's \.metadata records {len(data)}:",
+        "shard_missing": rf"checkpoint shard {re.escape(str(shard))} is missing where the folder's \.metadata "
+                         rf"records {len(data)}:",
+        "metadata_in_half": rf"checkpoint file {re.escape(str(path / '.metadata'))} cannot be read \(\w+\): it is "
+                            "cut short",
+        "meta_pt_in_half": rf"checkpoint file {re.escape(str(path / 'meta.pt'))} \({len(data) // 2} bytes\) is "
+                           "truncated or not a checkpoint",
+    }[damage]
+    with pytest.raises(InputError, match=expected) as refused:
+        check_checkpoint_file(path)
+    assert "\n" not in str(refused.value)
+    with pytest.raises(InputError, match=expected):  # the CLI refuses it first, in the same words
+        _run("fit", trained[0], "--ckpt_path", str(path))

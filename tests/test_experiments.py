@@ -5,8 +5,10 @@ import csv
 import dataclasses
 import json
 import math
+import os
 from pathlib import Path
 
+import lightning as L
 import pytest
 import yaml
 
@@ -290,3 +292,93 @@ def test_runner_settings_out_of_range_are_one_line(capsys, args, message):
     with pytest.raises(SystemExit) as exit_:
         parse(["phyx", "--config", "configs/experiments/phyx_demo.yaml", *args])
     assert exit_.value.code == 2 and capsys.readouterr().err.strip() == message
+
+
+# ----------------------------------------------------------------------------- a stop signal to the runner
+class TouchAtStep(L.Callback):
+    """Writes this process's pid to ``path`` once training step ``step`` has ended."""
+
+    def __init__(self, path: str, step: int):
+        self.path, self.step = Path(path), step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step >= self.step and not self.path.exists():
+            self.path.write_text(str(os.getpid()))
+
+
+RUNNER = """import sys
+from pathlib import Path
+from lit_grpo.tasks.phyx.experiments.phyx import launch, passing_signals_on, stop_signal
+with passing_signals_on():
+    rc, _ = launch(sys.argv[2:], Path(sys.argv[1]), "subprocess")
+print(f"rc={rc} stop={stop_signal()}")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [15, 1], ids=["SIGTERM", "SIGHUP"])
+def test_a_sigterm_to_the_runner_stops_its_fit_with_a_save_and_the_rerun_resumes_it(tmp_path, signum):
+    """The runner's fit (logger and checkpoints as ``fit_overlay`` sets them: no ModelCheckpoint) gets the runner's
+    SIGTERM (a SIGHUP goes on as SIGTERM), saves its last step where :func:`stopped_fit` looks, and has ended when
+    the runner returns its 143 (it ran on, orphaned, and the rerun started it anew); that checkpoint resumes the
+    fit."""
+    import signal
+    import subprocess
+    import sys
+
+    import torch
+
+    from lit_grpo.cli import main
+    from lit_grpo.tasks.phyx.experiments.phyx import stopped_fit
+    from test_resume import _config
+
+    root = Path(__file__).parents[1]
+    touch = tmp_path / "step2.pid"
+    over = _config(tmp_path, **{
+        "trainer.max_steps": 1000, "trainer.max_epochs": 1, "trainer.enable_checkpointing": False,
+        "trainer.logger": {"class_path": "lit_grpo.loggers.TensorBoardLogger",
+                           "init_args": {"save_dir": str(tmp_path / "tb"), "name": "run", "version": "",
+                                         "default_hp_metric": False}},
+        "trainer.callbacks": [{"class_path": "test_experiments.TouchAtStep",
+                               "init_args": {"path": str(touch), "step": 2}}],
+        "data.train": {"generate": {"path": str(tmp_path / "train.parquet"), "kind": "puzzles", "num": 600}}})
+    args = ["fit", "--config", "configs/demo.yaml", "--config", str(over)]
+    (tmp_path / "runner.py").write_text(RUNNER)
+    env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{root / 'tests'}", "HF_HUB_OFFLINE": "1"}
+    runner = subprocess.Popen([sys.executable, str(tmp_path / "runner.py"), str(tmp_path / "fit.log"), *args],
+                              cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    try:
+        for _ in range(3000):
+            if touch.exists() or runner.poll() is not None:
+                break
+            subprocess.run(["sleep", "0.1"])
+        assert runner.poll() is None, (tmp_path / "fit.log").read_text()[-3000:]
+        child = int(touch.read_text())
+        runner.send_signal(signum)
+        out, err = runner.communicate(timeout=300)
+    finally:
+        os.killpg(runner.pid, signal.SIGKILL) if runner.poll() is None else None
+    assert out.strip() == f"rc=143 stop={signum}", err[-3000:]
+    assert f"{signal.Signals(signum).name} received: passed on to the runs in progress, which save their last step" \
+        in err
+    with pytest.raises(ProcessLookupError):  # the fit has ended (and was reaped) when the runner returns
+        os.kill(child, 0)
+    last = tmp_path / "tb" / "run" / "checkpoints" / "last.ckpt"
+    step = torch.load(last, weights_only=False)["global_step"]
+    assert 2 <= step < 300
+    assert f"Stopped by SIGTERM after step {step} of max_steps 1000; checkpoint written: {last}" \
+        in (tmp_path / "fit.log").read_text()
+    if signum != signal.SIGTERM:
+        return  # the rest is the same for both
+    # the rerun's choice: that checkpoint for the same stamp stopped by a signal, nothing for a failed or other run
+    exp = dataclasses.make_dataclass("Exp", [("force", bool)])(False)
+    exp.path = lambda *parts: tmp_path.joinpath(*parts)
+    run = dataclasses.make_dataclass("R", [("name", str)])("run")
+    record = tmp_path / "fit.json"
+    for rc, stamp, expected in [(143, "s", last), (130, "s", last), (1, "s", None), (143, "other", None)]:
+        record.write_text(json.dumps({"stamp": stamp, "rc": rc}))
+        assert stopped_fit(exp, run, record, "s") == expected
+    cli = main([*args, "--ckpt_path", str(last), "--trainer.max_steps", str(step + 1)])
+    assert cli.trainer.global_step == step + 1
+    assert all(s["step"] == step + 1 for s in cli.trainer.optimizers[0].state_dict()["state"].values())

@@ -373,3 +373,54 @@ def test_a_two_rank_run_without_a_logger_saves_its_config_and_checkpoint(tmp_pat
                    str(tmp_path / "overrides.yaml")]], timeout=180)
     assert (tmp_path / "ckpt" / "last.ckpt").is_file()
     assert yaml.safe_load((tmp_path / "root" / "config.yaml").read_text())["trainer"]["max_steps"] == 1
+
+
+@pytest.mark.slow
+def test_a_busy_master_port_leaves_no_rank_running(tmp_path):
+    """``MASTER_PORT`` held by another program: rank 0 cannot open the process group's store and fails; rank 1 (its
+    child, waiting on that port) stops within seconds with one line naming rank 0's pid (it stayed for the group's
+    30-minute timeout, or for ever)."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import time
+
+    from lit_grpo.embedded import save_embedded_vlm
+    from lit_grpo.tasks.visualsphinx.puzzles import write_puzzles
+
+    save_embedded_vlm(tmp_path / "model")
+    write_puzzles(tmp_path / "train.parquet", num=12, seed=0)
+    write_puzzles(tmp_path / "val.parquet", num=2, seed=1)
+    _overrides(tmp_path, tmp_path, "busy")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(8)  # accepts connections and never answers
+        port = busy.getsockname()[1]
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        log = tmp_path / "out.log"
+        with open(log, "w") as out:
+            rank0 = subprocess.Popen([sys.executable, *_fit(tmp_path, "--trainer.devices", "2", "--trainer.strategy",
+                                                            "ddp")], cwd=Path(__file__).parents[1], env=env,
+                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            rank0.wait(timeout=300)
+            left, deadline = True, time.monotonic() + 60
+            while left and time.monotonic() < deadline:  # any process left in the launch's process group?
+                try:
+                    os.killpg(rank0.pid, 0)
+                    time.sleep(0.2)
+                except ProcessLookupError:
+                    left = False
+            ended = time.monotonic() - (deadline - 60)
+        finally:
+            try:
+                os.killpg(rank0.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    text = log.read_text()
+    assert rank0.returncode not in (0, None), text[-3000:]
+    assert not left, f"a rank still runs 60 s after rank 0 ended\n{text[-3000:]}"
+    assert re.search(rf"error: rank 1 \(pid \d+\) stops: the process that launched it \(pid {rank0.pid}\) has ended",
+                     text), text[-3000:]
+    print(f"rank 1 gone {ended:.1f} s after rank 0 ended")

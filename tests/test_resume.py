@@ -7,6 +7,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import lightning as L
@@ -63,6 +64,29 @@ if "fails_when_armed" not in REWARDS:
     def _fails_when_armed(completions, **_):
         if FailAt.armed:
             raise RuntimeError("the grader is gone")
+        return [0.0] * len(completions)
+
+
+class HangAt(L.Callback):
+    """Makes the weight-0 reward ``hangs_when_armed`` hang (``how``: a long sleep or a busy loop) from training step
+    ``step`` on."""
+
+    armed = ""
+
+    def __init__(self, step: int, how: str = "sleep"):
+        self.step, self.how = step, how
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        HangAt.armed = self.how if trainer.global_step + 1 >= self.step else ""
+
+
+if "hangs_when_armed" not in REWARDS:
+    @REWARDS.register("hangs_when_armed")
+    def _hangs_when_armed(completions, **_):
+        if HangAt.armed == "sleep":
+            time.sleep(1e6)
+        while HangAt.armed == "busy":
+            pass
         return [0.0] * len(completions)
 
 
@@ -258,14 +282,74 @@ def test_a_signal_before_training_exits_nonzero_and_says_nothing_is_lost(tmp_pat
     assert not (tmp_path / "ckpt").exists() or not any((tmp_path / "ckpt").iterdir())
 
 
-def test_a_second_ctrl_c_abandons_the_step_and_writes_nothing(tmp_path, capsys):
+def test_a_second_ctrl_c_abandons_the_step_and_exits_130_with_the_last_finished_step(tmp_path, capsys):
     kill = {"class_path": "test_resume.SignalAt", "init_args": {"signum": int(signal.SIGINT), "step": 2, "times": 2}}
     with pytest.raises(SystemExit) as stopped:
         _fit(tmp_path, "--trainer.callbacks+", json.dumps(kill))
-    assert stopped.value.code != 0
-    assert torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)["global_step"] == 1
+    assert stopped.value.code == 130
+    last = tmp_path / "ckpt" / "last.ckpt"
+    assert torch.load(last, weights_only=False)["global_step"] == 1
+    err = capsys.readouterr().err
+    assert "Stopped by SIGINT: the step after step 1 did not finish (within 30 s, or before a second signal) and " \
+        "is abandoned" in err
+    assert f"Step 1, the last finished step, is saved in {last}; Resume the run with:\n  python -m lit_grpo fit " in err
+
+
+class InterruptAt(L.Callback):
+    """Raises KeyboardInterrupt at the start of training step ``step`` (as a Ctrl+C met outside our handler would)."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step + 1 == self.step:
+            raise KeyboardInterrupt
+
+
+def test_a_keyboard_interrupt_in_a_step_exits_130_not_lightnings_1(tmp_path, capsys):
+    interrupt = {"class_path": "test_resume.InterruptAt", "init_args": {"step": 2}}
+    with pytest.raises(SystemExit) as stopped:
+        _fit(tmp_path, "--trainer.callbacks+", json.dumps(interrupt))
+    assert stopped.value.code == 130
     assert f"Interrupted after step 1; nothing more is written. The newest checkpoint is {tmp_path / 'ckpt'}" \
         in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("signum,how", [(signal.SIGTERM, "sleep"), (signal.SIGTERM, "busy"), (signal.SIGINT, "sleep")],
+                         ids=["SIGTERM-sleep", "SIGTERM-busy-loop", "SIGINT-sleep"])
+def test_a_signal_stops_a_hung_reward_saves_the_last_finished_step_and_resumes_as_the_same_run(
+        tmp_path, reference, capsys, monkeypatch, signum, how):
+    """A reward hangs in step 3 (``time.sleep(1e6)``, or a busy loop) and the signal comes at its start: 1 s later
+    the step is abandoned, last.ckpt holds step 2 (no checkpoint was due), the exit status is 128 + the signal, and
+    the printed command, run as it stands, makes 2 + 4 steps the 6 uninterrupted ones."""
+    monkeypatch.setenv("LIT_GRPO_STOP_GRACE_S", "1")
+    rewards = {"model.init_args.rewards": [{"name": "binary", "weight": 1.0}, {"name": "boxed_format", "weight": 0.5},
+                                           {"name": "hangs_when_armed", "weight": 0.0}]}
+    hang = {"class_path": "test_resume.HangAt", "init_args": {"step": 3, "how": how}}
+    kill = {"class_path": "test_resume.SignalAt", "init_args": {"signum": int(signum), "step": 3}}
+    start = time.monotonic()
+    with pytest.raises(SystemExit) as stopped:
+        _fit(tmp_path, "--trainer.callbacks+", json.dumps(hang), "--trainer.callbacks+", json.dumps(kill),
+             every_n=100, **rewards)
+    assert stopped.value.code == 128 + signum
+    assert time.monotonic() - start < 120
+    last = tmp_path / "ckpt" / "last.ckpt"
+    assert torch.load(last, weights_only=False)["global_step"] == 2
+    err = capsys.readouterr().err
+    name = signal.Signals(signum).name
+    assert f"Stopped by {name}: the step after step 2 did not finish (within 1 s, or before a second signal)" in err
+    assert f"Step 2, the last finished step, is saved in {last}; Resume the run with:\n" in err
+    command = shlex.split(err.split("Resume the run with:", 1)[1].splitlines()[1])
+    assert command[:4] == ["python", "-m", "lit_grpo", "fit"] and command[-2:] == ["--ckpt_path", str(last)]
+    first = list(Record.steps)
+    HangAt.armed = ""
+    Record.steps = []
+    kept = command[3:]
+    for i in reversed(range(len(kept))):  # the hang fixed: the test's two callbacks dropped, the rest as printed
+        if "HangAt" in kept[i] or "SignalAt" in kept[i]:
+            del kept[i - 1:i + 1]
+    cli = main(kept)
+    _assert_same_run(first + Record.steps, _weights(cli), reference)
 
 
 @pytest.mark.slow
@@ -304,3 +388,54 @@ def test_a_signal_to_a_real_fit_checkpoints_says_how_to_resume_and_exits_nonzero
     assert cli.trainer.global_step == step + 1
     optimizer_state = cli.trainer.optimizers[0].state_dict()["state"]
     assert all(s["step"] == step + 1 for s in optimizer_state.values())  # continued from the saved optimizer
+
+
+class SignalInValidation(L.Callback):
+    """Sends SIGTERM to this process at the first batch of the validation at training step ``step``."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        if trainer.global_step == self.step and batch_idx == 0 and not trainer.sanity_checking:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _final_row(folder: Path) -> dict:
+    import csv
+
+    (path,) = folder.glob("logs/t/*/eval_curves.csv")
+    rows = list(csv.DictReader(open(path)))
+    return {k: v for k, v in rows[-1].items()}
+
+
+def test_a_stop_during_the_final_validation_resumes_into_that_validation_and_its_figures(tmp_path, capsys):
+    """SIGTERM at the first of 2 batches of the validation after the last step (2 of max_steps 2): the printed
+    command runs that validation whole, and its row of eval_curves.csv and closing summary equal the unbroken run's
+    (the resumed run trained 0 steps and skipped the validation)."""
+    summary = json.dumps({"class_path": "lit_grpo.callbacks.EvalSummary"})
+    val = {"data.val": {"generate": {"path": str(tmp_path / "val.parquet"), "kind": "puzzles", "num": 4, "seed": 1}}}
+    (tmp_path / "whole").mkdir()
+    _fit(tmp_path / "whole", "--trainer.callbacks+", summary, "--trainer.max_steps", "2", every_n=100, **val)
+    whole = _final_row(tmp_path / "whole")
+    assert whole["step"] == "2"
+    whole_out = capsys.readouterr().out
+    kill = json.dumps({"class_path": "test_resume.SignalInValidation", "init_args": {"step": 2}})
+    with pytest.raises(SystemExit) as stopped:
+        _fit(tmp_path, "--trainer.callbacks+", summary, "--trainer.max_steps", "2", "--trainer.callbacks+", kill,
+             every_n=100, **val)
+    assert stopped.value.code == 143
+    last = tmp_path / "ckpt" / "last.ckpt"
+    err = capsys.readouterr().err
+    assert f"Stopped by SIGTERM during the validation after the last step, after step 2 of max_steps 2; checkpoint " \
+           f"written: {last}" in err
+    assert not list(tmp_path.glob("logs/t/*/eval_curves.csv"))  # no validation had ended: no row yet
+    command = shlex.split(err.split("Resume the run", 1)[1].splitlines()[1])
+    kept = command[3:]
+    del kept[kept.index(kill) - 1:kept.index(kill) + 1]  # the test's signal dropped, the rest as printed
+    cli = main(kept)
+    assert cli.trainer.global_step == 2
+    assert _final_row(tmp_path) == whole
+    out = capsys.readouterr().out
+    closing = [line for line in whole_out.splitlines() if "step 2" in line or "±" in line]
+    assert closing and all(line in out for line in closing)

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from lit_grpo.tasks.phyx.experiments.phyx import (Condition, Control, Format, LoadSampler, PhyxExperiment, Run, ensure_warm_start,
-                                      finished, run_one)
+                                      finished, passing_signals_on, run_one, stop_signal)
 from lit_grpo.tasks.phyx.experiments.sweep import Setting, Sweep
 from lit_grpo.tasks.phyx.experiments.summary import write_report
 
@@ -64,9 +64,11 @@ def execute(exp: PhyxExperiment) -> dict[str, Any]:
     if exp.report_only:
         sft, statuses = None, [finished(exp, r) for r in runs]
         return write_report(exp, runs, statuses, sft, time.perf_counter() - start)
-    with LoadSampler() as load:
+    with LoadSampler() as load, passing_signals_on():
         sft = ensure_warm_start(exp)
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, exp.jobs)) as pool:
             statuses = list(pool.map(lambda r: run_one(exp, r), runs))
+    if stop_signal() is not None:  # the runs it reached saved their last step; the same command resumes them
+        raise SystemExit(128 + stop_signal())
     wall = time.perf_counter() - start
     return write_report(exp, runs, statuses, sft, wall, load.samples)

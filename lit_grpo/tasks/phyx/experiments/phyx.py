@@ -15,11 +15,13 @@ unchanged is reused; ``force`` redoes it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -248,6 +250,64 @@ def _configs(files: list[str]) -> list[str]:
     return [a for f in files for a in ("--config", f)]
 
 
+class _Stop:
+    """The stop signal the runner received (None: none) and the children it passes it on to, under one lock."""
+    signum: int | None = None
+    children: dict[subprocess.Popen, bool] = {}  # child -> whether it has been signalled
+    lock = threading.RLock()  # the handler may run in a thread that holds it
+
+
+def stop_signal() -> int | None:
+    """The SIGTERM / SIGINT the runner received while :func:`passing_signals_on` (None: none)."""
+    return _Stop.signum
+
+
+@contextlib.contextmanager
+def passing_signals_on():
+    """While the runner runs (main thread): a SIGTERM or SIGINT to it goes on to every fit and evaluation it has
+    started (each in a session of its own, so a Ctrl+C at the terminal reaches it once, through here); each saves
+    its last step and exits (``python -m lit_grpo``'s stop), no new run starts, and :func:`launch` returns the child's
+    status once it has ended. A second signal goes on too (the child then abandons its step). A SIGHUP (the
+    terminal closed) goes on as SIGTERM: the children, in sessions of their own, would not get it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def pass_on(signum: int, frame) -> None:
+        if _Stop.signum is None:
+            _say(f"{signal.Signals(signum).name} received: passed on to the runs in progress, which save their last "
+                 "step; no new run starts. Run the same command again to resume them.")
+        _Stop.signum = _Stop.signum or signum
+        with _Stop.lock:
+            for child in _Stop.children:
+                _Stop.children[child] = True
+                child.send_signal(signal.SIGTERM if signum == signal.SIGHUP else signum)
+
+    _Stop.signum = None
+    previous = {s: signal.signal(s, pass_on) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _run_child(command: list[str], log: Path, env: dict[str, str]) -> int:
+    """``command`` with its output to ``log``, in a session of its own, signalled as :func:`passing_signals_on` says;
+    its exit status (128 + the signal when a stop came before it started)."""
+    with _Stop.lock:
+        if _Stop.signum is not None:
+            return 128 + _Stop.signum
+        with open(log, "w") as f:
+            child = subprocess.Popen(command, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        _Stop.children[child] = False
+    try:
+        return child.wait()
+    finally:
+        with _Stop.lock:
+            _Stop.children.pop(child, None)
+
+
 def launch(args: list[str], log: Path, launcher: str) -> tuple[int, float]:
     """Run ``python -m lit_grpo <args>``; ``(exit status, wall seconds)``. Output goes to ``log`` (subprocess)."""
     start = time.perf_counter()
@@ -266,9 +326,7 @@ def launch(args: list[str], log: Path, launcher: str) -> tuple[int, float]:
     elif launcher == "subprocess":
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
                "TOKENIZERS_PARALLELISM": "false"}
-        with open(log, "w") as f:
-            rc = subprocess.run([sys.executable, "-m", "lit_grpo", *args], stdout=f, stderr=subprocess.STDOUT,
-                                env=env).returncode
+        rc = _run_child([sys.executable, "-m", "lit_grpo", *args], log, env)
     else:
         raise ValueError(f"launcher must be 'subprocess' or 'inprocess', got {launcher!r}")
     return rc, time.perf_counter() - start
@@ -340,12 +398,17 @@ def run_one(exp: PhyxExperiment, run: Run) -> dict[str, Any]:
         done = _done(folder / "fit.json", stamp, exp.force)
         if done is not None:
             _say(f"{run.name}: fit reused (runs/{run.name}/fit.json)")
+        if done is None and stop_signal() is not None:
+            return {**status, "not_run": True}
         if done is None:
-            _say(f"{run.name}: fit started (log: {folder / 'fit.log'})")
+            stopped = stopped_fit(exp, run, folder / "fit.json", stamp)
+            how = f"resumed from {stopped}" if stopped else "started"
+            _say(f"{run.name}: fit {how} (log: {folder / 'fit.log'})")
             tb = exp.path("tb", run.name)
-            for old in tb.glob("events.out.tfevents.*") if tb.is_dir() else []:
+            for old in tb.glob("events.out.tfevents.*") if tb.is_dir() and not stopped else []:
                 old.unlink()  # a rerun replaces the run's curves
-            rc, wall = launch(args, folder / "fit.log", exp.launcher)
+            rc, wall = launch([*args, *(["--ckpt_path", str(stopped)] if stopped else [])], folder / "fit.log",
+                              exp.launcher)
             done = {"stamp": stamp, "rc": rc, "wall_s": wall, "command": "python -m lit_grpo " + " ".join(args),
                     "code": exp.code}
             (folder / "fit.json").write_text(json.dumps(done, indent=1))
@@ -371,6 +434,18 @@ def run_one(exp: PhyxExperiment, run: Run) -> dict[str, Any]:
         _say(f"{run.name}: evaluation {'done' if rc == 0 else f'FAILED (exit {rc})'} in {wall / 60:.1f} min")
     status["eval"] = done
     return status
+
+
+def stopped_fit(exp: PhyxExperiment, run: Run, record: Path, stamp: str) -> Path | None:
+    """The checkpoint to resume ``run``'s fit from: the one its last launch wrote when a stop signal ended it (exit
+    status 143 or 130, the same configs and arguments), where ``python -m lit_grpo`` writes it without a
+    ``ModelCheckpoint``: ``<log folder>/checkpoints/last.ckpt``; None: the fit starts anew."""
+    last = exp.path("tb", run.name, "checkpoints", "last.ckpt")
+    if exp.force or not record.is_file() or not last.exists():
+        return None
+    data = json.loads(record.read_text())
+    return last if data.get("stamp") == stamp and data.get("rc") in (128 + signal.SIGTERM, 128 + signal.SIGINT) \
+        else None
 
 
 def finished(exp: PhyxExperiment, run: Run) -> dict[str, Any]:
