@@ -14,6 +14,7 @@ from lightning.pytorch.callbacks import BasePredictionWriter
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 
 from lit_grpo import distributed as D
+from lit_grpo import environment
 from lit_grpo.evaluation import (CSV_COLUMNS, TABLE_GROUPS, accuracy_table, prompt_text, scalar_name, table_csv,
                                  table_markdown, table_rows)
 from lit_grpo.loggers import log_images, log_table, log_text, masked_text
@@ -135,6 +136,7 @@ class ExportPretrained(L.Callback):
         if trainer.is_global_zero:
             save_pretrained(model, processor, self.dirpath, self.merge)
             generation_config(model, processor, cfg, pl_module.hparams.get("sampling")).save_pretrained(self.dirpath)
+            environment.write(self.dirpath)  # what trained these weights
 
 
 class EvalSummary(L.Callback):

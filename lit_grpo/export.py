@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from lit_grpo import environment
 from lit_grpo.embedded import EmbeddedModelConfig
 from lit_grpo.errors import InputError
 from lit_grpo.families import unwrap
@@ -44,9 +45,10 @@ def policy_config(value: PolicyConfig | dict[str, Any]) -> PolicyConfig:
     return PolicyConfig(**{k: nested[k](**v) if k in nested and isinstance(v, dict) else v for k, v in value.items()})
 
 
-def read_checkpoint(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
-    """``(trainable weights by name, hyper-parameters)`` of the checkpoint ``path`` (a file, or a sharded folder read
-    whole in this process).
+def read_checkpoint(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any], dict[str, Any] | None]:
+    """``(trainable weights by name, hyper-parameters, environment)`` of the checkpoint ``path`` (a file, or a sharded
+    folder read whole in this process); the environment is what trained it (:mod:`lit_grpo.environment`; None in a
+    checkpoint written before runs recorded it).
 
     Raises:
         InputError: a model folder, not a whole checkpoint, or one without the run's settings.
@@ -73,7 +75,7 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any]
     if "policy" not in meta.get("hyper_parameters", {}):
         raise InputError(f"checkpoint {path} does not record its policy settings (hyper_parameters.policy): it was "
                          "not written by a lit_grpo policy module")
-    return weights, meta["hyper_parameters"]
+    return weights, meta["hyper_parameters"], meta.get(environment.CHECKPOINT_KEY)
 
 
 def unsharded_policy(cfg: PolicyConfig, weights: dict[str, Tensor], prefix: str = "policy.") -> tuple[nn.Module, Any]:
@@ -213,12 +215,14 @@ def export_checkpoint(path: str | Path, out: str | Path, merge: bool = False) ->
     Raises:
         InputError: :func:`check_export`'s, :func:`read_checkpoint`'s and :func:`unsharded_policy`'s."""
     path, out = Path(path), Path(out)
-    weights, hparams = read_checkpoint(path)
+    weights, hparams, trained_in = read_checkpoint(path)
     cfg = policy_config(hparams["policy"])
     check_export(path, out, cfg, weights, merge)
     model, processor = unsharded_policy(cfg, weights)
     written = save_pretrained(model, processor, out, merge)
     generation_config(model, processor, cfg, hparams.get("sampling")).save_pretrained(written)  # beside an adapter too
+    if trained_in is not None:  # what trained these weights, for whoever cites them
+        (written / "environment.json").write_text(json.dumps(trained_in, indent=1) + "\n")
     umask = os.umask(0)
     os.umask(umask)
     for file in written.rglob("*"):  # some writers make private files (0600): a model folder is for others to read

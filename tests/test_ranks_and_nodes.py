@@ -210,7 +210,10 @@ def test_export_writes_the_trained_policy(runs, tmp_path, run):
     weights = torch.load(runs[run] / "record" / "weights.pt")
     main([str(runs[run] / "ckpt" / "last.ckpt"), str(tmp_path / "export")])
     folders = [tmp_path / "export"] + ([runs[run] / "export"] if run == "sharded" else [])
+    # what trained the weights goes with them: the record the run wrote beside its config
+    trained_in = json.loads((runs[run] / "logs" / run / "version_0" / "environment.json").read_text())
     for folder in folders:
+        assert json.loads((folder / "environment.json").read_text()) == trained_in
         model, _ = load_policy(PolicyConfig(name_or_path=str(folder)))
         params = dict(model.named_parameters())
         for name, value in weights.items():
