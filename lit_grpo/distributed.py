@@ -90,6 +90,16 @@ it, and one whose parent is not that process at its start (it was reparented: it
 going) stops at once."""
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 def end_with_launcher(poll_s: float = 0.5) -> bool:
     """In a rank that a launcher started (``LOCAL_RANK`` set: Lightning's launcher starts ranks 1.. as children of rank
     0, torchrun starts every rank), end the process with status 1 and one line as soon as its launcher has ended;
@@ -104,10 +114,12 @@ def end_with_launcher(poll_s: float = 0.5) -> bool:
         os.environ[LAUNCHER_PID] = str(os.getpid())
         return False
     parent, launcher = os.getppid(), int(os.environ.get(LAUNCHER_PID) or 0)
-    if launcher and parent != launcher:  # started by that CLI process, which ended before this rank got going
-        parent = launcher
+    if launcher and parent != launcher and not _alive(launcher):  # the CLI process that started this rank ended
+        parent = launcher                                       # before the rank got going (it was re-parented)
     elif parent <= 1:
         return False
+    # else the parent that started it: that CLI process, or a launcher of another kind (torchrun's agent, even when
+    # started from a process that had LAUNCHER_PID set: a test, an experiment runner)
 
     def watch() -> None:
         while os.getppid() == parent:

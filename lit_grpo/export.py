@@ -167,7 +167,8 @@ def generation_config(model: nn.Module, processor, cfg: PolicyConfig, sampling: 
     if sampling is not None:
         get = (lambda k: sampling.get(k)) if isinstance(sampling, dict) else (lambda k: getattr(sampling, k, None))
         gen.do_sample, gen.temperature, gen.top_p = True, get("temperature"), get("top_p")
-        gen.top_k, gen.max_new_tokens = get("top_k") or None, get("max_completion_length")
+        top_k = get("top_k")  # 0 (off, the default) written as 0: left out, transformers would sample with 50
+        gen.top_k, gen.max_new_tokens = 0 if top_k is None else top_k, get("max_completion_length")
     return gen
 
 

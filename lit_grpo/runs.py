@@ -337,6 +337,8 @@ def resume_where_stopped(checkpoint: dict[str, Any]) -> None:
         if ended:  # the next epoch starts at its first batch
             batches["current"] = dict.fromkeys(batches["current"], 0)
             batches["is_last_batch"] = False
+            for progress in (epochs["current"], epochs["total"]):  # saved in on_train_epoch_end, before Lightning
+                progress["completed"] = progress["processed"]      # counts the epoch completed: count it here
     elif ended:
         for progress in (epochs["current"], epochs["total"]):
             progress["processed"] = progress["completed"] = progress["started"] - 1
@@ -625,6 +627,7 @@ class StopAndResume(L.Callback):
             more = resume_command([*self.command, "--trainer.max_steps", str(2 * trainer.max_steps)], written[0])
             return (f"\nFinished trainer.max_steps ({trainer.max_steps}). To train further, continue the run with a "
                     f"higher max_steps:\n  {more}\n")
+        extra: list[str] = []
         timer = next((cb for cb in trainer.callbacks if isinstance(cb, Timer)), None)
         stopper = next((cb for cb in trainer.callbacks if isinstance(cb, EarlyStopping) and cb.stopped_epoch), None)
         if timer is not None and timer.time_remaining() is not None and timer.time_remaining() <= 0:
@@ -633,14 +636,16 @@ class StopAndResume(L.Callback):
         elif stopper is not None:
             why, more = f"early stopping on {stopper.monitor}", "give it more patience, or drop it, to train further"
         elif trainer.max_epochs is not None and 0 <= trainer.max_epochs <= trainer.current_epoch:
-            why, more = f"trainer.max_epochs ({trainer.max_epochs})", "with a higher --trainer.max_epochs"
+            why, more = f"trainer.max_epochs ({trainer.max_epochs})", "with a higher max_epochs"
+            extra = ["--trainer.max_epochs", str(2 * max(trainer.max_epochs, 1))]  # the same count again stops at once
         else:
             why, more = "the trainer", "with the same settings"
         written = [p for p in written_checkpoints(trainer) if os.path.basename(p) == "last.ckpt"]
         if not written:
             return (f"\nStopped by {why} at step {trainer.global_step} of max_steps {trainer.max_steps}; no last.ckpt "
                     "was written (ModelCheckpoint(save_last=True) keeps one), so the run cannot be continued.\n")
-        resume = resume_command(self.command, written[0]) if self.command else f"ckpt_path={written[0]!r}"
+        resume = resume_command([*self.command, *extra], written[0]) if self.command else \
+            f"ckpt_path={written[0]!r}"
         return (f"\nStopped by {why} at step {trainer.global_step} of max_steps {trainer.max_steps}: the figures above "
                 f"are at that step. Continue the run ({more}) with:\n  {resume}\n")
 

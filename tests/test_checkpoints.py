@@ -383,6 +383,8 @@ def test_an_exported_model_samples_and_stops_as_the_runs_rollouts(trained, tmp_p
     assert sorted(gen.eos_token_id) == stop_token_ids(model, processor, (), set(never)) and gen.suppress_tokens == never
     assert (gen.do_sample, gen.temperature, gen.top_p, gen.max_new_tokens) == (
         True, sampling["temperature"], sampling["top_p"], sampling["max_completion_length"])
+    # the run's top_k 0 (off) is written: left out, transformers would sample with its default top-k of 50
+    assert sampling["top_k"] == 0 and gen.top_k == 0
     tok = processor.tokenizer
     ids = tok("Which option?", return_tensors="pt").input_ids
     out = model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=gen, max_new_tokens=40,

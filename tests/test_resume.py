@@ -193,6 +193,50 @@ def test_epochs_of_one_step_resume_as_the_same_run(tmp_path):
 EPOCH_END_SAVE = {"every_n_train_steps": 0, "every_n_epochs": 1, "save_on_train_epoch_end": True}
 
 
+@pytest.mark.slow
+def test_checkpoints_saved_at_epoch_ends_resume_in_a_chain_as_the_same_run(tmp_path):
+    """Saved in ``on_train_epoch_end`` (every epoch, all kept), 3 epochs of 4 steps: resumed from the first epoch's
+    save, and that run's second-epoch save resumed again, the chain writes the uninterrupted run's checkpoint names
+    and ends with its weights. Lightning counts an epoch completed after that hook: the resumed run counted one epoch
+    fewer (``epoch=0-step=8``), and the second resume stopped at ``max_epochs`` on step 9 of 12."""
+    def run(name: str, *args: str):
+        folder = tmp_path / name
+        folder.mkdir()
+        keep = {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                "init_args": {"dirpath": str(folder / "ckpt"), "save_top_k": -1, **EPOCH_END_SAVE}}
+        extra = {"trainer.max_steps": 100, "trainer.max_epochs": 3, "model.init_args.grpo": {"entropy_coef": 0.05},
+                 "trainer.callbacks": [keep, {"class_path": "test_resume.Record"}]}
+        cli, steps = _fit(folder, *args, **extra)
+        return cli, steps, sorted(p.name for p in (folder / "ckpt").glob("epoch=*"))
+
+    ref_cli, ref, names = run("ref")
+    assert names == ["epoch=0-step=4.ckpt", "epoch=1-step=8.ckpt", "epoch=2-step=12.ckpt"] and len(ref) == 12
+    _, first, first_names = run("first", "--ckpt_path", str(tmp_path / "ref" / "ckpt" / names[0]))
+    assert first_names == names[1:] and [s[:3] for s in first] == [s[:3] for s in ref[4:]]
+    cli, second, second_names = run("second", "--ckpt_path", str(tmp_path / "first" / "ckpt" / names[1]))
+    assert second_names == names[2:] and [s[:3] for s in second] == [s[:3] for s in ref[8:]]
+    for name, value in _weights(ref_cli).items():
+        torch.testing.assert_close(_weights(cli)[name], value, rtol=0, atol=1e-6, msg=name)
+
+
+def test_a_run_max_epochs_stopped_says_so_and_its_command_trains_on(tmp_path, caplog):
+    """max_epochs 1 of 4 steps before max_steps 10: the stop names max_epochs, and its command (a higher max_epochs)
+    trains the next epoch; the same count again would stop at once."""
+    import logging
+    import shlex
+
+    caplog.set_level(logging.INFO)
+    extra = {"trainer.max_steps": 10, "trainer.max_epochs": 1}
+    cli, first = _fit(tmp_path, **extra)
+    assert cli.trainer.global_step == 4
+    said = caplog.text.split("Stopped by trainer.max_epochs (1) at step 4 of max_steps 10: the figures above are at "
+                             "that step. Continue the run (with a higher max_epochs) with:\n", 1)[1].splitlines()[0]
+    args = shlex.split(said.strip())
+    assert args[-4:] == ["--trainer.max_epochs", "2", "--ckpt_path", str(tmp_path / "ckpt" / "last.ckpt")]
+    cli, second = _fit(tmp_path, *args[args.index("--trainer.max_epochs"):], **extra)
+    assert cli.trainer.global_step == 8 and [s[0] for s in second] == [5, 6, 7, 8]
+
+
 @pytest.mark.parametrize("stop,max_epochs,until,saves", [
     (3, 1, 4, {"every_n_train_steps": 100}), (3, 2, 4, {"every_n_train_steps": 100}),
     pytest.param(4, 2, 6, {"every_n_train_steps": 100}, marks=pytest.mark.slow),
