@@ -124,7 +124,7 @@ class ExportPretrained(L.Callback):
             check_merge(policy_config(pl_module.hparams["policy"]), self.merge)
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        from lit_grpo.export import generation_config, policy_config, save_pretrained, unsharded_policy
+        from lit_grpo.export import generation_config, policy_config, readable, save_pretrained, unsharded_policy
         from lit_grpo.fsdp import is_sharded, trainable_state
 
         model, processor = pl_module.policy, pl_module.processor
@@ -137,6 +137,7 @@ class ExportPretrained(L.Callback):
             save_pretrained(model, processor, self.dirpath, self.merge)
             generation_config(model, processor, cfg, pl_module.hparams.get("sampling")).save_pretrained(self.dirpath)
             environment.write(self.dirpath)  # what trained these weights
+            readable(self.dirpath)
 
 
 class EvalSummary(L.Callback):

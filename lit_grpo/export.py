@@ -224,12 +224,18 @@ def export_checkpoint(path: str | Path, out: str | Path, merge: bool = False) ->
     generation_config(model, processor, cfg, hparams.get("sampling")).save_pretrained(written)  # beside an adapter too
     if trained_in is not None:  # what trained these weights, for whoever cites them
         (written / "environment.json").write_text(json.dumps(trained_in, indent=1) + "\n")
+    return readable(written)
+
+
+def readable(folder: Path) -> Path:
+    """Give the files under ``folder`` the modes the user's umask allows: some writers make private files (0600),
+    and a model folder is for others to read. Returns ``folder``."""
     umask = os.umask(0)
     os.umask(umask)
-    for file in written.rglob("*"):  # some writers make private files (0600): a model folder is for others to read
+    for file in Path(folder).rglob("*"):
         if file.is_file():
             file.chmod(0o666 & ~umask)
-    return written
+    return Path(folder)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -186,3 +186,32 @@ def test_a_reward_that_changes_its_inputs_changes_nothing_a_later_reward_scores(
     per, _ = score_completions(fns, {"mutates": 1.0, "reads": 1.0}, ["ab", "zz"], columns)
     assert per["reads"].tolist() == [1.0, 0.0]
     assert columns == {"answer": ["ab", "cd"], "options": [{"A": "1"}, {"A": "1"}]}  # the step's own, untouched
+
+
+def test_a_reward_that_paints_an_image_changes_nothing_a_later_reward_sees():
+    from PIL import Image
+
+    def painter(completions, images, **_):
+        for im in images:
+            im.paste((255, 0, 0), (0, 0, 2, 2))
+        return [0.0] * len(completions)
+
+    def reader(completions, images, **_):
+        return [float(im.getpixel((0, 0))[0]) for im in images]
+
+    image = Image.new("RGB", (2, 2), (10, 20, 30))
+    columns = {"images": [image, image]}  # a group's rows share their prompt's image
+    per, _ = score_completions({"painter": painter, "reader": reader}, {"painter": 1.0, "reader": 1.0}, ["a", "b"],
+                               columns)
+    assert per["reader"].tolist() == [10.0, 10.0] and image.getpixel((0, 0)) == (10, 20, 30)
+
+
+def test_sys_exit_in_a_reward_on_a_batch_is_a_reward_error_naming_it():
+    from lit_grpo.rewards.registry import RewardError
+
+    def leaves(completions, **_):
+        raise SystemExit(3)
+
+    with pytest.raises(RewardError, match=r"^reward 'leaves' called sys.exit\(3\) while scoring a batch of 2 "
+                                          r"completions: a reward returns values \(None or NaN where it cannot score\)$"):
+        score_completions({"leaves": leaves}, {"leaves": 1.0}, ["a", "b"], {})

@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+import os
+
 import pytest
 import torch
 import yaml
@@ -100,6 +102,10 @@ def test_demo_sft_config_produces_a_loadable_checkpoint(tmp_path):
     assert list((tmp_path / "export").glob("*.safetensors"))
     assert (loaded.generation_config.eos_token_id, loaded.generation_config.suppress_tokens) == (
         cli.model.stop_ids, cli.model.suppress_ids.tolist())  # it stops and suppresses as the run's sampler
+    umask = os.umask(0)
+    os.umask(umask)  # every file as readable as the user's umask allows (safetensors wrote 0600)
+    assert {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "export").iterdir()} == \
+        {p.name: 0o666 & ~umask for p in (tmp_path / "export").iterdir()}
 
 
 @pytest.mark.slow

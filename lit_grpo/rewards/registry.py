@@ -483,6 +483,9 @@ def call_reward(label: str, fn: RewardFn, completions: list[str], columns: dict[
         return fn(completions, **columns)
     except UserError:
         raise
+    except SystemExit as exc:  # not an exit of the run: the run saves its last finished step and says why
+        raise RewardError(f"reward {label!r} called sys.exit({exc.code!r}) while scoring a batch of {len(completions)} "
+                          "completions: a reward returns values (None or NaN where it cannot score)") from exc
     except Exception as exc:
         if not callable(getattr(fn, "func", None)) and not inspect.isfunction(fn):
             if hasattr(exc, "add_note"):
@@ -492,15 +495,16 @@ def call_reward(label: str, fn: RewardFn, completions: list[str], columns: dict[
 
 
 def own_copy(columns: dict[str, list]) -> dict[str, list]:
-    """A copy of ``columns`` a reward may change at will (lists, dicts, nested values copied), so one reward never
-    changes what a later one scores; images are shared (PIL images are not changed by reading them)."""
+    """A copy of ``columns`` a reward may change at will (lists, dicts, nested values and images copied), so one
+    reward never changes what a later one scores or the sample itself; an image shared by a group's rows is copied
+    once and stays shared in the copy."""
     from PIL import Image
 
     memo: dict[int, Any] = {}
     for value in columns.get("images") or []:
         for image in value if isinstance(value, (list, tuple)) else [value]:
-            if isinstance(image, Image.Image):
-                memo[id(image)] = image
+            if isinstance(image, Image.Image) and id(image) not in memo:
+                memo[id(image)] = image.copy()  # PIL's copy: pixels and info, without deepcopy's pickling
     return copy.deepcopy(columns, memo)
 
 
