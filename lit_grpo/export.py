@@ -200,6 +200,9 @@ def check_export(path: Path, out: Path, cfg: PolicyConfig, weights: dict[str, Te
             raise InputError(f"{out} is the folder the run started from (its policy's {source}): exporting there "
                              "would replace that model, and every checkpoint of the run would then resume on "
                              "another one; export into a new folder")
+    if out.is_symlink() and not out.exists():  # a link to nowhere: writing through it would create its target
+        raise InputError(f"{out} is a symbolic link to {os.readlink(out)}, which does not exist: export into a new "
+                         "or empty folder (nothing was written)")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise InputError(f"{out} is not an empty folder: export into a new or empty folder (nothing was written)")
     for name, tensor in weights.items():

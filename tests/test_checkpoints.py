@@ -324,6 +324,12 @@ def test_an_export_never_writes_into_a_folder_that_holds_files_or_the_runs_own_m
     assert capsys.readouterr().err == (f"error: {busy} is not an empty folder: export into a new or empty folder "
                                        "(nothing was written)\n")
     assert [p.name for p in busy.iterdir()] == ["notes.txt"]
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "nowhere")
+    assert _export(str(good), str(dangling)) == "error"
+    assert capsys.readouterr().err == (f"error: {dangling} is a symbolic link to {tmp_path / 'nowhere'}, which does "
+                                       "not exist: export into a new or empty folder (nothing was written)\n")
+    assert not (tmp_path / "nowhere").exists()
     source = tmp_path / "warm_start"
     shutil.copytree("checkpoints/demo", source)
     before = {p.name: hashlib.sha1(p.read_bytes()).hexdigest() for p in source.iterdir() if p.is_file()}
