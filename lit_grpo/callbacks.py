@@ -117,11 +117,14 @@ class ExportPretrained(L.Callback):
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         """Refuse, before the first step, a merge that would not be the trained policy
-        (:func:`lit_grpo.export.check_merge`)."""
-        from lit_grpo.export import check_merge, policy_config
+        (:func:`lit_grpo.export.check_merge`) and a ``dirpath`` that is the folder the run started from
+        (:func:`lit_grpo.export.check_not_source`)."""
+        from lit_grpo.export import check_merge, check_not_source, policy_config
 
         if stage == "fit" and "policy" in pl_module.hparams:
-            check_merge(policy_config(pl_module.hparams["policy"]), self.merge)
+            cfg = policy_config(pl_module.hparams["policy"])
+            check_merge(cfg, self.merge)
+            check_not_source(Path(self.dirpath), cfg)
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         from lit_grpo.export import generation_config, policy_config, readable, save_pretrained, unsharded_policy

@@ -185,6 +185,21 @@ def check_merge(cfg: PolicyConfig, merge: bool) -> None:
                          f"export the adapter (no merge) and load it with PEFT on the base in {cfg.dtype}, or train in float32")
 
 
+def check_not_source(out: Path, cfg: PolicyConfig) -> None:
+    """Refuse to export into the folder the run started from (``policy.name_or_path`` or ``lora.adapter_path`` of
+    ``cfg``, through any path to it): that model would be replaced, and every checkpoint of the run would then
+    resume on another one.
+
+    Raises:
+        InputError: naming the folder."""
+    sources = [cfg.name_or_path, cfg.lora.adapter_path if cfg.lora else None]
+    for source in filter(None, sources):
+        if Path(source).exists() and Path(out).exists() and Path(out).resolve() == Path(source).resolve():
+            raise InputError(f"{out} is the folder the run started from (its policy's {source}): exporting there "
+                             "would replace that model, and every checkpoint of the run would then resume on "
+                             "another one; export into a new folder")
+
+
 def check_export(path: Path, out: Path, cfg: PolicyConfig, weights: dict[str, Tensor], merge: bool = False) -> None:
     """Refuse an export that would not be what the user means: an ``out`` that holds files already (an earlier
     export, or the folder the run started from: ``policy.name_or_path`` or ``lora.adapter_path`` of ``cfg``, whose
@@ -194,12 +209,7 @@ def check_export(path: Path, out: Path, cfg: PolicyConfig, weights: dict[str, Te
     Raises:
         InputError: naming the folder or the weight, and what to do."""
     check_merge(cfg, merge)
-    sources = [cfg.name_or_path, cfg.lora.adapter_path if cfg.lora else None]
-    for source in filter(None, sources):
-        if Path(source).exists() and out.exists() and out.resolve() == Path(source).resolve():
-            raise InputError(f"{out} is the folder the run started from (its policy's {source}): exporting there "
-                             "would replace that model, and every checkpoint of the run would then resume on "
-                             "another one; export into a new folder")
+    check_not_source(out, cfg)
     if out.is_symlink() and not out.exists():  # a link to nowhere: writing through it would create its target
         raise InputError(f"{out} is a symbolic link to {os.readlink(out)}, which does not exist: export into a new "
                          "or empty folder (nothing was written)")

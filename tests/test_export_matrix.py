@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import types
 from pathlib import Path
 
@@ -184,6 +185,22 @@ def test_the_export_callback_refuses_a_bfloat16_merge_before_training():
         setup(lora=ATTENTION, dtype="bfloat16")
     setup(lora=ATTENTION)
     setup(dtype="bfloat16")
+
+
+def test_the_export_callback_refuses_the_runs_own_model_folder_before_training(tmp_path):
+    """``ExportPretrained(dirpath=<the policy's name_or_path>)``, reached by another path too: refused at setup in
+    one line naming the folder (it rewrote the warm start's files at the end of fit); another folder passes."""
+    from lit_grpo.callbacks import ExportPretrained
+    from lit_grpo.errors import InputError
+
+    source = tmp_path / "warm_start"
+    source.mkdir()
+    (tmp_path / "x").mkdir()
+    module = types.SimpleNamespace(hparams={"policy": PolicyConfig(name_or_path=str(source))})
+    for dirpath in (source, tmp_path / "x" / ".." / "warm_start"):
+        with pytest.raises(InputError, match=rf"^{re.escape(str(dirpath))} is the folder the run started from"):
+            ExportPretrained(dirpath=str(dirpath)).setup(None, module, "fit")
+    ExportPretrained(dirpath=str(tmp_path / "export")).setup(None, module, "fit")
 
 
 def _greedy(policy, processor, inputs, stop_ids: list[int], steps: int):
