@@ -109,7 +109,8 @@ def _check_reward(spec: dict[str, Any], where: str) -> None:
     except ValueError as exc:
         raise ValueError(f"{where}.kwargs: {exc}") from None
     fn = REWARDS.get(name)
-    if not inspect.isclass(fn):  # a reward checks its option values even on an empty batch
+    if kwargs and not inspect.isclass(fn):  # a reward given options checks their values even on an empty batch
+        # (without options there is nothing to check: what it does on an empty batch says nothing of real ones)
         required = [p.name for p in inspect.signature(fn).parameters.values()  # columns it did not declare
                     if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
         columns = {c: [] for c in [*reward_info(name).columns, *required] if c != "completions" and c not in kwargs}

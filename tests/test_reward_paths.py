@@ -169,15 +169,18 @@ def test_a_reward_written_without_kwargs_gets_only_the_columns_it_names(my_rewar
 
 
 def test_the_startup_check_names_what_it_refuses_and_lets_an_index_on_the_empty_batch_pass(my_rewards):
-    """The startup check calls each reward on an empty batch: a reward that reads ``completions[0]`` passes it
-    (its batches will tell); an option value refused there names the check; ``sys.exit`` in a reward is one line."""
+    """The startup check calls a reward given options on an empty batch: one that reads ``completions[0]`` passes it
+    (its batches will tell); an option value refused there names the check; ``sys.exit`` there is one line. A reward
+    without options is not called (nothing to check; one that raises or exits on an empty batch, as ``max()`` of
+    nothing does, is right on real ones, and a real batch's failure names it)."""
     _check_rewards({"rewards": [{"name": f"{my_rewards}.first_length"}]})
     with pytest.raises(ValueError, match=r"rewards\[0\]\.kwargs: reward '.*picky' refused its options when called on "
                                          r"an empty batch \(the startup check\): level must be at most 2, got 3"):
         _check_rewards({"rewards": [{"name": f"{my_rewards}.picky", "kwargs": {"level": 3}}]})
     with pytest.raises(ValueError, match=r"rewards\[0\]: reward '.*leaving' called sys.exit\(3\) when called on an "
                                          r"empty batch"):
-        _check_rewards({"rewards": [{"name": f"{my_rewards}.leaving"}]})
+        _check_rewards({"rewards": [{"name": f"{my_rewards}.leaving", "kwargs": {"level": 1}}]})
+    _check_rewards({"rewards": [{"name": f"{my_rewards}.leaving"}, {"name": f"{my_rewards}.picky"}]})
 
 
 def test_a_reward_that_changes_its_inputs_changes_nothing_a_later_reward_scores(my_rewards):
