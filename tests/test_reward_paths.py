@@ -67,6 +67,15 @@ def mutates(completions, answer, options, **_):
 def reads(completions, answer, options, **_):
     return [float(c == a and o["A"] == "1") for c, a, o in zip(completions, answer, options)]
 
+CALLED = []
+
+def typo(completions, anwser):
+    CALLED.append(anwser)
+    return [0.0] * len(completions)
+
+def optional(completions, anwser=None, **_):
+    return [1.0] * len(completions)
+
 class Contains:
     def __init__(self, ignore_case: bool = False):
         self.ignore_case = ignore_case
@@ -186,3 +195,35 @@ def test_a_reward_that_changes_its_inputs_changes_nothing_a_later_reward_scores(
     per, _ = score_completions(fns, {"mutates": 1.0, "reads": 1.0}, ["ab", "zz"], columns)
     assert per["reads"].tolist() == [1.0, 0.0]
     assert columns == {"answer": ["ab", "cd"], "options": [{"A": "1"}, {"A": "1"}]}  # the step's own, untouched
+
+
+def test_a_reward_taking_a_column_the_data_lacks_is_refused_at_startup(my_rewards, tmp_path):
+    """A parameter without a default that no column gives (``anwser``) stops the run before any step, in one line
+    naming the reward, the parameter and the columns the data (generated puzzles), the rollout and the log-prob pass
+    give; the reward is never called on a batch (nor with None)."""
+    import importlib
+
+    from tiny_runs import fit_args
+
+    from lit_grpo.cli import main
+    from lit_grpo.errors import InputError
+
+    columns = "answer, answer_format, completion_length, id, images, meta, options, question, truncated"
+    with pytest.raises(InputError) as exc:
+        main(fit_args(tmp_path, **{"model.init_args.rewards": [{"name": f"{my_rewards}.typo"}],
+                                   "trainer.max_steps": 1}))
+    assert str(exc.value) == (f"reward 'typo' takes the column(s) 'anwser', which the data does not have; its "
+                              f"columns: {columns} (fix the parameter's name, or give it a default to make it "
+                              "optional)")
+    assert importlib.import_module(my_rewards).CALLED == [[]]  # only by the startup check, on the empty batch
+
+
+def test_only_a_parameter_without_default_that_no_column_gives_is_unmet(my_rewards):
+    """Optional parameters, ``**kwargs``, options bound from the config and a class's ``__call__`` columns."""
+    from lit_grpo.rewards import unmet_columns
+
+    fns = build_rewards([RewardSpec(f"{my_rewards}.{n}") for n in ("typo", "optional", "exact", "Contains")]
+                        + [RewardSpec(f"{my_rewards}.same_length", kwargs={"scale": 2.0})])
+    given = {"answer", "options"}
+    assert [line.split(" takes")[0] for line in unmet_columns(fns, given)] == ["reward 'typo'", "reward 'Contains'"]
+    assert unmet_columns(fns, given | {"anwser", "unit"}) == []
