@@ -3,6 +3,7 @@ description columns, odd VisualSphinx rows, duplicate ids and non-UTF-8 bytes (r
 skip and count)."""
 
 import csv
+import functools
 import io
 import json
 import logging
@@ -235,13 +236,15 @@ def _outside(tmp_path, how: str) -> tuple[str, str]:
     return path, "sub/private.png"
 
 
-@pytest.mark.parametrize("how", ["file", "folder"])
-def test_a_raw_image_linked_out_of_the_image_folder_is_a_bad_row(tmp_path, caplog, how):
-    """A symbolic link in the raw layout's image folder leading out of it is a bad row naming the row and the path
-    (raise, skip), not read; ``images_outside_root: true`` reads the image it points to."""
+@pytest.mark.parametrize("how,given", [("file", False), ("folder", False), ("file", True)])
+def test_a_raw_image_linked_out_of_the_image_folder_is_a_bad_row(tmp_path, caplog, how, given):
+    """A symbolic link in the raw layout's image folder (found next to the file, or ``given`` as ``image_dir``)
+    leading out of it is a bad row naming the row and the path (raise, skip), not read; ``images_outside_root: true``
+    reads the image it points to."""
     path, name = _outside(tmp_path, how)
     images = (tmp_path / "data" / "images").resolve()
-    ds = read_phyx(path)
+    read = functools.partial(read_phyx, image_dir=str(tmp_path / "data" / "images") if given else None)
+    ds = read(path)
     assert ds[0].images[0].getpixel((0, 0)) == (0, 9, 9)
     named = re.escape(str(tmp_path / "data" / "images" / name))
     with pytest.raises(BadRowError, match=rf"row 1 \(id 1\): field 'image': image path '{named}' leads out of the "
@@ -251,8 +254,8 @@ def test_a_raw_image_linked_out_of_the_image_folder_is_a_bad_row(tmp_path, caplo
     with pytest.raises(BadRowError, match=rf"row 1: field 'image': image path .*{name}' leads out"):
         ds.image_digest(1)  # the overlap check's digest does not read it either
     with caplog.at_level(logging.INFO):
-        assert [s.id for s in read_phyx(path, on_bad_row="skip")] == ["0", "2"]
-    allowed = read_phyx(path, images_outside_root=True)
+        assert [s.id for s in read(path, on_bad_row="skip")] == ["0", "2"]
+    allowed = read(path, images_outside_root=True)
     assert allowed[1].images[0].getpixel((0, 0)) == (200, 1, 1)
 
 
