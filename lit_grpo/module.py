@@ -38,7 +38,8 @@ from lit_grpo import distributed as D
 from lit_grpo.columns import build_providers
 from lit_grpo.config import AttentionConfig, EvalConfig, GRPOConfig, PerfConfig, check_settings
 from lit_grpo.data.datamodule import PromptBatch
-from lit_grpo.data.sample import check_prompt_lengths, encode_samples, prompt_limit
+from lit_grpo.data.sample import (RECORD_COLUMNS, check_prompt_lengths, dataset_columns, encode_samples,
+                                  prompt_limit)
 from lit_grpo.evaluation import EvaluationHooks, Evaluator
 from lit_grpo.families import row_layout
 from lit_grpo.fsdp import ShardingHooks
@@ -49,7 +50,8 @@ from lit_grpo.objectives import adapt_entropy_coef, applied_entropy_coef
 from lit_grpo.passes import LogprobPass, PolicyPasses
 from lit_grpo.policy import (PolicyConfig, ReferencePolicy, disable_dropout, image_token_ids, load_policy,
                              stop_token_ids)
-from lit_grpo.rewards import RewardSpec, build_rewards, required_columns, score_completions
+from lit_grpo.errors import InputError
+from lit_grpo.rewards import RewardSpec, build_rewards, required_columns, score_completions, unmet_columns
 from lit_grpo.rng import gather_rank_rng_states, restore_rank_rng_states, seed_rank_stream
 from lit_grpo.rollout import Rollout, SamplingConfig, build_engine, encode_prompts
 from lit_grpo.runs import check_same_optimizer, check_trainable_weights
@@ -163,6 +165,22 @@ class PolicyModule(ShardingHooks, EvaluationHooks, L.LightningModule):
     def setup(self, stage: str) -> None:
         if stage == "fit":  # after the model is built: each rank samples from its own stream (seed + rank)
             seed_rank_stream()
+        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        self.check_reward_columns(getattr(datamodule, "datasets", {}).values())
+
+    def check_reward_columns(self, datasets) -> None:
+        """Refuse a reward (or evaluation metric) with a parameter (no default) that no column gives: the samples'
+        columns of ``datasets``, the rollout's and the log-prob pass's (:func:`~lit_grpo.rewards.unmet_columns`).
+        Raises:
+            InputError: one line per such reward, naming the parameter and the columns there are.
+        """
+        found = [dataset_columns(ds) for ds in datasets]
+        if not found or any(f is None for f in found):  # no data yet, or items that are not samples: nothing to say
+            return
+        given = {*RECORD_COLUMNS, "truncated", "completion_length", *self.pass_columns, *set().union(*found)}
+        lines = unmet_columns({**self.reward_fns, **self.evaluator.fns}, given)
+        if lines:
+            raise InputError("; ".join(lines))
 
     def on_fit_start(self) -> None:
         if self.logger is not None:

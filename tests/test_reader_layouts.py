@@ -3,9 +3,11 @@ description columns, odd VisualSphinx rows, duplicate ids and non-UTF-8 bytes (r
 skip and count)."""
 
 import csv
+import functools
 import io
 import json
 import logging
+import re
 import shutil
 
 import datasets
@@ -213,3 +215,53 @@ def test_non_utf8_tsv_names_file_and_row_and_skip_works(tmp_path, caplog):
     open(path, "wb").write(data.replace(b"question", b"qu\xe9stion", 1))
     with pytest.raises(BadRowError, match="line 1.*header"):
         read_phyx(path)
+
+
+def _outside(tmp_path, how: str) -> tuple[str, str]:
+    """The raw layout under ``tmp_path/data`` whose row 1 reaches an image outside it (colour (200, 1, 1)) through a
+    link ``how`` (``file``: ``images/1.png``; ``folder``: ``images/sub`` with the row naming ``sub/private.png``);
+    returns the JSONL and the image path row 1 names."""
+    data, elsewhere = tmp_path / "data", tmp_path / "elsewhere"
+    path = _raw(data, "images")
+    elsewhere.mkdir()
+    (elsewhere / "private.png").write_bytes(_png((200, 1, 1)))
+    if how == "file":
+        (data / "images" / "1.png").unlink()
+        (data / "images" / "1.png").symlink_to(elsewhere / "private.png")
+        return path, "1.png"
+    (data / "images" / "sub").symlink_to(elsewhere, target_is_directory=True)
+    rows = [json.loads(line) for line in (data / "PhyX_test.jsonl").read_text().splitlines()]
+    rows[1]["image"] = "sub/private.png"
+    (data / "PhyX_test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path, "sub/private.png"
+
+
+@pytest.mark.parametrize("how,given", [("file", False), ("folder", False), ("file", True)])
+def test_a_raw_image_linked_out_of_the_image_folder_is_a_bad_row(tmp_path, caplog, how, given):
+    """A symbolic link in the raw layout's image folder (found next to the file, or ``given`` as ``image_dir``)
+    leading out of it is a bad row naming the row and the path (raise, skip), not read; ``images_outside_root: true``
+    reads the image it points to."""
+    path, name = _outside(tmp_path, how)
+    images = (tmp_path / "data" / "images").resolve()
+    read = functools.partial(read_phyx, image_dir=str(tmp_path / "data" / "images") if given else None)
+    ds = read(path)
+    assert ds[0].images[0].getpixel((0, 0)) == (0, 9, 9)
+    named = re.escape(str(tmp_path / "data" / "images" / name))
+    with pytest.raises(BadRowError, match=rf"row 1 \(id 1\): field 'image': image path '{named}' leads out of the "
+                                          rf"image folder {re.escape(str(images))} \(to "
+                                          rf"{re.escape(str((tmp_path / 'elsewhere' / 'private.png').resolve()))}\)"):
+        ds[1]
+    with pytest.raises(BadRowError, match=rf"row 1: field 'image': image path .*{name}' leads out"):
+        ds.image_digest(1)  # the overlap check's digest does not read it either
+    with caplog.at_level(logging.INFO):
+        assert [s.id for s in read(path, on_bad_row="skip")] == ["0", "2"]
+    allowed = read(path, images_outside_root=True)
+    assert allowed[1].images[0].getpixel((0, 0)) == (200, 1, 1)
+
+
+def test_a_raw_image_linked_inside_the_image_folder_is_read(tmp_path):
+    """A link leading to another file inside the image folder stays inside it: read as the file it points to."""
+    path = _raw(tmp_path, "images")
+    (tmp_path / "images" / "1.png").unlink()
+    (tmp_path / "images" / "1.png").symlink_to(tmp_path / "images" / "2.png")
+    assert read_phyx(path)[1].images[0].getpixel((0, 0)) == (2, 9, 9)

@@ -49,7 +49,7 @@ def longer(completions, answer, margin: int = 0):
 def first_length(completions, answer, **_):
     return [float(len(completions[0]) == len(a)) for a in answer]  # right on any real batch, not on an empty one
 
-def leaving(completions, **_):
+def leaving(completions, level: int = 1, **_):
     raise SystemExit(3)
 
 def picky(completions, level: int = 1, **_):
@@ -66,6 +66,15 @@ def mutates(completions, answer, options, **_):
 
 def reads(completions, answer, options, **_):
     return [float(c == a and o["A"] == "1") for c, a, o in zip(completions, answer, options)]
+
+CALLED = []
+
+def typo(completions, anwser):
+    CALLED.append(anwser)
+    return [0.0] * len(completions)
+
+def optional(completions, anwser=None, **_):
+    return [1.0] * len(completions)
 
 class Contains:
     def __init__(self, ignore_case: bool = False):
@@ -218,3 +227,35 @@ def test_sys_exit_in_a_reward_on_a_batch_is_a_reward_error_naming_it():
     with pytest.raises(RewardError, match=r"^reward 'leaves' called sys.exit\(3\) while scoring a batch of 2 "
                                           r"completions: a reward returns values \(None or NaN where it cannot score\)$"):
         score_completions({"leaves": leaves}, {"leaves": 1.0}, ["a", "b"], {})
+
+
+def test_a_reward_taking_a_column_the_data_lacks_is_refused_at_startup(my_rewards, tmp_path):
+    """A parameter without a default that no column gives (``anwser``) stops the run before any step, in one line
+    naming the reward, the parameter and the columns the data (generated puzzles), the rollout and the log-prob pass
+    give; the reward is never called on a batch (nor with None)."""
+    import importlib
+
+    from tiny_runs import fit_args
+
+    from lit_grpo.cli import main
+    from lit_grpo.errors import InputError
+
+    columns = "answer, answer_format, completion_length, id, images, meta, options, question, truncated"
+    with pytest.raises(InputError) as exc:
+        main(fit_args(tmp_path, **{"model.init_args.rewards": [{"name": f"{my_rewards}.typo"}],
+                                   "trainer.max_steps": 1}))
+    assert str(exc.value) == (f"reward 'typo' takes the column(s) 'anwser', which the data does not have; its "
+                              f"columns: {columns} (fix the parameter's name, or give it a default to make it "
+                              "optional)")
+    assert importlib.import_module(my_rewards).CALLED == []  # never called (no options: no empty-batch check)
+
+
+def test_only_a_parameter_without_default_that_no_column_gives_is_unmet(my_rewards):
+    """Optional parameters, ``**kwargs``, options bound from the config and a class's ``__call__`` columns."""
+    from lit_grpo.rewards import unmet_columns
+
+    fns = build_rewards([RewardSpec(f"{my_rewards}.{n}") for n in ("typo", "optional", "exact", "Contains")]
+                        + [RewardSpec(f"{my_rewards}.same_length", kwargs={"scale": 2.0})])
+    given = {"answer", "options"}
+    assert [line.split(" takes")[0] for line in unmet_columns(fns, given)] == ["reward 'typo'", "reward 'Contains'"]
+    assert unmet_columns(fns, given | {"anwser", "unit"}) == []

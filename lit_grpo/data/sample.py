@@ -70,6 +70,26 @@ RECORD_COLUMNS = ("id", "images", "question", "options", "answer", "answer_forma
 """The columns every sample gives, whatever its task (:meth:`Sample.columns`)."""
 
 
+def dataset_columns(ds: Any) -> set[str] | None:
+    """The reward columns a dataset's samples give (:meth:`Sample.columns`), read from the first sample of each of its
+    parts (a ``ConcatDataset``'s datasets, a ``Subset``'s dataset); ``None`` when a part's items are not samples or its
+    first row is bad (then nothing can be said)."""
+    parts = getattr(ds, "datasets", None)
+    if parts is not None:
+        found = [dataset_columns(p) for p in parts]
+        return None if any(f is None for f in found) else set().union(*found)
+    inner = getattr(ds, "dataset", None)
+    if inner is not None and not isinstance(ds, SampleDataset):
+        return dataset_columns(inner)
+    if not len(ds):
+        return set()
+    try:
+        first = ds[0]
+    except BadRowError:  # a bad first row is named when its batch is read (or was skipped): nothing to say here
+        return None
+    return set(first.columns()) if isinstance(first, Sample) else None
+
+
 BAD_BYTES_COLUMN = "__bad_row__"
 """A row the table opener could not read (e.g. non-UTF-8 bytes) holds its reason here; readers raise it as a
 :class:`BadRowError` under the bad-row policy, so the rows after it keep their numbers."""

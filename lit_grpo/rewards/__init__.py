@@ -6,7 +6,7 @@ from lit_grpo.rewards.basic import (accuracy_reward, binary_reward, boxed_answer
                                     format_score)
 from lit_grpo.rewards.parsing import extract_boxed, extract_boxed_official, extract_option_letter, extract_tag
 from lit_grpo.rewards.registry import (REWARDS, RewardOutput, RewardSpec, build_reward, build_rewards,
-                                       register_reward, required_columns, score_completions)
+                                       register_reward, required_columns, score_completions, unmet_columns)
 
 __all__ = [
     "REWARDS",
@@ -26,5 +26,6 @@ __all__ = [
     "format_score",
     "register_reward",
     "required_columns",
+    "unmet_columns",
     "score_completions",
 ]

@@ -419,6 +419,27 @@ def required_columns(specs: list[RewardSpec]) -> set[str]:
     return {c for spec in specs for c in reward_info(spec.name).columns if c not in given}
 
 
+def unmet_columns(fns: dict[str, RewardFn], given: set[str]) -> list[str]:
+    """One line for each reward in ``fns`` (label -> the built callable, its options bound) with a parameter that has
+    no default, is not ``completions`` and is not among the columns ``given`` (a typo such as ``anwser`` would
+    otherwise score every row against None). A parameter with a default is optional; ``**kwargs`` takes what
+    exists."""
+    lines = []
+    for label, fn in fns.items():
+        try:
+            params = inspect.signature(fn).parameters.values()
+        except (TypeError, ValueError):
+            continue
+        plain = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        unmet = [p.name for p in params if p.kind in plain and p.default is p.empty
+                 and p.name not in ("self", "completions") and p.name not in given]
+        if unmet:
+            lines.append(f"reward {label!r} takes the column(s) {', '.join(map(repr, unmet))}, which the data does "
+                         f"not have; its columns: {', '.join(sorted(given))} (fix the parameter's name, or give it "
+                         "a default to make it optional)")
+    return lines
+
+
 def score_completions(
     fns: dict[str, RewardFn], weights: dict[str, float], completions: list[str], columns: dict[str, list],
     metrics: dict[str, float] | None = None,

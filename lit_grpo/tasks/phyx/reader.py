@@ -235,11 +235,15 @@ def _image_source(row: dict, layout: str, where: str, image_dirs: list[Path], ou
     if layout == "raw" and isinstance(image, str) and image:
         if not outside_root and (Path(image).is_absolute() or ".." in Path(image).parts):
             raise BadRowError(f"{where}: field 'image' {image!r} must be a file name inside the image folder")
-        found = next((d / image for d in image_dirs if (d / image).is_file()), None)
-        if found is None:
+        folder = next((d for d in image_dirs if (d / image).is_file()), None)
+        if folder is None:
             raise BadRowError(f"{where}: field 'image': image file {image!r} does not exist in "
                               f"{', '.join(str(d) for d in image_dirs)}; set reader_args.image_dir")
-        return str(found)
+        if not outside_root and not (folder / image).resolve().is_relative_to(folder.resolve()):
+            raise BadRowError(f"{where}: field 'image': image path {str(folder / image)!r} leads out of the image "
+                              f"folder {folder.resolve()} (to {(folder / image).resolve()}): images are read inside "
+                              "it (set the reader's images_outside_root: true to allow paths elsewhere)")
+        return str(folder / image)
     if layout == "prerendered" and isinstance(image, str) and image:
         try:
             return base64.b64decode(image, validate=True)
@@ -328,7 +332,7 @@ def read_phyx(path: str, split: str = "test", rows: str | None = None, answer_fo
         return phyx_fields(row, i, where=f"{source} row {i} (id {rid})", **kw)
 
     def images(row: dict, i: int) -> list:
-        return [_image_source(row, kw["layout"], f"{source} row {i}", folders)]
+        return [_image_source(row, kw["layout"], f"{source} row {i}", folders, images_outside_root)]
 
     return load_rows(table, to_sample, name=source, on_bad_row=on_bad_row,
                      check_text=check_text, text_rows=_without(table, "image"), image_sources=images)
