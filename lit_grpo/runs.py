@@ -208,6 +208,11 @@ def check_whole_archive(path: Path, what: str = "checkpoint") -> None:
         raise InputError(f"{what} {path} ({size} bytes) is truncated or not a checkpoint: a checkpoint is a zip "
                          "archive written by torch.save, and this file holds no complete one (a copy cut short, a "
                          "save that was interrupted?); use an earlier checkpoint or copy it again")
+    with zipfile.ZipFile(path) as archive:  # each member against the CRC-32 torch.save wrote: a copy whose bytes
+        bad = archive.testzip()             # changed in the middle loads without an error, as other numbers
+    if bad is not None:
+        raise InputError(f"{what} {path} is damaged: its member {bad} does not match the checksum it was written with "
+                         "(a disk or copy error); use an earlier checkpoint or copy it again")
 
 
 SHARDED_META = "meta.pt"

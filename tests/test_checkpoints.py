@@ -182,6 +182,25 @@ def test_an_empty_or_truncated_checkpoint_is_named_with_what_is_wrong(trained, t
         _run(subcommand, folder, "--ckpt_path", str(bad))
 
 
+def test_a_checkpoint_damaged_in_the_middle_is_named_with_the_damaged_member(trained, tmp_path):
+    """4 KiB in the middle of one weight's bytes overwritten, the size unchanged: torch.load reads it as other numbers
+    (an optimizer moment went NaN and the run trained on); the member's CRC-32 names it."""
+    import zipfile
+
+    folder, good = trained
+    with zipfile.ZipFile(good) as archive:
+        member = max(archive.infolist(), key=lambda m: m.file_size)  # the largest tensor, stored uncompressed
+    data = bytearray(good.read_bytes())
+    start = member.header_offset + 30 + len(member.orig_filename.encode()) + len(member.extra) + member.file_size // 2
+    data[start:start + 4096] = bytes(4096)
+    bad = tmp_path / "damaged.ckpt"
+    bad.write_bytes(bytes(data))
+    assert bad.stat().st_size == good.stat().st_size
+    with pytest.raises(ValueError, match=re.escape(f"checkpoint {bad} is damaged: its member {member.filename} does "
+                                                   "not match the checksum it was written with")):
+        _run("fit", folder, "--ckpt_path", str(bad))
+
+
 # ---------------------------------------------------------------------------------------------- weights
 LORA = {"r": 4, "alpha": 8}
 QKVO = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj)"
