@@ -416,8 +416,11 @@ class _SignalWatch:
             self._done.wait(self.every_s)
 
     def stop(self) -> None:
-        """End the rounds on every rank (this one's next round says so); the thread ends within ``every_s``."""
+        """End the rounds on every rank (this one's next round says so) and wait for this rank's thread to end (a
+        thread left inside a collective aborts the process at its exit)."""
         self._done.set()
+        if self.thread is not threading.current_thread():
+            self.thread.join(timeout=10 * self.every_s)
 
 
 class StopAndResume(L.Callback):
