@@ -392,6 +392,44 @@ def resume_command(command: list[str], ckpt_path: str) -> str:
     return shlex.join([*args, "--ckpt_path", ckpt_path])
 
 
+class _SignalWatch:
+    """A thread on each rank that tells every rank of a signal any rank received, within ``every_s``: an
+    all-reduce (max) of the signal number, over a process group of its own (gloo) so that it never meets the
+    training's collectives. Every rank's thread runs the same rounds; the first rank to stop it ends them all."""
+
+    def __init__(self, owner: StopAndResume, every_s: float = 0.5):
+        import torch.distributed as dist
+
+        self.owner, self.every_s = owner, every_s
+        self.group = dist.new_group(backend="gloo")
+        self._done = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="lit-grpo-signal-watch", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        import torch
+        import torch.distributed as dist
+
+        while True:
+            state = torch.tensor([int(self.owner.signum or 0), int(self._done.is_set())])
+            try:
+                dist.all_reduce(state, op=dist.ReduceOp.MAX, group=self.group)
+            except Exception:  # another rank has gone: nothing left to tell
+                return
+            if int(state[0]):
+                self.owner._start_grace(int(state[0]))
+            if int(state[1]):
+                return
+            self._done.wait(self.every_s)
+
+    def stop(self) -> None:
+        """End the rounds on every rank (this one's next round says so) and wait for this rank's thread to end (a
+        thread left inside a collective aborts the process at its exit)."""
+        self._done.set()
+        if self.thread is not threading.current_thread():
+            self.thread.join(timeout=10 * self.every_s)
+
+
 class StopAndResume(L.Callback):
     """A stopped run is a resumable run.
 
@@ -426,6 +464,7 @@ class StopAndResume(L.Callback):
         self._in_run = self._forwarding = False
         self._previous: dict[int, Any] = {}
         self._unsaved: set[str] = set()
+        self._watch: _SignalWatch | None = None
 
     @property
     def exit_code(self) -> int:
@@ -464,7 +503,7 @@ class StopAndResume(L.Callback):
             raise StepAbandoned
         if again:
             return
-        if signum == signal.SIGINT:
+        if signum == signal.SIGINT and self._watch is None:
             self._forward(frame)  # Lightning's SIGTERM handling: the step finishes, then the loop stops
         self._say(f"{name} received: the run stops after the current step (or evaluation batch) and writes a "
                   f"checkpoint; a step not finished within {self.grace_s:g} s (a reward that hangs?) or a second "
@@ -472,6 +511,14 @@ class StopAndResume(L.Callback):
         self._timer = threading.Timer(self.grace_s, self._grace_over, [threading.main_thread().ident])
         self._timer.daemon = True
         self._timer.start()
+
+    def _start_grace(self, signum: int) -> None:
+        """Another rank received ``signum`` (:class:`_SignalWatch`'s thread): this rank's step gets the same grace."""
+        if self.signum is None and self._in_run:
+            self.signum = signum
+            self._timer = threading.Timer(self.grace_s, self._grace_over, [threading.main_thread().ident])
+            self._timer.daemon = True
+            self._timer.start()
 
     def _grace_over(self, main: int) -> None:
         """The grace period has passed (timer thread): interrupt the main thread, whose handler abandons the step;
@@ -527,6 +574,46 @@ class StopAndResume(L.Callback):
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._in_run = False
         self.cancel_timer()
+        self._end_watch()
+
+    # ------------------------------------------------------------------ several ranks
+    def _own_sigterm(self, trainer: L.Trainer) -> None:
+        """Several ranks: a signal to any rank stops them all after the same step. Lightning's own SIGTERM handler
+        acts on rank 0's signal alone (a signal to another rank left that rank's loop and every rank waiting in a
+        collective), so here this callback's handler is the only one: it notes the signal, and each step's end decides
+        for all ranks (:meth:`on_train_batch_end`); a thread makes the signal known to every rank at once, so that
+        a step that hangs on any rank is abandoned on each after the grace period."""
+        import torch.distributed as dist
+
+        if trainer.world_size < 2 or not (dist.is_available() and dist.is_initialized()):
+            return
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_signal)
+        if self._watch is None:
+            self._watch = _SignalWatch(self)
+
+    def _end_watch(self) -> None:
+        if self._watch is not None:
+            self._watch.stop()
+            self._watch = None
+
+    def on_sanity_check_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._own_sigterm(trainer)
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        """Several ranks: stop all of them after this step when any received a signal (Lightning then raises its
+        stop on every rank at the same point, as it does for one process)."""
+        if self._watch is None:
+            return
+        import torch
+        import torch.distributed as dist
+
+        flag = torch.tensor([int(self.signum or 0)], device=trainer.strategy.root_device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        if int(flag.item()):
+            self.signum = self.signum or int(flag.item())
+            trainer._signal_connector.received_sigterm = True
 
     def _stop_if_signalled(self) -> None:
         """A signal Lightning did not see (it arrived before this trainer run registered its handler)."""
@@ -534,6 +621,7 @@ class StopAndResume(L.Callback):
             raise SIGTERMException
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._own_sigterm(trainer)
         self._stop_if_signalled()
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -572,6 +660,7 @@ class StopAndResume(L.Callback):
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         self._in_run = False
         self.cancel_timer()
+        self._end_watch()
         if isinstance(exception, KeyboardInterrupt):
             self.interrupted, self.signum = True, self.signum or signal.SIGINT
             self._say(f"Interrupted after step {trainer.global_step}; nothing more is written. "
