@@ -505,6 +505,8 @@ def call_reward(label: str, fn: RewardFn, completions: list[str], columns: dict[
     except UserError:
         raise
     except SystemExit as exc:  # not an exit of the run: the run saves its last finished step and says why
+        if type(exc) is not SystemExit:  # a stop of the run (Lightning's SIGTERMException: an abandoned step)
+            raise
         raise RewardError(f"reward {label!r} called sys.exit({exc.code!r}) while scoring a batch of {len(completions)} "
                           "completions: a reward returns values (None or NaN where it cannot score)") from exc
     except Exception as exc:
