@@ -51,7 +51,8 @@ def temporary_name(path: str | os.PathLike) -> Path:
     return path.with_name(f".{path.name}.{_HOST}.{os.getpid()}.tmp")
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this host (another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -70,7 +71,7 @@ def temporary_files(folder: str | os.PathLike) -> list[Path]:
     with contextlib.suppress(OSError):
         for entry in sorted(folder.iterdir()):
             m = pattern.match(entry.name)
-            if m and not _alive(int(m.group(1))):
+            if m and not process_alive(int(m.group(1))):
                 found.append(entry)
     return found
 

@@ -13,6 +13,8 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.distributed.tensor import DTensor
 
+from lit_grpo.checkpoint_io import process_alive
+
 
 def world() -> tuple[int, int]:
     """``(rank, world_size)``; ``(0, 1)`` outside a process group."""
@@ -90,16 +92,6 @@ it, and one whose parent is not that process at its start (it was reparented: it
 going) stops at once."""
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
-
-
 def end_with_launcher(poll_s: float = 0.5) -> bool:
     """In a rank that a launcher started (``LOCAL_RANK`` set: Lightning's launcher starts ranks 1.. as children of rank
     0, torchrun starts every rank), end the process with status 1 and one line as soon as its launcher has ended;
@@ -114,7 +106,7 @@ def end_with_launcher(poll_s: float = 0.5) -> bool:
         os.environ[LAUNCHER_PID] = str(os.getpid())
         return False
     parent, launcher = os.getppid(), int(os.environ.get(LAUNCHER_PID) or 0)
-    if launcher and parent != launcher and not _alive(launcher):  # the CLI process that started this rank ended
+    if launcher and parent != launcher and not process_alive(launcher):  # the CLI process that started this rank ended
         parent = launcher                                       # before the rank got going (it was re-parented)
     elif parent <= 1:
         return False
