@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from lit_grpo.hparams import flatten_hparams
+
 CHECKPOINT_KEY = "environment"
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG", "PYTHONHASHSEED")
 
@@ -63,19 +65,10 @@ def record() -> dict[str, Any]:
     }
 
 
-def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, dict):
-        out = {}
-        for k, v in value.items():
-            out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    return {prefix: value}
-
-
 def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """One line per entry that differs between two :func:`record` s (``packages.transformers: 5.19.0 -> 5.25.0``,
     ``cpu.model: A -> B``; an entry one record lacks shows as ``absent``), sorted by name; empty when they agree."""
-    a, b = _flat(recorded), _flat(current)
+    a, b = flatten_hparams(recorded), flatten_hparams(current)
     return [f"{key}: {a.get(key, 'absent')} -> {b.get(key, 'absent')}" for key in sorted(a.keys() | b.keys())
             if a.get(key, "absent") != b.get(key, "absent")]
 
