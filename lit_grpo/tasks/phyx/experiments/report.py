@@ -112,6 +112,29 @@ def fmt_change(c: Cell, digits: int = 3) -> str:
     return f"{mean:+.{digits}f} ± {se:.{digits}f} ({z:+.1f} SE)"
 
 
+def seed_cell(values: list[float]) -> Cell:
+    """Mean, SE over training seeds and seed count of per-seed figures (one number per trained policy).
+
+    The seed is the unit here: the SE says how far another training seed could move the figure, where
+    :func:`cell`'s SE over problems says how precisely each fixed policy was evaluated. With one seed the SE is
+    NaN (unknown), not 0. ``[0.5, 0.8333] -> (0.6667, 0.1667, 2)`` (SE = sample SD / sqrt(seeds))."""
+    mean, se, n = cell(values)
+    return mean, (se if n > 1 else math.nan), n
+
+
+def fmt_with_seeds(evaluation: Cell, seeds: Cell, digits: int = 3, change: bool = True) -> str:
+    """An evaluation-level cell followed by its seed-level SE: ``+0.333 ± 0.083 (+4.0 SE); seeds ± 0.167
+    (+2.0 SE, 2)``; ``...; 1 seed`` when there is no seed-level SE."""
+    text = fmt_change(evaluation, digits) if change else fmt_cell(evaluation, digits)
+    mean, se, n = seeds
+    if text == "–" or n == 0:
+        return text
+    if n < 2 or math.isnan(se):
+        return f"{text}; 1 seed"
+    z = f"{mean / se:+.1f} SE, " if change and se > 0 else ""
+    return f"{text}; seeds ± {se:.{digits}f} ({z}{n})"
+
+
 def table_markdown(title: str, rows: dict[str, dict[str, Cell]], changes: dict[str, Cell] | None = None) -> str:
     """The paper's layout: one row per model (SFT first), columns Overall and the six domains, ``mean ± SE``;
     ``changes`` adds a last column, the paired change of Overall against the SFT row."""
@@ -142,6 +165,48 @@ def table_csv(tables: dict[str, dict[str, dict[str, Cell]]], seed_of: dict[str, 
                 w.writerow([fmt, name, seed, col, "" if math.isnan(mean) else f"{mean:.6f}",
                             "" if math.isnan(se) else f"{se:.6f}", n])
     return buf.getvalue()
+
+
+RESULT_FIELDS = ("run", "problem", "domain", "correct", "asm", "format")
+"""Columns of the raw per-run results (:func:`results_csv`)."""
+
+
+def results_csv(data: dict[str, dict[str, dict[str, tuple[str, float]]]]) -> str:
+    """The raw results behind every table: one row per run and held-out problem, its per-problem means over the
+    sampled completions (``correct``, ``asm`` = the attention reward, ``format``), empty when not scored. Every
+    cell of the report is a function of these rows and the run names (:func:`read_results` reads them back)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(RESULT_FIELDS)
+    for run, figures in data.items():
+        for problem, (domain, _) in figures["correct"].items():
+            w.writerow([run, problem, domain or "", *(
+                "" if problem not in figures[k] else f"{figures[k][problem][1]:.6g}" for k in ("correct", "asm", "format"))])
+    return buf.getvalue()
+
+
+def read_results(path: str | Path) -> dict[str, dict[str, dict[str, tuple[str, float]]]]:
+    """The ``data`` of :func:`results_csv` read back (``run -> {"correct"|"asm"|"format" -> {problem -> (domain,
+    value)}}``), as the report functions take it."""
+    data: dict[str, dict[str, dict[str, tuple[str, float]]]] = {}
+    with open(path, newline="", encoding="utf-8") as fh:
+        for row in csv.DictReader(fh):
+            figures = data.setdefault(row["run"], {"correct": {}, "asm": {}, "format": {}})
+            for key in figures:
+                if row[key] != "":
+                    figures[key][row["problem"]] = (row["domain"], float(row[key]))
+    return data
+
+
+def within_se(now: dict[str, tuple[str, float]], then: dict[str, tuple[str, float]], z: float = 2.0
+               ) -> tuple[bool, Cell]:
+    """Whether two evaluations of policies meant to be the same agree within ``z`` standard errors: the paired
+    change ``now - then`` over the problems both scored (per-problem means), ``|mean| <= z * SE``. Used where bits
+    cannot match (another machine or library build trains another last bit): the tolerance is the evaluation's own
+    precision. A change with SE 0 agrees only when it is exactly 0. Returns ``(agrees, change)``."""
+    change = paired_change(now, then)
+    mean, se, n = change
+    return n > 0 and abs(mean) <= z * se, change
 
 
 def ranking(overall: dict[str, float]) -> list[str]:

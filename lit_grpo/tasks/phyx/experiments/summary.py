@@ -1,7 +1,7 @@
 """The runner's report: the two tables, the ASM, the controls, the seeds and the reward spread, on disk.
 
 Writes into the experiment's output folder ``phyx_table.md`` (everything below), ``phyx_table.csv``
-(every model's cells), ``phyx_bars.png`` (the tables as grouped bars) and, into each run's TensorBoard
+(every model's cells), ``results.csv`` (the raw per-run, per-problem figures every cell is computed from), ``phyx_bars.png`` (the tables as grouped bars) and, into each run's TensorBoard
 folder under ``tb/``, its held-out figures as ``heldout/...`` scalars, so the runs sit side by side.
 """
 
@@ -17,7 +17,7 @@ import yaml
 
 from lit_grpo.evaluation import protocol_caption
 from lit_grpo.tasks.phyx.experiments.report import (COLUMNS, Cell, bar_chart, correct_of, fmt_cell, fmt_change, paired_change,
-                                         per_problem, pooled, read_records, reward_of, row_cells, seed_table,
+                                         per_problem, pooled, read_records, results_csv, reward_of, row_cells, seed_table,
                                          table_csv, table_markdown)
 from lit_grpo.tasks.phyx.experiments.phyx import LOAD_EVERY_S, PhyxExperiment, Run
 from lit_grpo.tasks.phyx.experiments.sweep import config_value, sweep_sections
@@ -94,6 +94,7 @@ def write_report(exp: PhyxExperiment, runs: list[Run], statuses: list[dict], sft
     (out / "phyx_table.md").write_text(markdown)
     everything = {f.key: {r.name: row_cells(data[r.name]["correct"]) for r in runs if r.format == f.key and r.name in data}
                   for f in exp.formats}
+    (out / "results.csv").write_text(results_csv(data))  # the raw per-problem figures behind every cell
     (out / "phyx_table.csv").write_text(table_csv(everything, {r.name: r.seed for r in runs if r.seed is not None}))
     if exp.chart and any(tables.values()):
         bar_chart(tables, out / "phyx_bars.png", {f.key: f.title for f in exp.formats})

@@ -22,7 +22,8 @@ from typing import Any, Callable
 import yaml
 
 from lit_grpo.cli_args import config_with_bases
-from lit_grpo.tasks.phyx.experiments.report import Cell, cell, fmt_cell, fmt_change, paired_change, pooled
+from lit_grpo.tasks.phyx.experiments.report import (Cell, cell, fmt_cell, fmt_change, fmt_with_seeds, paired_change,
+                                                    pooled, seed_cell)
 
 # The runner's Format, Condition, Run and PhyxExperiment (lit_grpo.tasks.phyx.experiments.phyx, which imports this module)
 # appear below as ``Any``.
@@ -176,7 +177,13 @@ def _overall(problems: dict) -> Cell:
 
 
 def _verdict(asm: Cell, vs_sft: Cell, vs_ref: Cell) -> str:
-    """``ASM up / accuracy kept vs SFT / vs reference``, each yes or no at :data:`Z` standard errors."""
+    """``ASM up / accuracy kept vs SFT / vs reference``, each yes or no at :data:`Z` standard errors.
+
+    The cells are seed-level (:func:`~lit_grpo.tasks.phyx.experiments.report.seed_cell`: one change per training
+    seed, SE over seeds), so a verdict says what another training seed would likely repeat; with fewer than two
+    seeds there is no such SE and no verdict."""
+    if asm[2] < 2:
+        return f"– ({asm[2]} seed)"
     def up(c: Cell) -> bool:
         return c[2] > 0 and c[0] > Z * c[1]
 
@@ -198,8 +205,11 @@ def sweep_sections(exp: Any, runs: list[Any], data: dict[str, dict[str, Any]],
                 f"{_name(exp, sw.condition)} at each setting of `{sw.reward}` against SFT and against "
                 f"{_name(exp, sw.reference)} trained "
                 f"with the same aggregation. Cells: mean ± standard error over problems (per problem: the mean over "
-                f"its sampled completions, then over the seeds); Δ: paired change on the same problems. Last column: "
-                f"held-out ASM up (> +{Z:g} SE vs SFT) / accuracy kept vs SFT / vs the reference (> −{Z:g} SE).", ""]
+                f"its sampled completions, then over the seeds; how precisely these policies were evaluated); Δ: "
+                f"paired change on the same problems; then `seeds ±`: the standard error over training seeds (each "
+                f"seed's own figure or change, the seed as the unit; how far another seed could move it) and the "
+                f"seed count. Last column, from the seed-level SE: held-out ASM up (> +{Z:g} SE vs SFT) / accuracy "
+                f"kept vs SFT / vs the reference (> −{Z:g} SE).", ""]
         for f in exp.formats:
             out += _format_tables(exp, sw, f, runs, data, steps, caption)
     return out
@@ -240,11 +250,22 @@ def _format_tables(exp, sw: Sweep, f, runs, data, steps, caption) -> list[str]:
                                                                       [data[r.name]["asm"] for r in ref])
         per_seed = [_overall(data[r.name]["correct"])[0] for r in done]
         spread = f" ({max(per_seed) - min(per_seed):.3f})" if len(per_seed) > 1 else ""
-        cells = [label, agg, "" if weight is None else f"{weight:g}", str(len(done)), fmt_cell(_overall(acc)),
-                 fmt_change(vs_sft), "" if same else fmt_change(vs_ref), fmt_cell(_overall(asm), 4),
-                 fmt_change(asm_sft, 4), "" if same else fmt_change(asm_ref, 4),
+        # The seed-level cells: one figure per trained policy (its own change against SFT, or against the reference
+        # of its own seed), then mean and SE over those; the mean equals the pooled one, the SE is over seeds.
+        s_acc = seed_cell(per_seed)
+        s_asm = seed_cell([_overall(data[r.name]["asm"])[0] for r in done])
+        s_sft = seed_cell([paired_change(data[r.name]["correct"], base["correct"])[0] for r in done])
+        s_asm_sft = seed_cell([paired_change(data[r.name]["asm"], base["asm"])[0] for r in done])
+        pairs = [(r, by_seed_ref[(agg, r.seed)]) for r in done if (agg, r.seed) in by_seed_ref]
+        s_ref = seed_cell([paired_change(data[r.name]["correct"], data[q.name]["correct"])[0] for r, q in pairs])
+        s_asm_ref = seed_cell([paired_change(data[r.name]["asm"], data[q.name]["asm"])[0] for r, q in pairs])
+        cells = [label, agg, "" if weight is None else f"{weight:g}", str(len(done)),
+                 fmt_with_seeds(_overall(acc), s_acc, change=False), fmt_with_seeds(vs_sft, s_sft),
+                 "" if same else fmt_with_seeds(vs_ref, s_ref),
+                 fmt_with_seeds(_overall(asm), s_asm, 4, change=False), fmt_with_seeds(asm_sft, s_asm_sft, 4),
+                 "" if same else fmt_with_seeds(asm_ref, s_asm_ref, 4),
                  ", ".join(f"{v:.3f}" for v in per_seed) + spread,
-                 "" if role == "reference" else _verdict(asm_sft, vs_sft, vs_ref)]
+                 "" if role == "reference" else _verdict(s_asm_sft, s_sft, s_ref)]
         table.append("| " + " | ".join(cells) + " |")
     out = [f"### {sw.title}: {f.title}", "", caption(sft), "", *table, "", f"**Per seed** ({f.title})", ""]
     head = ["Run", "seed", "steps", "accuracy", "Δ vs SFT", f"Δ vs {ref_name}", "ASM", "ASM Δ vs SFT",
