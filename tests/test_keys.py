@@ -1,5 +1,5 @@
-"""An API key is masked in every form a server or a library echoes it (JSON-escaped, percent-encoded, HTML, hex,
-inside base64 or base64url; any length), and a credential inside ``base_url`` is refused at startup naming the
+"""An API key is masked in every form a server or a library echoes it (JSON-escaped, percent-encoded, HTML,
+inside base64 or base64url; any length; not hex dumps or ``\\x`` escapes, which docs/judge.md says are left out), and a credential inside ``base_url`` is refused at startup naming the
 field, from YAML, ``${oc.env:...}`` or a flag, before anything is written."""
 
 import base64
@@ -32,8 +32,6 @@ def echoes(key: str) -> dict[str, str]:
         "form (quote_plus)": urllib.parse.quote_plus(key),
         "html entities": "".join(f"&#{ord(c)};" for c in key),
         "html escape": html.escape(key),
-        "hex": key.encode().hex(),
-        "repr of bytes": repr(key.encode())[2:-1],  # b'\\xc3\\xa9': non-ASCII as \\x escapes of its UTF-8
     }
     for prefix in ("", "u:", "Bearer ", "user:"):  # every byte alignment of the key inside the encoded text
         forms[f"base64({prefix!r}+key)"] = base64.b64encode((prefix + key).encode()).decode()
