@@ -79,3 +79,22 @@ def write(folder: str | os.PathLike, name: str = "environment.json") -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record(), indent=1) + "\n")
     return path
+
+
+KEY_PACKAGES = ("transformers", "lightning", "peft", "pillow", "numpy", "tokenizers", "datasets", "vllm")
+"""The libraries a shipped checkpoint's README names (the rest are in its ``environment.json``)."""
+
+
+def summary(recorded: dict[str, Any]) -> str:
+    """One line naming what made a result, for a checkpoint's README: ``Python 3.11.2, torch 2.13.0+cpu (git
+    1a2b3c4, 1 thread), transformers 5.25.0, lightning 2.6.6, ...; CPU: <model> (2 cores); OMP_NUM_THREADS=1``
+    (the key libraries that are installed, in :data:`KEY_PACKAGES` order; no GPU part without GPUs)."""
+    t, pkgs = recorded["torch"], recorded.get("packages", {})
+    threads = f"{t['threads']} thread{'s' if t['threads'] != 1 else ''}"
+    parts = [f"Python {recorded['python']}", f"torch {t['version']} (git {str(t['git'])[:7]}, {threads})",
+             *(f"{name} {pkgs[name]}" for name in KEY_PACKAGES if name in pkgs)]
+    where = [f"CPU: {recorded['cpu']['model']} ({recorded['cpu']['count']} cores)"]
+    if recorded.get("gpus"):
+        where.append("GPU: " + ", ".join(recorded["gpus"]))
+    where += [f"{k}={v}" for k, v in recorded.get("variables", {}).items()]
+    return ", ".join(parts) + "; " + "; ".join(where)

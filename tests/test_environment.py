@@ -34,6 +34,18 @@ def test_differences_are_one_line_per_changed_entry():
     assert environment.differences(a, a) == []
 
 
+def test_the_summary_names_the_key_libraries_hardware_and_threads():
+    rec = {"python": "3.11.7", "torch": {"version": "2.13.0+cpu", "git": "1a2b3c4d5e6f", "threads": 1},
+           "cpu": {"model": "Intel Xeon", "count": 2}, "gpus": [], "variables": {"OMP_NUM_THREADS": "1"},
+           "packages": {"lightning": "2.6.6", "transformers": "5.25.0", "zipp": "3.0"}}
+    assert environment.summary(rec) == ("Python 3.11.7, torch 2.13.0+cpu (git 1a2b3c4, 1 thread), transformers 5.25.0, "
+                                        "lightning 2.6.6; CPU: Intel Xeon (2 cores); OMP_NUM_THREADS=1")
+    rec.update(gpus=["NVIDIA H100"], variables={})
+    rec["torch"]["threads"] = 8
+    assert environment.summary(rec).endswith("(git 1a2b3c4, 8 threads), transformers 5.25.0, lightning 2.6.6; "
+                                             "CPU: Intel Xeon (2 cores); GPU: NVIDIA H100")
+
+
 def _requirements() -> list[Requirement]:
     cfg = configparser.ConfigParser()
     cfg.read(ROOT / "setup.cfg")
