@@ -98,12 +98,17 @@ def remove_leftovers(folder: str | os.PathLike) -> list[Path]:
     found = _restore_moved_aside(temporary_files(folder))
     for entry in found:
         size = _tree_size(entry)
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
-        else:
-            entry.unlink(missing_ok=True)
+        _remove_entry(entry)
         log.info("removed %s (%s), left by a save that was interrupted", entry, human_size(size))
     return found
+
+
+def _remove_entry(path: Path) -> None:
+    """Remove a file, a link (never what it points to) or a folder tree."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def _tree_size(path: Path) -> int:
@@ -192,13 +197,6 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Any], None]) -> None:
             raise write_failed(path, exc, existed) from None
         raise
     _fsync_folder(path.parent)
-
-
-def _remove_entry(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager

@@ -1,21 +1,16 @@
 """One live run per folder: a second run started with the same checkpoint or log folder is refused before it
 trains, naming the run that holds it, so two runs never delete, overwrite or claim each other's files.
 
-A run holds ``filelock``'s lock (:class:`filelock.FileLock`: an exclusive ``flock``) on ``<folder>/.lit_grpo.lock``
-in each folder it writes, and writes who it is (pid, host, start time, command) into that file as JSON once it holds
-it, for the message of a refused run. Inside the folder, because the lock must be the folder's, not a path's: every
-path to one folder (a symlinked parent, ``..`` segments, ``/proc/<pid>/fd/<n>``, a bind mount) reaches the same lock
-file inode, and ``flock`` on one inode conflicts however it was reached.
+The lock is ``filelock``'s (an exclusive ``flock``) on ``<folder>/.lit_grpo.lock``, into which the holder writes
+its pid, host, start time and command (JSON). Inside the folder, because the lock must be the folder's, not a
+path's: every path to it (a symlinked parent, ``..``, ``/proc/<pid>/fd/<n>``, a bind mount) reaches one inode.
+``flock`` needs no liveness check of ours: the kernel drops it when its process ends, however it ends (kill -9
+included), so a dead run's file blocks nobody. Where a filesystem has no ``flock`` (Lustre ``noflock``, some FUSE
+mounts) filelock's soft lock is used: a marker whose process filelock checks on this host.
 
-``flock`` needs no liveness check of ours: the kernel drops the lock when its process ends, however it ends (kill -9
-included), so the lock file a dead run left blocks nobody and is taken over. On a filesystem without ``flock``
-(Lustre mounted ``noflock``, some FUSE mounts) filelock's own soft lock is used: a marker holding pid and host, which
-filelock takes over when that process no longer runs on this host.
-
-filelock opens the lock file with ``O_NOFOLLOW``, but it takes any file at that name as its lock: a hard link to
-another file, a FIFO. Writing the record there would overwrite someone else's file, so the name is checked before
-filelock opens it (for a readable message) and the opened file again once it is locked (nothing swapped in between
-is written to).
+filelock opens the file with ``O_NOFOLLOW`` but takes any file there as its lock (a hard link to another file, a
+FIFO) and our record would be written into it: the name is checked before (a readable message) and the opened file
+again once locked (nothing swapped in between is written to).
 """
 
 from __future__ import annotations
