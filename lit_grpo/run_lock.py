@@ -1,31 +1,22 @@
 """One live run per folder: a second run started with the same checkpoint or log folder is refused before it
 trains, naming the run that holds it, so two runs never delete, overwrite or claim each other's files.
 
-A run holds an exclusive ``flock`` on a lock file INSIDE each folder it writes (``<folder>/.lit_grpo.lock``), holding
-who it is (pid, host, start time, command). Inside, because the lock must be the folder's, not a path's: every path
-to one folder (a symlinked parent, ``..`` segments, a relative path, ``/proc/<pid>/fd/<n>``, a bind mount, an NFS
-mount on another host) reaches the same directory and so the same lock file inode, and ``flock`` on one inode
-conflicts however it was reached. A lock beside the folder, named after the path, was a different file for each of
-those paths. The folder is opened once and the lock file is opened, checked and removed relative to that open
-folder, so a path changed while the run holds it cannot point the run at another file.
+The lock is ``filelock``'s (an exclusive ``flock``) on ``<folder>/.lit_grpo.lock``, into which the holder writes
+its pid, host, start time and command (JSON). Inside the folder, because the lock must be the folder's, not a
+path's: every path to it (a symlinked parent, ``..``, ``/proc/<pid>/fd/<n>``, a bind mount) reaches one inode.
+``flock`` needs no liveness check of ours: the kernel drops it when its process ends, however it ends (kill -9
+included), so a dead run's file blocks nobody. Where a filesystem has no ``flock`` (Lustre ``noflock``, some FUSE
+mounts) filelock's soft lock is used: a marker whose process filelock checks on this host.
 
-The lock file is opened with ``O_NOFOLLOW``: a symbolic link planted at its name is refused in one line, never
-followed (it would make the run truncate and write the link's target), and so is anything that is not a regular
-file of one link (a FIFO, a hard link to another file). The kernel drops the lock when the process ends, however it
-ends (kill -9 included), so a lock file left by a dead run is taken over without guessing; a run that ends normally
-removes its lock files. On a filesystem without ``flock`` the file's pid is checked instead (a holder on this host
-that still runs keeps the folder; another host's is trusted).
-
-Not ``filelock``'s ``FileLock`` (it opens with ``O_NOFOLLOW`` too): the holder's record lives in the locked file
-itself, read before locking and written after, and ``filelock`` gives no public descriptor of the locked file to
-read or write it through.
+filelock opens the file with ``O_NOFOLLOW`` but takes any file there as its lock (a hard link to another file, a
+FIFO) and our record would be written into it: the name is checked before (a readable message) and the opened file
+again once locked (nothing swapped in between is written to).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import json
 import logging
 import os
@@ -35,16 +26,17 @@ import sys
 import time
 from pathlib import Path
 
+from filelock import FileLock, Timeout
+
 from lit_grpo.errors import UserError
 
 log = logging.getLogger(__name__)
 
+LOCK_NAME = ".lit_grpo.lock"
+
 
 class FolderInUseError(UserError, RuntimeError):
     """Another live run holds a folder this run would write into (names the folder and that run)."""
-
-
-LOCK_NAME = ".lit_grpo.lock"
 
 
 class UnsafeLockError(UserError, RuntimeError):
@@ -57,62 +49,49 @@ def lock_path(folder: str | os.PathLike) -> Path:
     return Path(folder) / LOCK_NAME
 
 
-def open_lock_file(dir_fd: int, path: Path, what: str, folder: Path) -> int | None:
-    """Open (or create) the lock file ``LOCK_NAME`` in the open folder ``dir_fd`` for reading and writing, never
-    through a symbolic link; ``path`` and ``folder`` name it in messages. None when it went between two looks.
-
-    Raises:
-        UnsafeLockError: the name is a symbolic link, not a regular file, or a file with other names (hard links),
-            or it cannot be opened.
-    """
-    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: a FIFO there must not hang us
+def _refuse_unsafe(st: os.stat_result, path: Path, what: str, folder: Path) -> None:
+    """Refuse a lock file ``st`` (its ``lstat`` or ``fstat``) that a run did not make: a symbolic link, anything but a
+    regular file, a file with other names (hard links)."""
     fix = f"remove it (rm {path}) and start the run again"
-    try:
-        try:
-            return os.open(LOCK_NAME, flags | os.O_CREAT | os.O_EXCL, 0o644, dir_fd=dir_fd)
-        except FileExistsError:
-            fd = os.open(LOCK_NAME, flags, dir_fd=dir_fd)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise UnsafeLockError(f"{what} {folder}: its lock file {path} is a symbolic link, which a run never "
-                                  f"writes through (it would overwrite the file it points to): {fix}") from None
-        raise UnsafeLockError(f"{what} {folder}: its lock file {path} cannot be opened ({exc.strerror}): {fix}, "
-                              "if the run that made it is gone") from None
-    st = os.fstat(fd)
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafeLockError(f"{what} {folder}: its lock file {path} is a symbolic link, which a run never writes "
+                              f"through (it would overwrite the file it points to): {fix}")
     problem = ("is not a regular file" if not stat.S_ISREG(st.st_mode)
                else f"has {st.st_nlink} names (hard links), so it is another file too" if st.st_nlink != 1 else "")
     if problem:
-        os.close(fd)
         raise UnsafeLockError(f"{what} {folder}: its lock file {path} {problem}; a run writes only into a lock file of "
                               f"its own: {fix}")
-    return fd
 
 
-def _holder(fd: int) -> dict:
+def _parse(data: bytes) -> dict:
+    with contextlib.suppress(ValueError):
+        record = json.loads(data.decode() or "{}")
+        return record if isinstance(record, dict) else {}
+    return {}  # not a record of ours (filelock's soft marker, a half-written one)
+
+
+def _record(path: Path) -> dict:
+    """The holder's record in the lock file ``path`` ({} when none), read without following a link or waiting on a
+    FIFO."""
     try:
-        return json.loads(os.pread(fd, 1 << 16, 0).decode() or "{}")
-    except (OSError, ValueError):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
         return {}
+    try:
+        return _parse(os.read(fd, 1 << 16))
+    except OSError:
+        return {}
+    finally:
+        os.close(fd)
 
 
 def describe(holder: dict) -> str:
     """``pid 123 on host h, started 2025-01-01 12:00:00: python -m lit_grpo fit ...`` (what is known)."""
-    parts = [f"pid {holder.get('pid', '?')} on host {holder.get('host', '?')}"]
+    parts = [f"pid {holder.get('pid') or '?'} on host {holder.get('host', '?')}"]
     if holder.get("started") is not None:
         parts.append(f"started {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(holder['started']))}")
     text = ", ".join(parts)
     return f"{text}: {holder['command']}" if holder.get("command") else text
-
-
-def _alive_here(holder: dict) -> bool:
-    if holder.get("host") != socket.gethostname():
-        return bool(holder)  # another host's run cannot be seen: trusted
-    with contextlib.suppress(ProcessLookupError, TypeError, ValueError):
-        os.kill(int(holder["pid"]), 0)
-        return int(holder["pid"]) != os.getpid()
-    return False
 
 
 class RunLock:
@@ -124,8 +103,8 @@ class RunLock:
 
     def __init__(self, command: list[str] | None = None):
         self.command = " ".join(command if command is not None else sys.argv)
-        self.held: dict[tuple[int, int], tuple[int, int]] = {}
-        """``(st_dev, st_ino)`` of each folder held -> (the open folder, the open lock file)."""
+        self.held: dict[tuple[int, int], tuple[FileLock, Path, list[os.stat_result]]] = {}
+        """``(st_dev, st_ino)`` of each folder held -> (its lock, the lock file's real path, the file we locked)."""
         self.created: list[tuple[Path, str]] = []
         """The folders this run made (``(folder, what)``), for :func:`lit_grpo.runs.remove_unused_folders`."""
 
@@ -138,76 +117,65 @@ class RunLock:
         """
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        key = (os.fstat(dir_fd).st_dev, os.fstat(dir_fd).st_ino)  # the folder itself, by whatever path
-        if key in self.held:
-            os.close(dir_fd)
+        real = Path(os.path.realpath(folder)) / LOCK_NAME  # one name whatever path reached the folder
+        st = os.stat(real.parent)
+        if (st.st_dev, st.st_ino) in self.held:  # this run reached it by another path already
             return
-        try:
-            fd, held_before = self._take(dir_fd, folder, what)
-        except BaseException:
-            os.close(dir_fd)
-            raise
-        if held_before:
-            log.warning("%s %s: took over the lock of a run that no longer runs (%s)", what, folder,
-                        describe(held_before))
+        path = lock_path(folder)  # as the user named it, for messages
+        with contextlib.suppress(FileNotFoundError):
+            _refuse_unsafe(os.lstat(real), path, what, folder)
+        before, locked = {}, []
         me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(), "command": self.command}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(me).encode(), 0)
-        self.held[key] = (dir_fd, fd)
 
-    def _take(self, dir_fd: int, folder: Path, what: str) -> tuple[int, dict]:
-        """The open, locked lock file in the open folder ``dir_fd``, and the record of a dead run it held."""
-        path = lock_path(folder)
-        for _ in range(20):  # the file may be removed by the run that held it between our open and our lock
-            fd = open_lock_file(dir_fd, path, what, folder)
-            if fd is None:
-                continue
-            try:
-                held_before = self._lock(fd, path, folder, what)
-            except BaseException:
-                os.close(fd)
-                raise
-            if _same_file(dir_fd, fd):
-                return fd, held_before
-            os.close(fd)
-        # never seen: a folder whose lock file keeps changing
-        raise FolderInUseError(f"{what} {folder}: its lock file {path} keeps changing; is another run starting?")
+        def write_record(fd: int) -> None:  # filelock calls it with the locked file; a raise undoes the lock
+            locked.append(os.fstat(fd))
+            _refuse_unsafe(locked[0], path, what, folder)  # the file opened, whatever the name showed before
+            before.update(_parse(os.pread(fd, 1 << 16, 0)))  # a dead run's record: it held the lock last
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(me).encode(), 0)
 
-    def _lock(self, fd: int, path: Path, folder: Path, what: str) -> dict:
-        """Lock the open lock file; returns the record of a dead run it held (empty when none).
+        try:
+            lock = self._take(FileLock(real, blocking=False, on_acquired=write_record), real, path, what, folder)
+        except OSError as exc:
+            if exc.errno != errno.ENOSYS:
+                raise UnsafeLockError(f"{what} {folder}: its lock file {path} cannot be opened ({exc.strerror or exc})"
+                                      f": remove it (rm {path}) and start the run again, if the run that made it is "
+                                      "gone") from None
+            # no flock here: the empty file that try made would read as a marker with no owner to filelock's soft lock
+            with contextlib.suppress(OSError):
+                if os.lstat(real).st_size == 0:
+                    os.unlink(real)
+            lock, locked = self._take(FileLock(real, blocking=False), real, path, what, folder), []
+        if before.get("pid") is not None:
+            log.warning("%s %s: took over the lock of a run that no longer runs (%s)", what, folder, describe(before))
+        self.held[(st.st_dev, st.st_ino)] = (lock, real, locked)
+
+    @staticmethod
+    def _take(lock: FileLock, real: Path, path: Path, what: str, folder: Path) -> FileLock:
+        """``lock`` acquired.
 
         Raises:
-            FolderInUseError: a live run holds it.
+            FolderInUseError: another live run holds it (named by its record, or the soft lock's pid).
         """
-        holder = _holder(fd)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN) or _alive_here(holder):
-                raise FolderInUseError(
-                    f"{what} {folder} is in use by another run ({describe(holder)}); two runs writing there would "
-                    "delete and overwrite each other's files: give this run another name "
-                    "(--trainer.logger.init_args.name) or another ModelCheckpoint dirpath, or wait until that run "
-                    f"ends (remove {path} if it is gone)") from None
-            # a filesystem without flock and no live holder: the record is the lock
-        return holder if holder.get("pid") is not None else {}
+            lock.acquire()
+        except Timeout:
+            holder = _record(real) or {"pid": getattr(lock, "pid", None)}  # pid: the soft lock's marker only
+            raise FolderInUseError(
+                f"{what} {folder} is in use by another run ({describe(holder)}); two runs writing there would "
+                "delete and overwrite each other's files: give this run another name "
+                "(--trainer.logger.init_args.name) or another ModelCheckpoint dirpath, or wait until that run "
+                f"ends (remove {path} if it is gone)") from None
+        return lock
 
     def release(self) -> None:
         """Remove the lock files this run holds and drop the locks (safe to call twice)."""
-        for key, (dir_fd, fd) in list(self.held.items()):
+        for key, (lock, real, locked) in list(self.held.items()):
+            # removed while still locked, and only if the name is still our file: a run that opened it meanwhile
+            # finds it gone once it gets the lock, and filelock does not count that as holding it
             with contextlib.suppress(OSError):
-                if _same_file(dir_fd, fd):
-                    os.unlink(LOCK_NAME, dir_fd=dir_fd)
-            for opened in (fd, dir_fd):
-                with contextlib.suppress(OSError):
-                    os.close(opened)
+                if locked and os.path.samestat(os.lstat(real), locked[0]):
+                    os.unlink(real)
+            with contextlib.suppress(OSError):
+                lock.release()  # the soft lock removes its marker itself
             del self.held[key]
-
-
-def _same_file(dir_fd: int, fd: int) -> bool:
-    """Whether the name ``LOCK_NAME`` in the open folder ``dir_fd`` is still the open file ``fd`` (not followed)."""
-    try:
-        return os.stat(LOCK_NAME, dir_fd=dir_fd, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
-    except FileNotFoundError:
-        return False

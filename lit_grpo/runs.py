@@ -81,7 +81,9 @@ def earlier_checkpoints(folder: str | os.PathLike, cb: ModelCheckpoint) -> list[
     folder = Path(folder)
     if not folder.is_dir():
         return []
-    found = [p for p in folder.iterdir() if p.name.endswith(cb.FILE_EXTENSION) and not p.name.startswith(".")]
+    # exists(): a last.ckpt linking a removed step file (save_last="link") is no checkpoint to continue from
+    found = [p for p in folder.iterdir() if p.name.endswith(cb.FILE_EXTENSION) and not p.name.startswith(".")
+             and p.exists()]
     last = cb.CHECKPOINT_NAME_LAST + cb.FILE_EXTENSION
     return sorted(found, key=lambda p: (p.name != last, -p.stat().st_mtime, p.name))
 

@@ -297,6 +297,31 @@ def test_sigterm_in_process_finishes_the_step_checkpoints_and_resumes_as_the_sam
     _assert_same_run(first + Record.steps, _weights(cli), reference)
 
 
+def test_save_last_link_links_the_step_checkpoint_and_a_stop_resumes_through_it(tmp_path, reference, capsys):
+    """The configs' ``save_last: link``: ``last.ckpt`` is a symbolic link to the newest step checkpoint (one file a
+    save, not two). SIGTERM at step 3: the stop writes ``last.ckpt`` itself (the loop state of a stop), the printed
+    command resumes from it, 3 + 3 steps are the 6 uninterrupted ones, and the resumed run's saves make ``last.ckpt``
+    a link to its newest checkpoint again."""
+    ckpt, last = tmp_path / "ckpt", tmp_path / "ckpt" / "last.ckpt"
+    callbacks = [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                  "init_args": {"dirpath": str(ckpt), "save_last": "link", "every_n_train_steps": 1}},
+                 {"class_path": "test_resume.Record"},
+                 {"class_path": "test_resume.SignalAt", "init_args": {"signum": int(signal.SIGTERM), "step": 3}}]
+    with pytest.raises(SystemExit) as stopped:
+        _fit(tmp_path, **{"trainer.callbacks": callbacks})
+    assert stopped.value.code == 143
+    assert sorted(p.name for p in ckpt.iterdir()) == ["epoch=0-step=3.ckpt", "last.ckpt"]
+    assert torch.load(last, weights_only=False)["global_step"] == 3
+    command = shlex.split(capsys.readouterr().err.split("Resume the run", 1)[1].splitlines()[1])
+    assert command[-2:] == ["--ckpt_path", str(last)]
+    first = list(Record.steps)
+    Record.steps = []
+    cli = main(command[3:])  # the printed command, as it stands
+    _assert_same_run(first + Record.steps, _weights(cli), reference)
+    assert sorted(p.name for p in ckpt.iterdir()) == ["epoch=1-step=6.ckpt", "last.ckpt"]
+    assert os.readlink(last) == "epoch=1-step=6.ckpt"
+
+
 def test_a_step_that_fails_saves_the_last_finished_step_and_resumes_as_the_same_run(tmp_path, reference):
     """A reward (weight 0: it changes nothing else) raises in step 4 and no checkpoint is due: last.ckpt holds step 3
     as a checkpoint written right after it would, and 3 + 3 steps are the 6 uninterrupted ones."""

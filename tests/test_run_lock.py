@@ -1,6 +1,7 @@
 """Two runs with one name never destroy each other's files: a second run started on a checkpoint or log folder that
 a live run holds is refused before it trains, naming that run; a lock left by a killed run is taken over."""
 
+import errno
 import json
 import os
 import re
@@ -244,3 +245,26 @@ def test_the_cli_refuses_a_symlinked_lock_in_one_error_line(tmp_path):
                       " is a symbolic link, which a run never writes through (it would overwrite the file it points "
                       f"to): remove it (rm {tmp_path / 'ckpt' / '.lit_grpo.lock'}) and start the run again"]
     assert target.read_bytes() == b"keep me" and not (tmp_path / "logs").exists()
+
+
+@pytest.mark.filterwarnings("ignore:flock not supported on this filesystem")
+def test_a_filesystem_without_flock_falls_back_to_filelocks_soft_lock(tmp_path, monkeypatch):
+    """Where ``flock`` fails with ENOSYS (Lustre mounted noflock, some FUSE mounts), filelock's soft lock (a marker
+    naming its pid) holds the folder: a second run is refused naming that pid, and the folder is empty once released.
+    ENOSYS is simulated in filelock's one flock call (its module layout differs between releases: skipped where
+    that call is not found)."""
+    unix = pytest.importorskip("filelock._native._unix")
+    if not hasattr(unix, "lock_fd_nonblocking"):
+        pytest.skip("this filelock release has no lock_fd_nonblocking")
+
+    def no_flock(fd):
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(unix, "lock_fd_nonblocking", no_flock)
+    lock = RunLock(["a"])
+    lock.acquire(tmp_path / "ckpt", "checkpoint folder")
+    in_use = f"^checkpoint folder {re.escape(str(tmp_path / 'ckpt'))} is in use by another run \\(pid {os.getpid()} "
+    with pytest.raises(FolderInUseError, match=in_use):
+        RunLock(["b"]).acquire(tmp_path / "ckpt", "checkpoint folder")
+    lock.release()
+    assert list((tmp_path / "ckpt").iterdir()) == []
