@@ -7,9 +7,11 @@ removed afterwards), reads the validation line printed at each evaluated step, a
 table (sampled accuracy, greedy accuracy, sampled format, at steps 0-200) with the run's:
 
 - ``identical``: every cell prints the same digits;
-- ``within tolerance``: some digits differ but every difference is within 2 standard errors of the difference
+- ``within tolerance``: some digits differ but every difference is within ``z`` standard errors of the difference
   (``sqrt(se_readme^2 + se_now^2)``; treating the two evaluations as independent, which is conservative: they score
-  the same 256 puzzles, so the paired SE would be smaller). Training is deterministic in one environment and not
+  the same 256 puzzles, so the paired SE would be smaller). ``z`` is Bonferroni's for the m cells compared, so that
+  two runs of one policy distribution fail the check 5 % of the time, not 5 % per cell (15 cells: z = 2.94; a
+  plain 2 SE per cell flags half of all faithful re-runs). Training is deterministic in one environment and not
   across two (docs/install.md#locked), so this is the check that can hold on another machine;
 - ``DIFFERENT``: a cell beyond that.
 
@@ -28,13 +30,15 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from statistics import NormalDist
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDED = ROOT / "results" / "demo" / "environment.json"
 COLUMNS = {"sampled accuracy": "val/sampled/reward/binary", "greedy accuracy": "val/greedy/reward/binary",
            "sampled format": "val/sampled/reward/boxed_format"}
 """README's column -> the metric of the validation line that fills it."""
-Z = 2.0
+FAMILY_RATE = 0.05
+"""The chance that a faithful re-run is called different, over all cells together."""
 Figure = tuple[str, float, float]
 """``(as printed, mean, standard error)``."""
 
@@ -70,10 +74,18 @@ def run_figures(log: str) -> dict[int, dict[str, Figure]]:
     return out
 
 
+def bonferroni_z(cells: int, rate: float = FAMILY_RATE) -> float:
+    """The two-sided threshold, in standard errors, at which ``cells`` comparisons together flag a faithful re-run
+    with probability ``rate``: ``Phi^-1(1 - rate / (2 cells))``; 1 cell: 1.96, 15 cells: 2.94."""
+    return NormalDist().inv_cdf(1 - rate / (2 * max(cells, 1)))
+
+
 def compare(then: dict[int, dict[str, Figure]], now: dict[int, dict[str, Figure]]) -> tuple[str, list[str]]:
-    """``("identical" | "within tolerance" | "DIFFERENT", one line per cell whose digits differ)``. A cell the run
-    lacks (a step it did not reach) counts as different."""
+    """``("identical" | "within tolerance" | "DIFFERENT", one line per cell whose digits differ)``, each difference
+    against :func:`bonferroni_z` for the cells compared. A cell the run lacks (a step it did not reach) counts as
+    different."""
     lines, worst = [], "identical"
+    z = bonferroni_z(sum(len(cells) for cells in then.values()))
     for step, cells in then.items():
         for col, (text, mean, se) in cells.items():
             got = now.get(step, {}).get(col)
@@ -82,10 +94,10 @@ def compare(then: dict[int, dict[str, Figure]], now: dict[int, dict[str, Figure]
                 worst = "DIFFERENT"
             elif got[0] != text:
                 d, sd = got[1] - mean, math.hypot(se, got[2])
-                ok = abs(d) <= Z * sd
+                ok = abs(d) <= z * sd
                 lines.append(f"step {step} {col}: README {text}, this run {got[0]} "
                              f"(Δ {d:+.3f} = {d / sd if sd else math.inf:+.1f} SE: {'within' if ok else 'beyond'} "
-                             f"{Z:g} SE)")
+                             f"{z:.2f} SE)")
                 worst = "DIFFERENT" if not ok or worst == "DIFFERENT" else "within tolerance"
     return worst, lines
 
