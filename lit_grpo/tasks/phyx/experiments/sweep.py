@@ -239,33 +239,7 @@ def _format_tables(exp, sw: Sweep, f, runs, data, steps, caption) -> list[str]:
             table.append(f"| {label} | {agg} | {'' if weight is None else f'{weight:g}'} | 0 | not run yet |"
                          + " |" * (len(head) - 5))
             continue
-        ref = [by_seed_ref[(agg, r.seed)] for r in done if (agg, r.seed) in by_seed_ref]
-        acc = pooled([data[r.name]["correct"] for r in done])
-        asm = pooled([data[r.name]["asm"] for r in done])
-        vs_sft, asm_sft = paired_change(acc, base["correct"]), paired_change(asm, base["asm"])
-        same = role == "reference" or len(ref) != len(done)
-        vs_ref = (math.nan, math.nan, 0) if same else _pooled_change([data[r.name]["correct"] for r in done],
-                                                                     [data[r.name]["correct"] for r in ref])
-        asm_ref = (math.nan, math.nan, 0) if same else _pooled_change([data[r.name]["asm"] for r in done],
-                                                                      [data[r.name]["asm"] for r in ref])
-        per_seed = [_overall(data[r.name]["correct"])[0] for r in done]
-        spread = f" ({max(per_seed) - min(per_seed):.3f})" if len(per_seed) > 1 else ""
-        # The seed-level cells: one figure per trained policy (its own change against SFT, or against the reference
-        # of its own seed), then mean and SE over those; the mean equals the pooled one, the SE is over seeds.
-        s_acc = seed_cell(per_seed)
-        s_asm = seed_cell([_overall(data[r.name]["asm"])[0] for r in done])
-        s_sft = seed_cell([paired_change(data[r.name]["correct"], base["correct"])[0] for r in done])
-        s_asm_sft = seed_cell([paired_change(data[r.name]["asm"], base["asm"])[0] for r in done])
-        pairs = [(r, by_seed_ref[(agg, r.seed)]) for r in done if (agg, r.seed) in by_seed_ref]
-        s_ref = seed_cell([paired_change(data[r.name]["correct"], data[q.name]["correct"])[0] for r, q in pairs])
-        s_asm_ref = seed_cell([paired_change(data[r.name]["asm"], data[q.name]["asm"])[0] for r, q in pairs])
-        cells = [label, agg, "" if weight is None else f"{weight:g}", str(len(done)),
-                 fmt_with_seeds(_overall(acc), s_acc, change=False), fmt_with_seeds(vs_sft, s_sft),
-                 "" if same else fmt_with_seeds(vs_ref, s_ref),
-                 fmt_with_seeds(_overall(asm), s_asm, 4, change=False), fmt_with_seeds(asm_sft, s_asm_sft, 4),
-                 "" if same else fmt_with_seeds(asm_ref, s_asm_ref, 4),
-                 ", ".join(f"{v:.3f}" for v in per_seed) + spread,
-                 "" if role == "reference" else _verdict(s_asm_sft, s_sft, s_ref)]
+        cells = _pooled_row(data, base, done, by_seed_ref, label, role, agg, weight)
         table.append("| " + " | ".join(cells) + " |")
     out = [f"### {sw.title}: {f.title}", "", caption(sft), "", *table, "", f"**Per seed** ({f.title})", ""]
     head = ["Run", "seed", "steps", "accuracy", "Δ vs SFT", f"Δ vs {ref_name}", "ASM", "ASM Δ vs SFT",
@@ -289,3 +263,37 @@ def _format_tables(exp, sw: Sweep, f, runs, data, steps, caption) -> list[str]:
             fmt_change(paired_change(d["asm"], data[ref.name]["asm"]), 4) if against else "",
             fmt_cell(_overall(d["format"]))]) + " |")
     return out + [""]
+
+
+def _pooled_row(data: dict, base: dict, done: list, by_seed_ref: dict, label: str, role: str, agg: str,
+                weight: float | None) -> list[str]:
+    """One setting's cells in the pooled table: figures and changes at the evaluation level, each with its
+    seed-level SE, the accuracy per seed and the seed-level verdict."""
+    ref = [by_seed_ref[(agg, r.seed)] for r in done if (agg, r.seed) in by_seed_ref]
+    acc = pooled([data[r.name]["correct"] for r in done])
+    asm = pooled([data[r.name]["asm"] for r in done])
+    vs_sft, asm_sft = paired_change(acc, base["correct"]), paired_change(asm, base["asm"])
+    same = role == "reference" or len(ref) != len(done)
+    vs_ref = (math.nan, math.nan, 0) if same else _pooled_change([data[r.name]["correct"] for r in done],
+                                                                 [data[r.name]["correct"] for r in ref])
+    asm_ref = (math.nan, math.nan, 0) if same else _pooled_change([data[r.name]["asm"] for r in done],
+                                                                  [data[r.name]["asm"] for r in ref])
+    per_seed = [_overall(data[r.name]["correct"])[0] for r in done]
+    spread = f" ({max(per_seed) - min(per_seed):.3f})" if len(per_seed) > 1 else ""
+    # The seed-level cells: one figure per trained policy (its own change against SFT, or against the reference
+    # of its own seed), then mean and SE over those; the mean equals the pooled one, the SE is over seeds.
+    s_acc = seed_cell(per_seed)
+    s_asm = seed_cell([_overall(data[r.name]["asm"])[0] for r in done])
+    s_sft = seed_cell([paired_change(data[r.name]["correct"], base["correct"])[0] for r in done])
+    s_asm_sft = seed_cell([paired_change(data[r.name]["asm"], base["asm"])[0] for r in done])
+    pairs = [(r, by_seed_ref[(agg, r.seed)]) for r in done if (agg, r.seed) in by_seed_ref]
+    s_ref = seed_cell([paired_change(data[r.name]["correct"], data[q.name]["correct"])[0] for r, q in pairs])
+    s_asm_ref = seed_cell([paired_change(data[r.name]["asm"], data[q.name]["asm"])[0] for r, q in pairs])
+    cells = [label, agg, "" if weight is None else f"{weight:g}", str(len(done)),
+             fmt_with_seeds(_overall(acc), s_acc, change=False), fmt_with_seeds(vs_sft, s_sft),
+             "" if same else fmt_with_seeds(vs_ref, s_ref),
+             fmt_with_seeds(_overall(asm), s_asm, 4, change=False), fmt_with_seeds(asm_sft, s_asm_sft, 4),
+             "" if same else fmt_with_seeds(asm_ref, s_asm_ref, 4),
+             ", ".join(f"{v:.3f}" for v in per_seed) + spread,
+             "" if role == "reference" else _verdict(s_asm_sft, s_sft, s_ref)]
+    return cells
