@@ -385,8 +385,8 @@ def continue_run_folder(trainer: L.Trainer, ckpt_path: str | os.PathLike | None)
         if logger.version is not None or record.get("wandb_project") != logger.name or not record.get("wandb_id"):
             return None
         resume_wandb_run(logger, record["wandb_id"])  # W&B resumes that run ("resume": "allow")
-    elif isinstance(logger, _LightningTensorBoardLogger) and tensorboard_version_unset(logger) and "root_dir" in record \
-            and os.path.normpath(logger.root_dir) == os.path.normpath(record["root_dir"]) \
+    elif isinstance(logger, _LightningTensorBoardLogger) and tensorboard_version_unset(logger) \
+            and "root_dir" in record and os.path.normpath(logger.root_dir) == os.path.normpath(record["root_dir"]) \
             and os.path.isdir(record["log_dir"]):
         continue_tensorboard_version(logger, record["version"], purge_step=step + 1)
         if isinstance(logger, TensorBoardLogger):
