@@ -31,6 +31,7 @@ from lit_grpo.argv import iter_options
 from lit_grpo.cli_args import (BASE_KEY, SUBCOMMANDS, ConfigError, expand_bases, model_class_of, prepare_args,
                                short_error)
 from lit_grpo.cli_help import extra_help, help_args
+from lit_grpo.compat import has_option
 from lit_grpo.data.datamodule import VLMDataModule
 from lit_grpo.data.sample import prompt_limit
 from lit_grpo import environment
@@ -60,7 +61,7 @@ class GRPOArgumentParser(LightningArgumentParser):
 
     def format_help(self) -> str:
         text = super().format_help()
-        if self.model_class is not None and "--model" in self._option_string_actions:  # a subcommand's parser
+        if self.model_class is not None and has_option(self, "--model"):  # a subcommand's parser
             text += extra_help(type(self), self.model_class) + "\n"
         return text
 

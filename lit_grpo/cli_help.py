@@ -16,6 +16,8 @@ import inspect
 import textwrap
 from typing import Any
 
+from lit_grpo.compat import argument_groups, help_formatter
+
 MODEL_HELP = "model.help"
 
 
@@ -97,12 +99,12 @@ def _options(parser_class: type, cls: type, prefix: str) -> str:
     """``cls``'s options under ``prefix`` as jsonargparse's help formats them (groups, docs, types, defaults)."""
     parser = parser_class()
     parser.add_class_arguments(cls, prefix, fail_untyped=False, sub_configs=True)
-    formatter = parser._get_formatter()
-    for group in parser._action_groups:
-        actions = [a for a in group._group_actions if a.metavar != "CONFIG" and "-h" not in a.option_strings]
+    formatter = help_formatter(parser)
+    for title, group in argument_groups(parser):
+        actions = [a for a in group if a.metavar != "CONFIG" and "-h" not in a.option_strings]
         if not actions:
             continue
-        formatter.start_section(group.title if group.title not in ("options", "positional arguments") else None)
+        formatter.start_section(title if title not in ("options", "positional arguments") else None)
         formatter.add_arguments(actions)
         formatter.end_section()
     return formatter.format_help().rstrip("\n")

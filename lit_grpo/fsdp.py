@@ -27,9 +27,9 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor
-from torch.utils._pytree import tree_map
 from transformers.modeling_layers import GradientCheckpointingLayer
 
+from lit_grpo.compat import is_view, tree_map
 from lit_grpo.errors import UserError
 from lit_grpo.rollout.engine import Rollout, RolloutEngine
 
@@ -56,7 +56,7 @@ class ShardedPolicy(nn.Module):
     def forward(self, fn: Callable[..., Any], *args, **kwargs) -> Any:
         out = fn(self.policy, *args, **kwargs)
         # a view FSDP2 hooks for the backward could lose its hook to an in-place op (FSDP2 warns): hand out copies
-        return tree_map(lambda t: t.clone() if isinstance(t, Tensor) and t._base is not None else t, out)
+        return tree_map(lambda t: t.clone() if isinstance(t, Tensor) and is_view(t) else t, out)
 
 
 def shard_policy(model: nn.Module, mesh) -> ShardedPolicy:

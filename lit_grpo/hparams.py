@@ -48,11 +48,13 @@ def log_flat_hparams(logger, flat: dict[str, Any], metric_keys: list[str]) -> No
 
         os.makedirs(log_dir, exist_ok=True)
         save_hparams_to_yaml(os.path.join(log_dir, "hparams.yaml"), logger.hparams)
-    writer = getattr(logger, "experiment", None)
-    if writer is None or not hasattr(writer, "_get_file_writer"):
+    from lit_grpo.compat import summary_file_writer
+
+    file_writer = summary_file_writer(getattr(logger, "experiment", None))
+    if file_writer is None:  # not TensorBoard: no HPARAMS tab
         return
     from torch.utils.tensorboard.summary import hparams
 
     clean = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in flat.items()}
     for summary in hparams(clean, dict.fromkeys(metric_keys, 0.0)):
-        writer._get_file_writer().add_summary(summary)
+        file_writer.add_summary(summary)

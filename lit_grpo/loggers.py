@@ -46,6 +46,9 @@ from lightning.pytorch.loggers import WandbLogger as _LightningWandbLogger
 from lightning.pytorch.utilities import rank_zero_only
 
 from lit_grpo.checkpoint_io import free_space, human_size
+from lit_grpo.compat import (continue_tensorboard_version, is_tensorboard_writer_thread, resume_wandb_run,
+                             started_wandb_run, summary_file_writer, tensorboard_version_unset, wandb_display_name,
+                             wandb_logger_offline)
 from lit_grpo.errors import UserError
 
 EVAL_STAGES = ("val", "test")
@@ -199,7 +202,7 @@ def _quiet_writer_thread(hook: Callable) -> Callable:
     reports it, in one line, when the main thread next writes."""
 
     def excepthook(args: Any) -> None:
-        if not (isinstance(args.exc_value, OSError) and type(args.thread).__name__ == "_AsyncWriterThread"):
+        if not (isinstance(args.exc_value, OSError) and is_tensorboard_writer_thread(args.thread)):
             hook(args)
 
     excepthook.quiet_writer = True
@@ -215,7 +218,7 @@ class TensorBoardLogger(_LightningTensorBoardLogger):
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self._curves: list[str] = []
+        self.curves: list[str] = []  # the validation curves in the layout (RunFolder keeps them for a resume)
         self._layout_written = False
         self._guarded: _Guarded | None = None
         self.error: LogWriteError | None = None
@@ -243,7 +246,7 @@ class TensorBoardLogger(_LightningTensorBoardLogger):
         metrics = masked_names(metrics)
         scalars = tensorboard_scalars(metrics)
         new = [k[: -len(SE_SUFFIX)] for k in metrics if k.endswith(SE_SUFFIX) and k[: -len(SE_SUFFIX)] in metrics
-               and k.split("/", 1)[0] in EVAL_STAGES and k[: -len(SE_SUFFIX)] not in self._curves]
+               and k.split("/", 1)[0] in EVAL_STAGES and k[: -len(SE_SUFFIX)] not in self.curves]
         if scalars:
             try:
                 super().log_metrics(scalars, step)
@@ -252,14 +255,14 @@ class TensorBoardLogger(_LightningTensorBoardLogger):
                     raise exc.__cause__ from None
                 raise
         if new or (scalars and not self._layout_written):
-            self._curves += new
+            self.curves += new
             self.write_layout(step or 0)
 
     @rank_zero_only
     def write_layout(self, step: int) -> None:
         """(Re)write the Custom Scalars layout for the curves seen so far (TensorBoard shows the latest)."""
         try:
-            self.experiment._get_file_writer().add_summary(layout_summary(custom_scalars_layout(self._curves)), step)
+            summary_file_writer(self.experiment).add_summary(layout_summary(custom_scalars_layout(self.curves)), step)
         except OSError as exc:
             raise self.write_failed(exc) from None
         self._layout_written = True
@@ -343,7 +346,7 @@ class RunFolder(L.Callback):
         logger = trainer.logger
         if isinstance(logger, _LightningTensorBoardLogger):
             checkpoint[RUN_FOLDER_KEY] = {"root_dir": logger.root_dir, "version": logger.version,
-                                          "log_dir": logger.log_dir, "curves": list(getattr(logger, "_curves", []))}
+                                          "log_dir": logger.log_dir, "curves": list(getattr(logger, "curves", []))}
         elif isinstance(logger, _LightningWandbLogger):
             checkpoint[RUN_FOLDER_KEY] = {"wandb_project": logger.name, "wandb_id": logger.version}
 
@@ -379,16 +382,15 @@ def continue_run_folder(trainer: L.Trainer, ckpt_path: str | os.PathLike | None)
         return None
     step = int(checkpoint_entry(ckpt_path, "global_step") or 0)
     if isinstance(logger, _LightningWandbLogger):
-        if logger._id is not None or record.get("wandb_project") != logger.name or not record.get("wandb_id"):
+        if logger.version is not None or record.get("wandb_project") != logger.name or not record.get("wandb_id"):
             return None
-        logger._id = logger._wandb_init["id"] = record["wandb_id"]  # W&B resumes that run ("resume": "allow")
-    elif isinstance(logger, _LightningTensorBoardLogger) and logger._version is None and "root_dir" in record \
-            and os.path.normpath(logger.root_dir) == os.path.normpath(record["root_dir"]) \
+        resume_wandb_run(logger, record["wandb_id"])  # W&B resumes that run ("resume": "allow")
+    elif isinstance(logger, _LightningTensorBoardLogger) and tensorboard_version_unset(logger) \
+            and "root_dir" in record and os.path.normpath(logger.root_dir) == os.path.normpath(record["root_dir"]) \
             and os.path.isdir(record["log_dir"]):
-        logger._version = record["version"]
-        logger._kwargs["purge_step"] = step + 1
+        continue_tensorboard_version(logger, record["version"], purge_step=step + 1)
         if isinstance(logger, TensorBoardLogger):
-            logger._curves = list(record.get("curves", []))
+            logger.curves = list(record.get("curves", []))
     else:
         return None
     for callback in trainer.callbacks:
@@ -412,7 +414,7 @@ class WandbLogger(_LightningWandbLogger):
 
     @property
     def log_dir(self) -> str:
-        return os.path.join(self.save_dir or ".", self._name or self.name or "wandb", str(self.version))
+        return os.path.join(self.save_dir or ".", wandb_display_name(self) or self.name or "wandb", str(self.version))
 
 
 def _tensorboards(trainer: L.Trainer, on: bool = True) -> list:
@@ -516,10 +518,10 @@ def logger_lines(trainer: L.Trainer) -> list[str]:
 
 def wandb_location(logger: _LightningWandbLogger) -> str:
     """The W&B run's page, or for an offline run its folder and the ``wandb sync`` command that uploads it."""
-    run = logger._experiment
+    run = started_wandb_run(logger)
     if run is None:
         return "no run was started"
-    offline = getattr(getattr(run, "settings", None), "mode", None) == "offline" or logger._offline
+    offline = getattr(getattr(run, "settings", None), "mode", None) == "offline" or wandb_logger_offline(logger)
     if offline:
         folder = os.path.dirname(run.dir.rstrip("/"))
         return f"offline run {run.id} in {folder} (upload: wandb sync {folder})"

@@ -159,6 +159,11 @@ def load_policy(cfg: PolicyConfig) -> tuple[nn.Module, object]:
     return model.train(), processor
 
 
+DROPOUTS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
+"""torch's dropout modules, by their public names (every subclass of torch's private ``_DropoutNd``:
+``tests/test_compat.py``)."""
+
+
 def disable_dropout(model: nn.Module, cfg: PolicyConfig | None = None) -> None:
     """Turn every dropout of ``model`` off: ``nn.Dropout`` modules (LoRA's included) get ``p = 0``, and float
     attributes named ``*dropout*`` of its modules (attention dropout read at forward time) and of its configs
@@ -171,7 +176,7 @@ def disable_dropout(model: nn.Module, cfg: PolicyConfig | None = None) -> None:
         rank_zero_warn(f"policy.lora.dropout {cfg.lora.dropout} is not applied: GRPO runs the policy without dropout "
                        "(the log-prob pass and the update must see the same policy)")
     for module in model.modules():
-        if isinstance(module, nn.modules.dropout._DropoutNd):
+        if isinstance(module, DROPOUTS):
             module.p = 0.0
         for name, value in list(vars(module).items()):
             if "dropout" in name and isinstance(value, float):

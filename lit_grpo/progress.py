@@ -28,7 +28,8 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.callbacks import ProgressBar as _LightningProgressBar
 from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
-from lightning.pytorch.callbacks.progress.rich_progress import _RICH_AVAILABLE
+
+from lit_grpo.compat import rich_available
 
 
 log = logging.getLogger(__name__)
@@ -208,7 +209,7 @@ class TQDMProgress(_PlainLines, TQDMProgressBar):
         self._setup_lines(every_n_steps, every_n_seconds, interactive)
 
 
-ProgressBar = RichProgress if _RICH_AVAILABLE else TQDMProgress
+ProgressBar = RichProgress if rich_available() else TQDMProgress
 """The bar Lightning itself would pick (Rich when installed), extended."""
 
 

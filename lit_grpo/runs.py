@@ -36,6 +36,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from lit_grpo.compat import mark_loader_finished, request_graceful_stop
 from lit_grpo.checkpoint_io import check_lightning_checkpoint, remove_leftovers
 from lit_grpo.errors import CheckpointWriteError, EarlierRunError, InputError, UnwritableFolderError
 from lit_grpo.run_lock import RunLock
@@ -339,8 +340,7 @@ def resume_where_stopped(checkpoint: dict[str, Any]) -> None:
     ended = current["ready"] == current["started"] == current["processed"] > 0  # written after the epoch's end
     if batches.get("is_last_batch", False):
         for state in loop.get("state_dict", {}).get("combined_loader", []):
-            if "_iterator_finished" in state:  # torchdata StatefulDataLoader
-                state["_iterator_finished"] = True
+            mark_loader_finished(state)  # torchdata StatefulDataLoader
         if ended:  # the next epoch starts at its first batch
             batches["current"] = dict.fromkeys(batches["current"], 0)
             batches["is_last_batch"] = False
@@ -419,7 +419,7 @@ class _SignalWatch:
             except Exception:  # another rank has gone: nothing left to tell
                 return
             if int(state[0]):
-                self.owner._start_grace(int(state[0]))
+                self.owner.start_grace(int(state[0]))
             if int(state[1]):
                 return
             self._done.wait(self.every_s)
@@ -514,7 +514,7 @@ class StopAndResume(L.Callback):
         self._timer.daemon = True
         self._timer.start()
 
-    def _start_grace(self, signum: int) -> None:
+    def start_grace(self, signum: int) -> None:
         """Another rank received ``signum`` (:class:`_SignalWatch`'s thread): this rank's step gets the same grace."""
         if self.signum is None and self._in_run:
             self.signum = signum
@@ -615,7 +615,7 @@ class StopAndResume(L.Callback):
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         if int(flag.item()):
             self.signum = self.signum or int(flag.item())
-            trainer._signal_connector.received_sigterm = True
+            request_graceful_stop(trainer)
 
     def _stop_if_signalled(self) -> None:
         """A signal Lightning did not see (it arrived before this trainer run registered its handler)."""
@@ -727,7 +727,9 @@ class StopAndResume(L.Callback):
         timer = next((cb for cb in trainer.callbacks if isinstance(cb, Timer)), None)
         stopper = next((cb for cb in trainer.callbacks if isinstance(cb, EarlyStopping) and cb.stopped_epoch), None)
         if timer is not None and timer.time_remaining() is not None and timer.time_remaining() <= 0:
-            why, more = f"trainer.max_time ({timer._duration:g} s of training)", (
+            # max_time from Timer's public clock: read after fit, its training time is fixed, so the sum is exact
+            duration = timer.time_elapsed() + timer.time_remaining()
+            why, more = f"trainer.max_time ({duration:g} s of training)", (
                 "the resumed process gets max_time again")
         elif stopper is not None:
             why, more = f"early stopping on {stopper.monitor}", "give it more patience, or drop it, to train further"

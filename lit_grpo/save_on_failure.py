@@ -25,6 +25,7 @@ import lightning as L
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from lit_grpo.compat import last_saved_checkpoint
 from lit_grpo.errors import CheckpointWriteError
 from lit_grpo.rng import collect_rng_states, set_rng_states
 from lit_grpo.runs import StepAbandoned, StopAndResume, resume_command, written_checkpoints
@@ -95,9 +96,8 @@ class SaveOnFailure(L.Callback):
                     f"checkpoint is {max(newest, key=os.path.getmtime)}." if newest else
                     "The failed step had already updated the weights, so nothing more is written; no checkpoint of "
                     "this run exists.")
-        saved = next((cb._last_checkpoint_saved for cb in trainer.checkpoint_callbacks
-                      if getattr(cb, "_last_global_step_saved", None) == step
-                      and os.path.isfile(getattr(cb, "_last_checkpoint_saved", None) or "")), None)
+        saved = next((path for path_step, path in map(last_saved_checkpoint, trainer.checkpoint_callbacks)
+                      if path_step == step and os.path.isfile(path or "")), None)
         if saved is None:
             saved = StopAndResume.stop_path(trainer)
             now = collect_rng_states()

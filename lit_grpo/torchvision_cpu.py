@@ -29,13 +29,14 @@ _LIBRARIES: list = []  # a torch.library.Library lives as long as it is referenc
 def declare_missing_operators() -> None:
     """Declare ``torchvision::nms`` / ``qnms`` when torchvision's operators did not load (no-op when they did)."""
     import torch
-    import torchvision.extension as ext
 
-    if ext._has_ops():
+    from lit_grpo.compat import dispatch_has_kernel, torchvision_ops_loaded
+
+    if torchvision_ops_loaded():
         return
     lib = torch.library.Library("torchvision", "FRAGMENT")
     for name, schema in _SCHEMAS.items():
-        if not torch._C._dispatch_has_kernel(f"torchvision::{name}") and not _declared(name):
+        if not dispatch_has_kernel(f"torchvision::{name}") and not _declared(name):
             lib.define(schema)
     _LIBRARIES.append(lib)
 

@@ -143,7 +143,7 @@ def test_a_key_in_a_metric_name_or_a_printed_traceback_is_masked(monkeypatch, tm
     logger.log_metrics({f"val/greedy/{key}": 0.5, f"val/greedy/{key}_se": 0.1, "train/reward": 1.0}, step=1)
     logger.experiment.flush()
     tags = EventAccumulator(logger.log_dir).Reload().Tags()["scalars"]
-    assert "val/greedy/***" in tags and not any(key in t for t in tags) and logger._curves == ["val/greedy/***"]
+    assert "val/greedy/***" in tags and not any(key in t for t in tags) and logger.curves == ["val/greedy/***"]
     try:
         raise RuntimeError(f"judge said: bad key {key}")
     except RuntimeError:

@@ -116,7 +116,7 @@ class VLLMServerEngine(VLLMEngine):
         """Wait for the server (``vllm_server_timeout`` seconds at most), check that it serves this policy's model,
         and join its weight group: rank 0 only (the one rank that talks to the server); every rank raises what it
         raised."""
-        self.model = getattr(config, "_name_or_path", None) or self.model
+        self.model = getattr(config, "name_or_path", None) or self.model
         on_rank_zero(lambda: self._connect(config, dtype))
         self.max_model_len = on_rank_zero(lambda: self.max_model_len)  # every rank checks its own prompts
 

@@ -1,0 +1,152 @@
+"""Every private attribute or module of another library that lit_grpo's core uses, each behind one named function.
+
+A private name can change in any release; kept here, one file shows what an upgrade must re-check, and
+``tests/test_compat.py`` checks each name against the installed libraries (the versions it was checked on are
+stated there). Each function says why no public API serves. Libraries are imported inside the functions: the
+``.pth`` hook of :mod:`lit_grpo.torchvision_cpu` imports this module while torchvision is still importing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+# -- Lightning's loggers --------------------------------------------------------------------------------------
+
+
+def tensorboard_version_unset(logger: Any) -> bool:
+    """Whether a Lightning ``TensorBoardLogger`` was given no ``version``: the public ``version`` property picks the
+    next free folder on first read and stores it, so it cannot tell "not set" apart."""
+    return logger._version is None
+
+
+def continue_tensorboard_version(logger: Any, version: Any, purge_step: int) -> None:
+    """Point a TensorBoard logger that has not written yet at an earlier run's folder ``version``, its writer purging
+    that folder's events from ``purge_step`` on. Lightning takes both only as constructor arguments (no setter); the
+    writer is made from ``_kwargs`` on first use."""
+    logger._version = version
+    logger._kwargs["purge_step"] = purge_step
+
+
+def resume_wandb_run(logger: Any, run_id: str) -> None:
+    """Make a W&B logger that has not started its run resume the run ``run_id`` (Lightning passes ``resume="allow"``
+    to ``wandb.init``). Lightning takes the id only as a constructor argument: ``version`` has no setter and
+    ``wandb.init``'s arguments are kept in ``_wandb_init``."""
+    logger._id = logger._wandb_init["id"] = run_id
+
+
+def started_wandb_run(logger: Any) -> Any:
+    """The W&B run a Lightning ``WandbLogger`` has started, or None: the public ``experiment`` starts one."""
+    return logger._experiment
+
+
+def wandb_logger_offline(logger: Any) -> bool:
+    """Whether the W&B logger was built with ``offline=True`` (Lightning keeps the argument only privately)."""
+    return bool(logger._offline)
+
+
+def wandb_display_name(logger: Any) -> str | None:
+    """The run's display name given to a W&B logger (its ``name`` argument): the public ``name`` is the project."""
+    return logger._name
+
+
+# -- Lightning's trainer and callbacks --------------------------------------------------------------------------
+
+
+def request_graceful_stop(trainer: Any) -> None:
+    """Make the trainer stop after this step as it does on SIGTERM (the loops read ``trainer.received_sigterm``, a
+    read-only property over its signal connector; Lightning has no public way to ask for that stop)."""
+    trainer._signal_connector.received_sigterm = True
+
+
+def last_saved_checkpoint(callback: Any) -> tuple[int | None, str | None]:
+    """``(step, path)`` of the last checkpoint file a ``ModelCheckpoint`` wrote, whatever its kind (top-k or last);
+    ``(None, None)`` for another checkpoint callback. The public ``last_model_path`` / ``best_model_path`` name
+    only one kind each, and neither says its step."""
+    return getattr(callback, "_last_global_step_saved", None), getattr(callback, "_last_checkpoint_saved", None)
+
+
+def rich_available() -> bool:
+    """Whether Lightning's ``RichProgressBar`` can be built (``rich`` installed, at the version Lightning needs):
+    Lightning's own check, so that the two never disagree."""
+    from lightning.pytorch.callbacks.progress.rich_progress import _RICH_AVAILABLE
+
+    return bool(_RICH_AVAILABLE)
+
+
+LOADER_FINISHED_KEY = "_iterator_finished"
+"""The entry of a torchdata ``StatefulDataLoader``'s state that says its epoch's iterator is exhausted (torchdata's
+``_ITERATOR_FINISHED``). Lightning saves the loader's state at its length, before the ``StopIteration`` that sets it;
+the loader has no public way to say so."""
+
+
+def mark_loader_finished(state: dict) -> None:
+    """Mark a saved ``StatefulDataLoader`` state as exhausted (no-op for another loader's state)."""
+    if LOADER_FINISHED_KEY in state:
+        state[LOADER_FINISHED_KEY] = True
+
+
+# -- TensorBoard ------------------------------------------------------------------------------------------------
+
+
+def summary_file_writer(writer: Any) -> Any:
+    """The ``FileWriter`` behind a ``SummaryWriter`` (made again when closed), or None for another writer. A ready
+    ``Summary`` protocol buffer (the HPARAMS tab's, a Custom Scalars layout) can only be written through it: the
+    public ``add_hparams`` writes into a sub-folder, and ``add_custom_scalars`` takes no step."""
+    get = getattr(writer, "_get_file_writer", None)
+    return get() if get is not None else None
+
+
+def is_tensorboard_writer_thread(thread: Any) -> bool:
+    """Whether ``thread`` is TensorBoard's event-file writer thread (its class is private to TensorBoard and
+    reachable only by name: the write failures it raises are the logger's to report)."""
+    return type(thread).__name__ == "_AsyncWriterThread"
+
+
+# -- torch and torchvision ----------------------------------------------------------------------------------------
+
+
+def tree_map(fn: Callable[[Any], Any], tree: Any) -> Any:
+    """``fn`` applied to every leaf of a nest of containers (lists, tuples, dicts and those registered with torch's
+    pytree, as transformers' ``ModelOutput``); torch has no public pytree module yet."""
+    from torch.utils._pytree import tree_map as _tree_map
+
+    return _tree_map(fn, tree)
+
+
+def is_view(tensor: Any) -> bool:
+    """Whether ``tensor`` is a view of another tensor (torch exposes a view's base only as ``_base``)."""
+    return tensor._base is not None
+
+
+def dispatch_has_kernel(op: str) -> bool:
+    """Whether the operator ``op`` (``"namespace::name"``) has a kernel registered with the dispatcher; torch has no
+    public query of its dispatcher's table."""
+    import torch
+
+    return torch._C._dispatch_has_kernel(op)
+
+
+def torchvision_ops_loaded() -> bool:
+    """Whether torchvision's C++ operators loaded (torchvision says so only through ``extension._has_ops``)."""
+    import torchvision.extension
+
+    return torchvision.extension._has_ops()
+
+
+# -- argparse (jsonargparse's parsers are argparse parsers) --------------------------------------------------------
+
+
+def help_formatter(parser: Any) -> Any:
+    """The formatter the parser's ``--help`` uses; argparse builds help only through this private factory."""
+    return parser._get_formatter()
+
+
+def argument_groups(parser: Any) -> list[tuple[str | None, list]]:
+    """``(title, actions)`` of each argument group, in ``--help``'s order; argparse keeps its groups and their
+    actions only in private lists (``format_help`` walks the same ones)."""
+    return [(group.title, list(group._group_actions)) for group in parser._action_groups]
+
+
+def has_option(parser: Any, option: str) -> bool:
+    """Whether ``parser`` defines the option string ``option`` (``"--model"``): argparse has no public lookup."""
+    return option in parser._option_string_actions

@@ -1,0 +1,191 @@
+"""``lit_grpo/compat.py`` against the installed libraries: each private name it uses exists on the real objects and
+does what compat.py says it does, on the versions listed in :data:`CHECKED`; outside them a test skips, saying which
+range was checked, until someone re-checks the names and widens it."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import threading
+from importlib import metadata
+
+import pytest
+import torch
+from packaging.version import Version
+
+from lit_grpo import compat
+
+CHECKED = {
+    # distribution: (lowest, below) checked. Each range's lower end: the names (and the code using them) read in
+    # that release's wheel; its upper end: just above the version this file ran on.
+    "lightning": ("2.4", "2.7"),       # ran on 2.6.6; read in 2.4.0
+    "tensorboard": ("2.15", "2.22"),   # ran on 2.21.0; _AsyncWriterThread read in 2.15.0
+    "jsonargparse": ("4.32", "4.54"),  # ran on 4.53.0; 4.32.0 walks the same argparse lists itself
+    "torchdata": ("0.11", "0.12"),     # ran on 0.11.0
+    "torch": ("2.13", "2.14"),         # ran on 2.13.0+cpu
+    "torchvision": ("0.28", "0.29"),   # _has_ops read in 0.28.0's wheel (not installed where this was written)
+}
+PYTHON = ((3, 10), (3, 14))  # argparse's private lists and factory: unchanged since argparse; ran on 3.11
+
+
+def checked(dist: str) -> None:
+    """Skip unless ``dist`` is installed at a version in :data:`CHECKED`."""
+    try:
+        found = Version(metadata.version(dist))
+    except metadata.PackageNotFoundError:
+        pytest.skip(f"{dist} is not installed")
+    low, below = CHECKED[dist]
+    if not Version(low) <= found < Version(below):
+        pytest.skip(f"compat.py's private names of {dist} were checked on {low} <= {dist} < {below}, not {found}: "
+                    f"check them against {found} and widen tests/test_compat.py's CHECKED")
+
+
+def test_the_version_gate_skips_outside_the_checked_range(monkeypatch):
+    monkeypatch.setitem(CHECKED, "torch", ("0.1", "0.2"))
+    with pytest.raises(pytest.skip.Exception, match=r"checked on 0.1 <= torch < 0.2, not 2\."):
+        checked("torch")
+
+
+def test_tensorboard_logger_version_and_purge_step(tmp_path):
+    """An unset version is told apart without choosing one; a continued version is that folder, and its writer purges
+    the folder's events from ``purge_step`` (TensorBoard's purge marker: an event at that step opening a session)."""
+    checked("lightning"), checked("torch"), checked("tensorboard")
+    from lightning.pytorch.loggers import TensorBoardLogger
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    logger = TensorBoardLogger(tmp_path, name="t")
+    assert compat.tensorboard_version_unset(logger)
+    assert not (tmp_path / "t").exists()  # asking did not pick (or make) a version folder
+    compat.continue_tensorboard_version(logger, 7, purge_step=5)
+    assert not compat.tensorboard_version_unset(logger)
+    assert logger.version == 7 and logger.log_dir == str(tmp_path / "t" / "version_7")
+    logger.experiment.flush()
+    (events,) = (tmp_path / "t" / "version_7").glob("events.out.tfevents.*")
+    starts = [e.step for e in EventFileLoader(str(events)).Load() if e.HasField("session_log")]
+    assert starts == [5]
+
+
+def test_summary_file_writer_and_its_thread(tmp_path):
+    checked("torch"), checked("tensorboard")
+    from torch.utils.tensorboard import SummaryWriter
+    from torch.utils.tensorboard.writer import FileWriter
+
+    writer = SummaryWriter(str(tmp_path))
+    file_writer = compat.summary_file_writer(writer)
+    assert isinstance(file_writer, FileWriter) and file_writer.get_logdir() == str(tmp_path)
+    assert [t for t in threading.enumerate() if compat.is_tensorboard_writer_thread(t)]  # the writer's thread
+    assert not compat.is_tensorboard_writer_thread(threading.current_thread())
+    writer.close()
+    again = compat.summary_file_writer(writer)  # made again after close, as the HPARAMS tab needs
+    assert isinstance(again, FileWriter) and again is not file_writer
+    writer.close()
+    assert compat.summary_file_writer(object()) is None
+
+
+def test_wandb_logger_names(tmp_path):
+    """W&B's own private names are not used: these are Lightning's ``WandbLogger``'s (building one needs wandb)."""
+    checked("lightning")
+    pytest.importorskip("wandb")
+    from lightning.pytorch.loggers import WandbLogger
+
+    logger = WandbLogger(name="display", project="proj", offline=True, save_dir=str(tmp_path))
+    assert compat.wandb_display_name(logger) == "display" and logger.name == "proj"
+    assert compat.started_wandb_run(logger) is None and compat.wandb_logger_offline(logger)
+    assert logger.version is None
+    compat.resume_wandb_run(logger, "abc123")
+    assert logger.version == "abc123" and logger._wandb_init["id"] == "abc123"  # what wandb.init will be given
+    assert compat.started_wandb_run(logger) is None  # nothing started
+
+
+def test_graceful_stop_and_last_saved_checkpoint(tmp_path):
+    """The request reaches the trainer's public ``received_sigterm``; after a 2-step fit, the checkpoint callback's
+    last written file is ``epoch=0-step=2.ckpt`` at step 2 (Lightning's default name)."""
+    checked("lightning")
+    import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.demos.boring_classes import BoringModel
+
+    cb = ModelCheckpoint(dirpath=tmp_path)
+    trainer = L.Trainer(max_steps=2, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        callbacks=[cb], default_root_dir=tmp_path)
+    assert not trainer.received_sigterm
+    compat.request_graceful_stop(trainer)
+    assert trainer.received_sigterm
+    trainer._signal_connector.received_sigterm = False  # a fresh start for the fit below
+    trainer.fit(BoringModel())
+    assert compat.last_saved_checkpoint(cb) == (2, str(tmp_path / "epoch=0-step=2.ckpt"))
+    assert compat.last_saved_checkpoint(L.Callback()) == (None, None)
+
+
+def test_rich_available_is_lightnings_own_check():
+    checked("lightning")
+    from lightning.pytorch.callbacks import RichProgressBar
+
+    assert compat.rich_available() is (importlib.util.find_spec("rich") is not None)  # rich 10.2.2+ or none here
+    if compat.rich_available():
+        RichProgressBar()  # builds
+
+
+def test_stateful_loader_finished_key():
+    checked("torchdata")
+    from torchdata.stateful_dataloader import StatefulDataLoader
+    from torchdata.stateful_dataloader.stateful_dataloader import _ITERATOR_FINISHED
+
+    assert _ITERATOR_FINISHED == compat.LOADER_FINISHED_KEY
+    loader = StatefulDataLoader(list(range(4)), batch_size=2)
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    assert state[compat.LOADER_FINISHED_KEY] is False
+    compat.mark_loader_finished(state)
+    assert state[compat.LOADER_FINISHED_KEY] is True
+    list(it)
+    assert loader.state_dict()[compat.LOADER_FINISHED_KEY] is True  # what torchdata itself writes at the end
+    other = {"x": 1}
+    compat.mark_loader_finished(other)
+    assert other == {"x": 1}
+
+
+def test_torch_names():
+    checked("torch")
+    from torch.nn.modules.dropout import _DropoutNd
+
+    from lit_grpo.policy import DROPOUTS
+
+    x = torch.arange(4.0)
+    assert compat.is_view(x[1:]) and not compat.is_view(x) and not compat.is_view(x[1:].clone())
+    out = compat.tree_map(lambda t: t * 2 if isinstance(t, torch.Tensor) else t, {"a": [x, (x[:1], "s")]})
+    assert out["a"][0].tolist() == [0.0, 2.0, 4.0, 6.0] and out["a"][1][0].tolist() == [0.0] and out["a"][1][1] == "s"
+    assert compat.dispatch_has_kernel("aten::add.Tensor")
+    assert not compat.dispatch_has_kernel("lit_grpo_compat_test::nothing")
+    # policy.DROPOUTS names torch's dropouts publicly: every torch subclass of the private base is among them
+    assert {c for c in _DropoutNd.__subclasses__() if c.__module__.startswith("torch.")} == set(DROPOUTS)
+
+
+def test_torchvision_ops_loaded():
+    checked("torchvision")
+    try:
+        import torchvision.extension
+    except Exception as exc:  # a CUDA torchvision beside a CPU torch fails at import (lit_grpo.torchvision_cpu)
+        pytest.skip(f"torchvision does not import here: {exc}")
+    assert compat.torchvision_ops_loaded() is bool(torchvision.extension._has_ops())
+
+
+def test_argparse_names_on_jsonargparse():
+    checked("jsonargparse")
+    if not PYTHON[0] <= sys.version_info[:2] < PYTHON[1]:
+        pytest.skip(f"argparse's private names were checked on Python {PYTHON[0]} to below {PYTHON[1]}")
+    from jsonargparse import ArgumentParser
+
+    parser = ArgumentParser(prog="p")
+    group = parser.add_argument_group("Group G")
+    group.add_argument("--alpha", type=int, default=3, help="the alpha")
+    groups = dict(compat.argument_groups(parser))
+    assert [a.option_strings for a in groups["Group G"]] == [["--alpha"]]
+    assert compat.has_option(parser, "--alpha") and not compat.has_option(parser, "--beta")
+    formatter = compat.help_formatter(parser)  # cli_help formats actions with it inside jsonargparse's help
+    assert isinstance(formatter, parser.formatter_class)
+    formatter.start_section("Section S")
+    formatter.add_text("some text")
+    formatter.end_section()
+    assert formatter.format_help() == "Section S:\n  some text\n"
