@@ -215,6 +215,13 @@ def model_inputs(rollout: Rollout) -> dict[str, Tensor]:
     return inputs
 
 
+def grad_mode(grad: bool) -> contextlib.AbstractContextManager:
+    """The context of an engine's log-prob forward: only the update pass (``grad=True``) keeps the autograd graph; the
+    log-prob and reference passes keep no activations. ``grad=True`` leaves the caller's mode as it is (never turns
+    grad on inside a ``no_grad`` block)."""
+    return contextlib.nullcontext() if grad else torch.no_grad()
+
+
 def completion_logps(model: nn.Module, rollout: Rollout, temperature: float, suppress_ids: Tensor | None = None,
                      with_entropy: bool = False, *, top_k: int = 0, top_p: float = 1.0) -> tuple[Tensor, Tensor | None]:
     """Per-token log-probs of the completion tokens under ``model`` (the sampled distribution), from one forward
@@ -306,15 +313,11 @@ class RolloutEngine:
                temperature: float | None = None) -> Rollout:
         raise NotImplementedError
 
-    def row_logps(self, model: nn.Module, rollout: Rollout, rows: slice,
-                  entropy: bool) -> tuple[Tensor, Tensor | None]:
-        """The engine's forward for :meth:`logps` (grad as the caller set it)."""
-        raise NotImplementedError
-
     def logps(self, model: nn.Module, rollout: Rollout, rows: slice = slice(None), *, grad: bool = False,
-              entropy: bool = False) -> tuple[Tensor, Tensor | None]:
-        with contextlib.nullcontext() if grad else torch.no_grad():
-            return self.row_logps(model, rollout, rows, entropy)
+              entropy: bool | str = False) -> tuple[Tensor, Tensor | None]:
+        """The log-probs of rows ``rows`` (class docstring); an engine runs its forward under ``grad_mode(grad)``
+        and calls the kernel itself, so that the update reaches it in few frames (tests/test_structure_step.py)."""
+        raise NotImplementedError
 
     def release(self) -> None:
         """Sampling is over until :meth:`resume`; the sampler may free what only sampling needs."""
