@@ -30,8 +30,8 @@ LOG_RATIO_CLAMP = 20.0
 def scale_logits(logits: Tensor, temperature: float, suppress_ids: Tensor | None = None) -> Tensor:
     """Next-token logits before truncation: ``suppress_ids`` (tokens the sampler never emits, e.g. image
     placeholders) set to ``-inf``, then divided by ``temperature``. Shape: ``[n, V]`` -> ``[n, V]`` float32."""
-    logits = logits.float()
-    if suppress_ids is not None and suppress_ids.numel():
+    logits = logits.float()  # a bfloat16 log-softmax is off by ~0.01 nats: enough to move a ratio across the clip
+    if suppress_ids is not None and suppress_ids.numel():  # -inf before the temperature: exp gives exactly 0
         logits = logits.index_fill(-1, suppress_ids.to(logits.device), float("-inf"))
     return logits / temperature
 
@@ -43,14 +43,16 @@ def truncate_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tenso
     ``top_p`` 1 keep every token. Shape: ``[n, V]`` -> ``[n, V]``.
     """
     if top_k and top_k > 0:
-        kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[..., -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
+        kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[..., -1:]  # (n, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))  # ties with the k-th all stay, as transformers'
     if top_p < 1.0:
+        # ascending, as transformers sorts: drop the low tail whose mass is at most 1 - top_p, so the kept set's
+        # mass is at least top_p and the boundary falls where the sampler's does
         sorted_logits, order = torch.sort(logits, descending=False)
         cumulative = sorted_logits.softmax(-1).cumsum(-1)
         remove = cumulative <= (1 - top_p)
         remove[..., -1:] = False  # keep at least one token
-        logits = logits.masked_fill(remove.scatter(-1, order, remove), float("-inf"))
+        logits = logits.masked_fill(remove.scatter(-1, order, remove), float("-inf"))  # back to vocabulary order
     return logits
 
 
@@ -96,22 +98,24 @@ def selective_log_softmax(
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 for log-probs, got {temperature}")
     n, t, v = logits.shape
-    flat_logits, flat_index = logits.reshape(n * t, v), index.reshape(n * t)
-    truncating = bool(top_k and top_k > 0) or top_p < 1.0
+    flat_logits, flat_index = logits.reshape(n * t, v), index.reshape(n * t)  # (N*T, V), (N*T,): a view, no copy
+    truncating = bool(top_k and top_k > 0) or top_p < 1.0  # without truncation skip the sort (the common case)
     logps, entropies = [], []
+    # row chunks bound the float32 copy: [N*T, V] at once would be e.g. 8 x 1024 x 150k x 4 bytes = 5 GB
     for start in range(0, n * t, chunk_rows):
         scaled = scale_logits(flat_logits[start : start + chunk_rows], temperature, suppress_ids)  # (c, V)
         idx = flat_index[start : start + chunk_rows, None]  # (c, 1)
-        picked = scaled.gather(1, idx).squeeze(1)  # (c,)
+        picked = scaled.gather(1, idx).squeeze(1)  # (c,) from the untruncated scores: finite even outside the set
         chunk = truncate_logits(scaled, top_k, top_p) if truncating else scaled
         lse = torch.logsumexp(chunk, dim=-1)  # (c,)
         if truncating:  # a token outside the kept set joins it: finite and continuous at the boundary
             outside = torch.isinf(chunk.gather(1, idx).squeeze(1))
             lse = torch.logaddexp(lse, torch.where(outside, picked, torch.full_like(picked, float("-inf"))))
-        logps.append(picked - lse)
+        logps.append(picked - lse)  # log softmax at one index, without the (c, V) log_softmax tensor
         if with_entropy:
             with torch.no_grad() if with_entropy != "grad" else contextlib.nullcontext():
                 p = torch.softmax(chunk, dim=-1)
+                # a truncated token has p = 0 and log p = -inf: 0 * -inf is NaN, its term must be 0
                 entropies.append(-(p * torch.log_softmax(chunk, -1).nan_to_num(neginf=0.0)).sum(-1))
     out = torch.cat(logps).reshape(n, t)
     ent = torch.cat(entropies).reshape(n, t) if with_entropy else None
@@ -125,9 +129,10 @@ def nan_group_stats(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     or when every valid value is equal (no rounding residue). Shape: ``[..., G]`` -> three ``[...]``."""
     valid = ~torch.isnan(x)
     count = valid.sum(-1)
-    filled = torch.where(valid, x, torch.zeros_like(x))
+    filled = torch.where(valid, x, torch.zeros_like(x))  # NaN would poison the sums: 0 and left out of the count
     mean = filled.sum(-1) / count.clamp(min=1)
     sq = torch.where(valid, (x - mean.unsqueeze(-1)) ** 2, torch.zeros_like(x)).sum(-1)
+    # equal values can leave a rounding residue in the std (then A = residue / eps): found by max == min, set to 0
     flat = torch.where(valid, x, -math.inf).amax(-1) == torch.where(valid, x, math.inf).amin(-1)
     std = torch.where((count > 1) & ~flat, (sq / (count - 1).clamp(min=1)).sqrt(), torch.zeros_like(mean))
     return mean, std, count
@@ -182,10 +187,11 @@ def group_advantages(rewards: Tensor, group_size: int, scale: str | Callable[...
         scale = ADVANTAGE_SCALES.get(scale)
     if group_size < 1 or rewards.numel() % group_size:
         raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
-    r = rewards.float().reshape(-1, group_size)  # (B, G)
+    r = rewards.float().reshape(-1, group_size)  # (B, G): a prompt's G completions are contiguous rows
     mean, std, _ = nan_group_stats(r)  # (B,)
     centred = scale(r - mean.unsqueeze(1), r, std, eps)  # (B, G)
     valid = ~torch.isnan(r)
+    # a NaN reward (cannot score) and a flat group carry no signal: exactly 0, not the residue of r - mean
     adv = torch.where(valid & ~_flat_groups(r), centred, torch.zeros_like(centred))
     return adv.reshape(-1)
 
@@ -262,11 +268,11 @@ def k3_kl(logps: Tensor, ref_logps: Tensor) -> Tensor:
     there), and above ``expm1(d) - d``; both exact to the dtype's precision. ``d`` is clamped to ``[-20, 20]``.
     Shape: ``[N, T]`` -> ``[N, T]``.
     """
-    d = (ref_logps - logps).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    d = (ref_logps - logps).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # (N, T); float32 exp overflows past ~88
     small = d.abs() <= K3_SERIES_BELOW
     x = torch.where(small, d, torch.zeros_like(d))  # the series only where it converges fast (no overflow elsewhere)
     series = torch.full_like(x, _K3_SERIES[-1])
-    for c in reversed(_K3_SERIES[:-1]):
+    for c in reversed(_K3_SERIES[:-1]):  # Horner: one multiply-add a term, no power of d
         series = series * x + c
     return torch.where(small, series * x * x, torch.expm1(d) - d)
 
@@ -329,7 +335,7 @@ class GRPOLoss:
         if self.beta > 0 and ref_logps is None:
             raise ValueError("beta > 0 needs ref_logps")
         term, opt, low, high = self.term, self.options, self.epsilon_low, self.epsilon_high
-        # float32 whatever the model's dtype: exp of bfloat16 log-ratios is off by ~1% (the clip is at 0.2)
+        # float32 whatever the caller's dtype (the kernel gives float32; a float64 test gets the loss training sees)
         logps, old_logps = logps.float(), old_logps.float()
         m = mask.float()  # (N, T)
         log_ratio, ratio = importance_ratio(logps, old_logps, m, opt["importance_sampling_level"])
@@ -391,6 +397,7 @@ def importance_ratio(logps: Tensor, old_logps: Tensor, mask: Tensor, level: str 
     Raises ``ValueError`` on another level."""
     if level not in ("token", "sequence"):
         raise ValueError(f"importance_sampling_level must be 'token' or 'sequence', got {level!r}")
+    # masked positions hold padding's log-probs: zero their log-ratio so a sequence mean and exp never see them
     log_ratio = torch.where(mask > 0, logps - old_logps, torch.zeros_like(logps))  # (N, T)
     log_w = log_ratio if level == "token" else ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
     return log_ratio, torch.exp(log_w.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
@@ -401,6 +408,7 @@ def entropy_bonus(entropy: Tensor, mask: Tensor, entropy_mask: Tensor | None = N
     """The mean token entropy over ``mask`` (and ``entropy_mask``) of a micro-batch, over ``num_micro_batches``:
     the bonus TRL subtracts times ``entropy_coef`` (a mean per micro-batch). Shape: ``[N, T]`` -> scalar."""
     acts_on = mask.float() if entropy_mask is None else mask.float() * entropy_mask
+    # a mean per micro-batch (TRL's), over the micro-batches: not a token mean of the update, so it depends on them
     return (entropy.float() * acts_on).sum() / acts_on.sum().clamp(min=1.0) / num_micro_batches
 
 
@@ -422,4 +430,4 @@ def _loss_stats(ratio: Tensor, adv: Tensor, m: Tensor, kl: Tensor | None, low_bo
 def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
     """Mean of ``x`` over positions where ``mask`` is nonzero (0 when the mask is empty)."""
     m = mask.to(x.dtype)
-    return (x * m).sum() / m.sum().clamp(min=1.0)
+    return (x * m).sum() / m.sum().clamp(min=1.0)  # clamp: an all-masked micro-batch gives 0, not NaN

@@ -235,7 +235,8 @@ class GRPOModule(PolicyModule):
             lr_scheduler: optional scheduler, stepped once per training step (rollout).
         """
         super().__init__(policy, rewards, grpo, sampling, evaluation, attention, perf, optimizer, lr_scheduler)
-        self.automatic_optimization = False
+        self.automatic_optimization = False  # a step makes several updates; Lightning's automatic loop makes one
+        # beta 0: no reference at all (a frozen copy of the weights would cost as much memory as the policy)
         self.passes.reference = ReferencePolicy(self.policy, bool(policy.lora and policy.lora.adapter_path)) \
             if grpo.beta > 0 else None
         if grpo.use_adaptive_entropy:  # (coefficient, last update's entropy): a buffer, so checkpoints keep it
@@ -309,6 +310,7 @@ class GRPOModule(PolicyModule):
         of it (``steps_per_generation`` parts, in order), then one scheduler step. ``logprobs``: the log-prob pass's
         old and reference log-probs and an off-policy sampler's correction."""
         opt, sched = self.optimizers(), self.lr_schedulers()
+        # every iteration goes over the same parts in the same order (as TRL): parts x num_iterations updates
         updates = self.passes.update_rows(rollout.num_completions) * self.cfg.num_iterations
         totals: dict[str, float] = {}
         self.passes.engine.release()  # no sampling until the next step's rollout
@@ -318,13 +320,14 @@ class GRPOModule(PolicyModule):
             stats = self.passes.accumulate_gradients(
                 self.policy, rollout, advantages, logprobs.old_logps, logprobs.ref_logps, self._backward,
                 self._backward_sync, rows=rows, sampler=logprobs, entropy_coef=coef)
+            # an infinite bound still measures the norm: grad_norm is logged with clipping off too
             clip = self.cfg.max_grad_norm if self.cfg.max_grad_norm is not None else math.inf
             root = getattr(self._trainer.strategy, "model", None) if self._trainer is not None else None
             stats["grad_norm"] = float(D.clip_grad_norm(root, self.trainable_parameters(), clip))
             self._optimizer_step(opt, last=i == len(updates) - 1)
             self.passes.engine.update_weights(self.policy)  # the next rollout samples from these weights
             self._control_entropy(stats, coef)
-            for k, v in stats.items():
+            for k, v in stats.items():  # the step logs each figure's mean over its updates
                 totals[k] = totals.get(k, 0.0) + v / len(updates)
         self.passes.engine.resume()
         if sched is not None:

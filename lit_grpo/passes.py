@@ -80,8 +80,8 @@ class PolicyPasses:
         log-probs (``num_iterations > 1``, ``steps_per_generation > 1``, or a rollout whose sampler is not the policy)
         and, with column providers, their measurements from the same forward (a full-sequence forward, whatever the
         engine: ``measured_logps``); then the reference pass (``beta > 0``), then an off-policy sampler's weights
-        (:meth:`sampler_weights`). ``images[b]``: prompt ``b``'s images (its rows contiguous, as sampled). ``train=False``
-        (evaluation) skips log-probs."""
+        (:meth:`sampler_weights`). ``images[b]``: prompt ``b``'s images (its rows contiguous, as sampled).
+        ``train=False`` (evaluation) skips log-probs."""
         out = LogprobPass()
         # with one on-policy update per rollout the first (only) update's ratio is exactly 1: old = logps.detach()
         # in the loss, and this forward is skipped; a later update or another sampler needs the rollout-time values
