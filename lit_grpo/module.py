@@ -236,13 +236,13 @@ class GRPOModule(PolicyModule):
         """
         super().__init__(policy, rewards, grpo, sampling, evaluation, attention, perf, optimizer, lr_scheduler)
         self.automatic_optimization = False  # a step makes several updates; Lightning's automatic loop makes one
-        # beta 0: no reference at all (a frozen copy of the weights would cost as much memory as the policy)
+        # beta 0: no reference at all (without a fresh LoRA it is a frozen copy: the policy's memory again)
         self.passes.reference = ReferencePolicy(self.policy, bool(policy.lora and policy.lora.adapter_path)) \
             if grpo.beta > 0 else None
         if grpo.use_adaptive_entropy:  # (coefficient, last update's entropy): a buffer, so checkpoints keep it
             self.register_buffer("entropy_control", torch.tensor([grpo.entropy_coef, math.inf], dtype=torch.float64))
         # names resolved once, not per step: the advantage scaling's function, and GDPO or the weighted total
-        self.scale = ADVANTAGE_SCALES.get(grpo.scale_rewards)
+        self.advantage_scale = ADVANTAGE_SCALES.get(grpo.scale_rewards)
         self.decoupled = grpo.multi_objective_aggregation == "normalize_then_sum"
 
     # ----------------------------------------------------------------- training
@@ -291,7 +291,7 @@ class GRPOModule(PolicyModule):
         computed from (the total, or GDPO's sum of normalised terms): the no-signal figures are of it."""
         g, eps = self.sampling.num_generations, self.cfg.advantage_eps
         if not self.decoupled:
-            return group_advantages(all_total, g, self.scale, eps), {}, all_total
+            return group_advantages(all_total, g, self.advantage_scale, eps), {}, all_total
         labels = [k for k in self.reward_weights if k in per_reward]  # the terms of the total
         values = torch.stack([D.all_gather_cat(per_reward[k].to(self.device)).cpu() for k in labels], 1)  # (W*N, K)
         weights = torch.tensor([self.reward_weights[k] for k in labels])
