@@ -23,7 +23,8 @@ Printed per trainer (one ``key: value`` line each):
 
 - ``generation_tokens_per_s``: completion tokens sampled / time in sampling;
 - ``update_tokens_per_s``: completion tokens trained on / time in the update pass (forward + backward over the
-  micro-batches; lit_grpo: ``accumulate_gradients``; TRL: ``training_step`` less its generation and scoring);
+  micro-batches; lit_grpo: ``PolicyPasses.accumulate_gradients``; TRL: ``training_step`` less its generation and
+  scoring);
 - ``update_tflops`` and ``mfu``: :func:`update_flops` (the language model's and head's matmul FLOPs over the
   tokens each implementation runs: lit_grpo every prompt once per group, TRL every row's prompt; forward +
   backward = 3 x forward; recomputation not counted) per second, and that over the device's bf16 dense peak
@@ -198,7 +199,7 @@ def run_lit(path: str, samples, s: dict, steps: int, warmup: int, meter: Meter, 
         perf=PerfConfig(engine=engine, vllm_gpu_memory_utilization=VLLM_MEMORY),
         optimizer=functools.partial(torch.optim.AdamW, lr=1e-5, weight_decay=0.0))
     shape = _text_shape(module.policy.config)
-    rollout_fn, update_fn = module.rollout, module.accumulate_gradients
+    rollout_fn, update_fn = module.rollout, module.passes.accumulate_gradients
 
     def rollout(batch, group_size, *a, **k):
         out = rollout_fn(batch, group_size, *a, **k)
@@ -206,16 +207,16 @@ def run_lit(path: str, samples, s: dict, steps: int, warmup: int, meter: Meter, 
             meter.tokens["generation"] += int(out.completion_mask.sum())
         return out
 
-    def accumulate(ro, *a, **k):
+    def accumulate(policy, ro, *a, **k):
         if meter.on:
             b, p = ro.num_prompts, ro.prompts["input_ids"].shape[1]
             n, t = ro.completion_ids.shape
             meter.tokens["update"] += int(ro.completion_mask.sum())
             meter.flops += update_flops(**shape, runs=[(b, p, 0), (n, t, p)], head_tokens=n * t)
-        return update_fn(ro, *a, **k)
+        return update_fn(policy, ro, *a, **k)
 
     module.rollout = meter.timed("generation", rollout)
-    module.accumulate_gradients = meter.timed("update", accumulate)
+    module.passes.accumulate_gradients = meter.timed("update", accumulate)
 
     class Start(L.Callback):
         def on_train_batch_start(self, trainer, *a, **k):

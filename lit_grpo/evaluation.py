@@ -314,15 +314,16 @@ class Evaluator:
         return torch.tensor(correctness(values, self.cfg.pass_threshold), dtype=torch.float32)
 
     def step(self, module, batch, stage: str, batch_idx: int = 0) -> list[dict[str, Any]]:
-        """Complete every prompt of ``batch`` in each mode through ``module`` (its ``rollout``, ``logprob_pass`` and
-        ``rewards``; a fixed sampling seed per batch), accumulate the statistics, return the records."""
+        """Complete every prompt of ``batch`` in each mode through ``module`` (its ``rollout``, its passes'
+        ``logprob_pass`` and ``rewards``; a fixed sampling seed per batch), accumulate the statistics, return the records."""
         records = []
         for mode, n, greedy, temp in self.modes():
             with torch.random.fork_rng(devices=[module.device] if module.device.type == "cuda" else []):
                 if self.cfg.seed is not None:
                     torch.manual_seed(self.cfg.seed + batch_idx)
                 rollout = module.rollout(batch, n, greedy=greedy, temperature=temp)
-            extra = module.logprob_pass(batch, rollout, n, train=False).columns() if module.pass_columns else {}
+            extra = module.passes.logprob_pass(module.policy, rollout, [s.images for s in batch.samples],
+                                               train=False).columns() if module.pass_columns else {}
             reward_metrics, call_metrics = {}, {}
             per_reward, total = module.rewards(batch, rollout, n, self.fns, metrics=reward_metrics, extra=extra)
             correct = self.correctness(rollout.completions, module.columns(batch, rollout, n, extra), per_reward,

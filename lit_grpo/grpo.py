@@ -13,6 +13,7 @@ CISPO, SAPO, LUSPO, VESPO, INTELLECT-2's two-sided clip, DeepSeek-V3.2's off-pol
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 from typing import Callable
 
@@ -29,8 +30,8 @@ LOG_RATIO_CLAMP = 20.0
 def scale_logits(logits: Tensor, temperature: float, suppress_ids: Tensor | None = None) -> Tensor:
     """Next-token logits before truncation: ``suppress_ids`` (tokens the sampler never emits, e.g. image
     placeholders) set to ``-inf``, then divided by ``temperature``. Shape: ``[n, V]`` -> ``[n, V]`` float32."""
-    logits = logits.float()
-    if suppress_ids is not None and suppress_ids.numel():
+    logits = logits.float()  # a bfloat16 log-softmax is off by ~0.01 nats: enough to move a ratio across the clip
+    if suppress_ids is not None and suppress_ids.numel():  # -inf before the temperature: exp gives exactly 0
         logits = logits.index_fill(-1, suppress_ids.to(logits.device), float("-inf"))
     return logits / temperature
 
@@ -42,14 +43,16 @@ def truncate_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tenso
     ``top_p`` 1 keep every token. Shape: ``[n, V]`` -> ``[n, V]``.
     """
     if top_k and top_k > 0:
-        kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[..., -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
+        kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[..., -1:]  # (n, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))  # ties with the k-th all stay, as transformers'
     if top_p < 1.0:
+        # ascending, as transformers sorts: drop the low tail whose mass is at most 1 - top_p, so the kept set's
+        # mass is at least top_p and the boundary falls where the sampler's does
         sorted_logits, order = torch.sort(logits, descending=False)
         cumulative = sorted_logits.softmax(-1).cumsum(-1)
         remove = cumulative <= (1 - top_p)
         remove[..., -1:] = False  # keep at least one token
-        logits = logits.masked_fill(remove.scatter(-1, order, remove), float("-inf"))
+        logits = logits.masked_fill(remove.scatter(-1, order, remove), float("-inf"))  # back to vocabulary order
     return logits
 
 
@@ -95,22 +98,24 @@ def selective_log_softmax(
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 for log-probs, got {temperature}")
     n, t, v = logits.shape
-    flat_logits, flat_index = logits.reshape(n * t, v), index.reshape(n * t)
-    truncating = bool(top_k and top_k > 0) or top_p < 1.0
+    flat_logits, flat_index = logits.reshape(n * t, v), index.reshape(n * t)  # (N*T, V), (N*T,): a view, no copy
+    truncating = bool(top_k and top_k > 0) or top_p < 1.0  # without truncation skip the sort (the common case)
     logps, entropies = [], []
+    # row chunks bound the float32 copy: [N*T, V] at once would be e.g. 8 x 1024 x 150k x 4 bytes = 5 GB
     for start in range(0, n * t, chunk_rows):
         scaled = scale_logits(flat_logits[start : start + chunk_rows], temperature, suppress_ids)  # (c, V)
         idx = flat_index[start : start + chunk_rows, None]  # (c, 1)
-        picked = scaled.gather(1, idx).squeeze(1)  # (c,)
+        picked = scaled.gather(1, idx).squeeze(1)  # (c,) from the untruncated scores: finite even outside the set
         chunk = truncate_logits(scaled, top_k, top_p) if truncating else scaled
         lse = torch.logsumexp(chunk, dim=-1)  # (c,)
         if truncating:  # a token outside the kept set joins it: finite and continuous at the boundary
             outside = torch.isinf(chunk.gather(1, idx).squeeze(1))
             lse = torch.logaddexp(lse, torch.where(outside, picked, torch.full_like(picked, float("-inf"))))
-        logps.append(picked - lse)
+        logps.append(picked - lse)  # log softmax at one index, without the (c, V) log_softmax tensor
         if with_entropy:
             with torch.no_grad() if with_entropy != "grad" else contextlib.nullcontext():
                 p = torch.softmax(chunk, dim=-1)
+                # a truncated token has p = 0 and log p = -inf: 0 * -inf is NaN, its term must be 0
                 entropies.append(-(p * torch.log_softmax(chunk, -1).nan_to_num(neginf=0.0)).sum(-1))
     out = torch.cat(logps).reshape(n, t)
     ent = torch.cat(entropies).reshape(n, t) if with_entropy else None
@@ -124,9 +129,10 @@ def nan_group_stats(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     or when every valid value is equal (no rounding residue). Shape: ``[..., G]`` -> three ``[...]``."""
     valid = ~torch.isnan(x)
     count = valid.sum(-1)
-    filled = torch.where(valid, x, torch.zeros_like(x))
+    filled = torch.where(valid, x, torch.zeros_like(x))  # NaN would poison the sums: 0 and left out of the count
     mean = filled.sum(-1) / count.clamp(min=1)
     sq = torch.where(valid, (x - mean.unsqueeze(-1)) ** 2, torch.zeros_like(x)).sum(-1)
+    # equal values can leave a rounding residue in the std (then A = residue / eps): found by max == min, set to 0
     flat = torch.where(valid, x, -math.inf).amax(-1) == torch.where(valid, x, math.inf).amin(-1)
     std = torch.where((count > 1) & ~flat, (sq / (count - 1).clamp(min=1)).sqrt(), torch.zeros_like(mean))
     return mean, std, count
@@ -159,10 +165,12 @@ def _no_std(centred: Tensor, r: Tensor, std: Tensor, eps: float) -> Tensor:
     return centred
 
 
-def group_advantages(rewards: Tensor, group_size: int, scale: str = "group", eps: float = 1e-4) -> Tensor:
+def group_advantages(rewards: Tensor, group_size: int, scale: str | Callable[..., Tensor] = "group",
+                     eps: float = 1e-4) -> Tensor:
     """Group-relative advantages ``(r - mean_group) / scale``.
 
-    ``scale`` (:data:`ADVANTAGE_SCALES`): ``"group-std"`` (alias ``"group"``) divides by the group's std + eps
+    ``scale`` (:data:`ADVANTAGE_SCALES`; a name or the function it names, as the module resolves it once):
+    ``"group-std"`` (alias ``"group"``) divides by the group's std + eps
     (GRPO), ``"batch-std"`` (``"batch"``) by the std of every valid reward in ``rewards`` + eps, ``"no-std"``
     (``"none"``) does not divide (Dr. GRPO). Statistics skip NaN ("cannot score") rewards and use the
     unbiased std. A NaN reward gets advantage 0; a group whose valid rewards are all equal gets
@@ -173,14 +181,17 @@ def group_advantages(rewards: Tensor, group_size: int, scale: str = "group", eps
     Raises:
         ValueError: when ``N`` is not a multiple of ``group_size`` or ``scale`` is unknown.
     """
-    if scale not in ADVANTAGE_SCALES:
-        raise ValueError(f"scale must be one of {', '.join(ADVANTAGE_SCALES.names())}, got {scale!r}")
+    if isinstance(scale, str):
+        if scale not in ADVANTAGE_SCALES:
+            raise ValueError(f"scale must be one of {', '.join(ADVANTAGE_SCALES.names())}, got {scale!r}")
+        scale = ADVANTAGE_SCALES.get(scale)
     if group_size < 1 or rewards.numel() % group_size:
         raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
-    r = rewards.float().reshape(-1, group_size)  # (B, G)
+    r = rewards.float().reshape(-1, group_size)  # (B, G): a prompt's G completions are contiguous rows
     mean, std, _ = nan_group_stats(r)  # (B,)
-    centred = ADVANTAGE_SCALES.get(scale)(r - mean.unsqueeze(1), r, std, eps)  # (B, G)
+    centred = scale(r - mean.unsqueeze(1), r, std, eps)  # (B, G)
     valid = ~torch.isnan(r)
+    # a NaN reward (cannot score) and a flat group carry no signal: exactly 0, not the residue of r - mean
     adv = torch.where(valid & ~_flat_groups(r), centred, torch.zeros_like(centred))
     return adv.reshape(-1)
 
@@ -257,11 +268,11 @@ def k3_kl(logps: Tensor, ref_logps: Tensor) -> Tensor:
     there), and above ``expm1(d) - d``; both exact to the dtype's precision. ``d`` is clamped to ``[-20, 20]``.
     Shape: ``[N, T]`` -> ``[N, T]``.
     """
-    d = (ref_logps - logps).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    d = (ref_logps - logps).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # (N, T); float32 exp overflows past ~88
     small = d.abs() <= K3_SERIES_BELOW
     x = torch.where(small, d, torch.zeros_like(d))  # the series only where it converges fast (no overflow elsewhere)
     series = torch.full_like(x, _K3_SERIES[-1])
-    for c in reversed(_K3_SERIES[:-1]):
+    for c in reversed(_K3_SERIES[:-1]):  # Horner: one multiply-add a term, no power of d
         series = series * x + c
     return torch.where(small, series * x * x, torch.expm1(d) - d)
 
@@ -269,18 +280,14 @@ def k3_kl(logps: Tensor, ref_logps: Tensor) -> Tensor:
 LOSS_OPTIONS = {"importance_sampling_level": "token", "delta": None, "sapo_temperature_pos": 1.0,
                 "sapo_temperature_neg": 1.05, "vespo_k_pos": 2.0, "vespo_lambda_pos": 3.0, "vespo_k_neg": 3.0,
                 "vespo_lambda_neg": 2.0, "use_bias_correction_kl": False, "off_policy_mask_threshold": None}
-"""The options of :func:`grpo_loss` that select a variant, with their defaults (the plain clipped surrogate)."""
+"""The options of :class:`GRPOLoss` that select a variant, with their defaults (the plain clipped surrogate)."""
 
 
-def grpo_loss(logps: Tensor, old_logps: Tensor, advantages: Tensor, mask: Tensor, *, ref_logps: Tensor | None = None,
-              beta: float = 0.0, epsilon_low: float = 0.2, epsilon_high: float = 0.2, loss_type: str = "dapo",
-              max_completion_length: int | None = None, num_items: float | None = None,
-              num_sequences: float | None = None, num_micro_batches: int = 1, entropy: Tensor | None = None,
-              entropy_mask: Tensor | None = None, entropy_coef: float = 0.0, sampler_ratio: Tensor | None = None,
-              sampling_logps: Tensor | None = None, **options) -> tuple[Tensor, dict[str, Tensor]]:
-    """The policy-gradient loss of one micro-batch: ``loss_type``'s policy term (:mod:`lit_grpo.objectives`), masked
-    and corrected, plus ``beta`` times k3 KL, aggregated, minus an entropy bonus. Per token, with the importance ratio
-    ``rho`` of :func:`importance_ratio` (per token, or GSPO's per sequence with ``importance_sampling_level``):
+class GRPOLoss:
+    """The policy-gradient loss of one micro-batch, its variant resolved once: ``loss_type``'s policy term
+    (:mod:`lit_grpo.objectives`), masked and corrected, plus ``beta`` times k3 KL, aggregated, minus an entropy bonus.
+    Per token, with the importance ratio ``rho`` of :func:`importance_ratio` (per token, or GSPO's per sequence with
+    ``importance_sampling_level``):
 
         loss = term(rho, A) * opm * entropy_mask * sampler_ratio + beta * KL * (rho if use_bias_correction_kl)
 
@@ -294,43 +301,77 @@ def grpo_loss(logps: Tensor, old_logps: Tensor, advantages: Tensor, mask: Tensor
     ``dr_grpo``; ``seq-mean-token-sum`` = ``luspo``; ``micro-batch-token-mean`` = ``bnpo``), then ``entropy_coef``
     times :func:`entropy_bonus` is subtracted (``entropy`` must carry the gradient).
 
-    ``num_items`` (tokens), ``num_sequences`` and ``num_micro_batches`` default to this call's; pass the whole
-    update's (every micro-batch and rank) so accumulation does not change the objective. ``options``:
-    :data:`LOSS_OPTIONS`. Inputs of any float dtype are computed in float32.
+    Built once per run (:class:`lit_grpo.passes.PolicyPasses`) from the settings (``options``: :data:`LOSS_OPTIONS`);
+    each call takes one micro-batch. ``num_items`` (tokens), ``num_sequences`` and ``num_micro_batches`` default to
+    the call's; pass the whole update's (every micro-batch and rank) so accumulation does not change the objective.
+    Inputs of any float dtype are computed in float32.
 
     Shape: logps, old_logps, ref_logps, sampling_logps, entropy, entropy_mask, mask ``[N, T]``; advantages ``[N]``;
     sampler_ratio ``[N, T]`` or ``[N, 1]`` -> loss scalar and detached scalar ``stats``: ``kl``, ``clip_ratio_low``,
     ``clip_ratio_high``, ``clip_ratio`` (token means; ``cispo``'s capped tokens count as high, ``sapo`` and
     ``vespo`` clip none) and ``off_policy_masked`` (with the mask: the fraction of tokens dropped).
     Raises:
-        ValueError: unknown ``loss_type``, level or option; ``beta > 0`` without ``ref_logps``; ``dr_grpo`` without
-        ``max_completion_length``.
+        ValueError: unknown ``loss_type`` or option (when built); an unknown level, ``beta > 0`` without
+        ``ref_logps``, ``dr_grpo`` without ``max_completion_length`` (when called).
     """
-    kind, opt = _variant(loss_type, beta, ref_logps, options)
-    term = POLICY_TERMS.get(kind.policy)
-    logps, old_logps = logps.float(), old_logps.float()
-    m = mask.float()  # (N, T)
-    log_ratio, ratio = importance_ratio(logps, old_logps, m, opt["importance_sampling_level"])
-    adv = advantages.float().unsqueeze(1)  # (N, 1)
-    per_token = term.fn(ratio, adv, logps=logps, log_ratio=log_ratio, mask=m, sampler_ratio=sampler_ratio,
-                        epsilon_low=epsilon_low, epsilon_high=epsilon_high, **opt)  # (N, T) or (N, 1)
-    per_token, stats = _masked(per_token, adv, logps, old_logps if sampling_logps is None else sampling_logps.float(),
-                               m, opt["off_policy_mask_threshold"], entropy_mask,
-                               None if term.absorbs_sampler_ratio else sampler_ratio)
-    kl = None
-    if ref_logps is not None:
-        kl = k3_kl(logps, torch.where(m > 0, ref_logps.float(), logps))
-        kl = kl * ratio if opt["use_bias_correction_kl"] else kl
-        per_token = per_token + beta * kl if beta > 0 else per_token
-    loss = LOSS_AGGREGATIONS.get(kind.aggregation)(
-        per_token, m, num_items=m.sum().item() if num_items is None else num_items,
-        num_sequences=logps.shape[0] if num_sequences is None else num_sequences,
-        max_completion_length=max_completion_length, num_micro_batches=num_micro_batches)
-    if entropy_coef != 0 and entropy is not None:
-        loss = loss - entropy_coef * entropy_bonus(entropy, m, entropy_mask, num_micro_batches)
-    bounds = term.clip_bounds(epsilon_low, epsilon_high) if term.clip_bounds else (-math.inf, math.inf)
-    stats.update(_loss_stats(ratio.detach().expand_as(m), adv, m, kl, *bounds))
-    return loss, stats
+
+    def __init__(self, loss_type: str = "dapo", beta: float = 0.0, epsilon_low: float = 0.2, epsilon_high: float = 0.2,
+                 max_completion_length: int | None = None, **options):
+        if loss_type not in LOSS_TYPES:
+            raise ValueError(f"loss_type must be one of {', '.join(LOSS_TYPES.names())}, got {loss_type!r}")
+        unknown = set(options) - set(LOSS_OPTIONS)
+        if unknown:
+            raise ValueError(f"unknown loss option(s) {sorted(unknown)}; options: {', '.join(LOSS_OPTIONS)}")
+        kind = LOSS_TYPES.get(loss_type)
+        self.term, self.aggregate = POLICY_TERMS.get(kind.policy), LOSS_AGGREGATIONS.get(kind.aggregation)
+        self.beta, self.epsilon_low, self.epsilon_high = beta, epsilon_low, epsilon_high
+        self.max_completion_length, self.options = max_completion_length, {**LOSS_OPTIONS, **options}
+
+    def __call__(self, logps: Tensor, old_logps: Tensor, advantages: Tensor, mask: Tensor, *,
+                 ref_logps: Tensor | None = None, num_items: float | None = None, num_sequences: float | None = None,
+                 num_micro_batches: int = 1, entropy: Tensor | None = None, entropy_mask: Tensor | None = None,
+                 entropy_coef: float = 0.0, sampler_ratio: Tensor | None = None,
+                 sampling_logps: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+        if self.beta > 0 and ref_logps is None:
+            raise ValueError("beta > 0 needs ref_logps")
+        term, opt, low, high = self.term, self.options, self.epsilon_low, self.epsilon_high
+        # float32 whatever the caller's dtype (the kernel gives float32; a float64 test gets the loss training sees)
+        logps, old_logps = logps.float(), old_logps.float()
+        m = mask.float()  # (N, T)
+        log_ratio, ratio = importance_ratio(logps, old_logps, m, opt["importance_sampling_level"])
+        adv = advantages.float().unsqueeze(1)  # (N, 1): one advantage for every token of its completion
+        per_token = term.fn(ratio, adv, logps=logps, log_ratio=log_ratio, mask=m, sampler_ratio=sampler_ratio,
+                            epsilon_low=low, epsilon_high=high, **opt)  # (N, T) or (N, 1)
+        # the off-policy mask compares against the sampler's log-probs when there is one (it drifted, not pi_old)
+        behaviour = old_logps if sampling_logps is None else sampling_logps.float()
+        per_token, stats = _masked(per_token, adv, logps, behaviour, m, opt["off_policy_mask_threshold"], entropy_mask,
+                                   None if term.absorbs_sampler_ratio else sampler_ratio)
+        kl = None
+        if ref_logps is not None:  # computed (and logged) whenever a reference ran, added only with beta > 0
+            kl = k3_kl(logps, torch.where(m > 0, ref_logps.float(), logps))  # 0 on masked tokens, not a stray value
+            kl = kl * ratio if opt["use_bias_correction_kl"] else kl
+            per_token = per_token + self.beta * kl if self.beta > 0 else per_token
+        loss = self.aggregate(
+            per_token, m, num_items=m.sum().item() if num_items is None else num_items,
+            num_sequences=logps.shape[0] if num_sequences is None else num_sequences,
+            max_completion_length=self.max_completion_length, num_micro_batches=num_micro_batches)
+        if entropy_coef != 0 and entropy is not None:
+            loss = loss - entropy_coef * entropy_bonus(entropy, m, entropy_mask, num_micro_batches)
+        bounds = term.clip_bounds(low, high) if term.clip_bounds else (-math.inf, math.inf)
+        stats.update(_loss_stats(ratio.detach().expand_as(m), adv, m, kl, *bounds))
+        return loss, stats
+
+
+_LOSS_INPUTS = [p.name for p in inspect.signature(GRPOLoss.__call__).parameters.values() if p.kind is p.KEYWORD_ONLY]
+
+
+def grpo_loss(logps: Tensor, old_logps: Tensor, advantages: Tensor, mask: Tensor,
+              **kwargs) -> tuple[Tensor, dict[str, Tensor]]:
+    """:class:`GRPOLoss` built and called at once, for a loss computed once (tests, the comparison with TRL):
+    ``kwargs`` holds its settings (``loss_type``, ``beta``, ``epsilon_low``, ``epsilon_high``,
+    ``max_completion_length``, :data:`LOSS_OPTIONS`) and its call's keyword inputs (``ref_logps``, ``num_items``...)."""
+    inputs = {k: kwargs.pop(k) for k in _LOSS_INPUTS if k in kwargs}
+    return GRPOLoss(**kwargs)(logps, old_logps, advantages, mask, **inputs)
 
 
 def _masked(per_token: Tensor, adv: Tensor, logps: Tensor, behaviour: Tensor, m: Tensor, threshold: float | None,
@@ -349,19 +390,6 @@ def _masked(per_token: Tensor, adv: Tensor, logps: Tensor, behaviour: Tensor, m:
     return per_token, stats
 
 
-def _variant(loss_type: str, beta: float, ref_logps: Tensor | None, options: dict):
-    """``loss_type``'s :class:`~lit_grpo.objectives.LossType` and the options with their defaults; raises
-    ``ValueError`` on what :func:`grpo_loss` refuses."""
-    if loss_type not in LOSS_TYPES:
-        raise ValueError(f"loss_type must be one of {', '.join(LOSS_TYPES.names())}, got {loss_type!r}")
-    unknown = set(options) - set(LOSS_OPTIONS)
-    if unknown:
-        raise ValueError(f"unknown loss option(s) {sorted(unknown)}; options: {', '.join(LOSS_OPTIONS)}")
-    if beta > 0 and ref_logps is None:
-        raise ValueError("beta > 0 needs ref_logps")
-    return LOSS_TYPES.get(loss_type), {**LOSS_OPTIONS, **options}
-
-
 def importance_ratio(logps: Tensor, old_logps: Tensor, mask: Tensor, level: str = "token") -> tuple[Tensor, Tensor]:
     """``log(pi / pi_old)`` per token (0 on masked positions) and the importance ratio: per token (``"token"``) or
     the exp of the sequence's mean log-ratio (``"sequence"``: GSPO, Zheng et al. 2025, arXiv 2507.18071),
@@ -369,6 +397,7 @@ def importance_ratio(logps: Tensor, old_logps: Tensor, mask: Tensor, level: str 
     Raises ``ValueError`` on another level."""
     if level not in ("token", "sequence"):
         raise ValueError(f"importance_sampling_level must be 'token' or 'sequence', got {level!r}")
+    # masked positions hold padding's log-probs: zero their log-ratio so a sequence mean and exp never see them
     log_ratio = torch.where(mask > 0, logps - old_logps, torch.zeros_like(logps))  # (N, T)
     log_w = log_ratio if level == "token" else ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
     return log_ratio, torch.exp(log_w.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
@@ -379,6 +408,7 @@ def entropy_bonus(entropy: Tensor, mask: Tensor, entropy_mask: Tensor | None = N
     """The mean token entropy over ``mask`` (and ``entropy_mask``) of a micro-batch, over ``num_micro_batches``:
     the bonus TRL subtracts times ``entropy_coef`` (a mean per micro-batch). Shape: ``[N, T]`` -> scalar."""
     acts_on = mask.float() if entropy_mask is None else mask.float() * entropy_mask
+    # a mean per micro-batch (TRL's), over the micro-batches: not a token mean of the update, so it depends on them
     return (entropy.float() * acts_on).sum() / acts_on.sum().clamp(min=1.0) / num_micro_batches
 
 
@@ -400,4 +430,4 @@ def _loss_stats(ratio: Tensor, adv: Tensor, m: Tensor, kl: Tensor | None, low_bo
 def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
     """Mean of ``x`` over positions where ``mask`` is nonzero (0 when the mask is empty)."""
     m = mask.to(x.dtype)
-    return (x * m).sum() / m.sum().clamp(min=1.0)
+    return (x * m).sum() / m.sum().clamp(min=1.0)  # clamp: an all-masked micro-batch gives 0, not NaN

@@ -43,7 +43,7 @@ from lit_grpo.data.sample import (RECORD_COLUMNS, check_prompt_lengths, dataset_
 from lit_grpo.evaluation import EvaluationHooks, Evaluator
 from lit_grpo.families import row_layout
 from lit_grpo.fsdp import ShardingHooks
-from lit_grpo.grpo import decoupled_advantages, decoupled_sum, group_advantages
+from lit_grpo.grpo import ADVANTAGE_SCALES, decoupled_advantages, decoupled_sum, group_advantages
 from lit_grpo.hparams import flatten_hparams, log_flat_hparams
 from lit_grpo.metrics import SAMPLER_WARN_SHARE, PromptStats, advantage_shares, sampler_metrics, train_metrics
 from lit_grpo.objectives import adapt_entropy_coef, applied_entropy_coef
@@ -113,11 +113,6 @@ class PolicyModule(ShardingHooks, EvaluationHooks, L.LightningModule):
         check_prompt_lengths(enc, batch.samples, prompt_limit(self.policy, self.sampling))
         enc = enc.to(self.device)
         return self.passes.engine.sample(self.policy, enc, group_size, greedy=greedy, temperature=temperature)
-
-    def logprob_pass(self, batch: PromptBatch, rollout: Rollout, group_size: int, train: bool = True) -> LogprobPass:
-        """The no-grad log-prob pass (:meth:`PolicyPasses.logprob_pass`)."""
-        images = [s.images for s in batch.samples for _ in range(group_size)]
-        return self.passes.logprob_pass(self.policy, rollout, images, train)
 
     def columns(self, batch: PromptBatch, rollout: Rollout, group_size: int,
                 extra: dict[str, list] | None = None) -> dict[str, list]:
@@ -240,11 +235,15 @@ class GRPOModule(PolicyModule):
             lr_scheduler: optional scheduler, stepped once per training step (rollout).
         """
         super().__init__(policy, rewards, grpo, sampling, evaluation, attention, perf, optimizer, lr_scheduler)
-        self.automatic_optimization = False
+        self.automatic_optimization = False  # a step makes several updates; Lightning's automatic loop makes one
+        # beta 0: no reference at all (without a fresh LoRA it is a frozen copy: the policy's memory again)
         self.passes.reference = ReferencePolicy(self.policy, bool(policy.lora and policy.lora.adapter_path)) \
             if grpo.beta > 0 else None
         if grpo.use_adaptive_entropy:  # (coefficient, last update's entropy): a buffer, so checkpoints keep it
             self.register_buffer("entropy_control", torch.tensor([grpo.entropy_coef, math.inf], dtype=torch.float64))
+        # names resolved once, not per step: the advantage scaling's function, and GDPO or the weighted total
+        self.advantage_scale = ADVANTAGE_SCALES.get(grpo.scale_rewards)
+        self.decoupled = grpo.multi_objective_aggregation == "normalize_then_sum"
 
     # ----------------------------------------------------------------- training
     def training_step(self, batch: PromptBatch, batch_idx: int) -> dict[str, Any]:
@@ -255,7 +254,7 @@ class GRPOModule(PolicyModule):
         # 2. Log-prob pass, no grad: old log-probs only when the update is not the rollout's first and only one
         #    (num_iterations, steps_per_generation > 1, or a sampler that is not the policy), the reference's when
         #    beta > 0; extra columns (the ASM) from the same forward.
-        logprobs = self.logprob_pass(batch, rollout, g)  # old_logps, ref_logps: (N, T) or None
+        logprobs = self.passes.logprob_pass(self.policy, rollout, [s.images for s in batch.samples])  # (N, T) each
         # 3. Rewards: every configured reward over the completions and their columns, and the weighted total
         #    (NaN: cannot score; such a completion gets advantage 0, never a 0 reward).
         reward_metrics: dict[str, float] = {}
@@ -269,7 +268,7 @@ class GRPOModule(PolicyModule):
         # 5. Update: num_iterations * steps_per_generation optimizer updates over parts of the rollout, then the
         #    scheduler once; the engine hears of each update (a sampler holding its own weights copies them).
         lr = self._lr()  # the lr this step's updates use (the scheduler steps after them)
-        stats = self.update(rollout, local_adv, logprobs.old_logps, logprobs.ref_logps, logprobs)
+        stats = self.update(rollout, local_adv, logprobs)
         # 6. Log: train/ figures at x = this step; what the callbacks see is returned.
         if logprobs.old_logps is not None and rollout.sampling_logps is not None:  # how far the sampler is off
             extra.update(sampler_metrics(logprobs.old_logps, rollout.sampling_logps, logprobs.sampler_ratio,
@@ -291,8 +290,8 @@ class GRPOModule(PolicyModule):
         logged as ``train/advantage/<reward>``); the figures logged; and the signal ``[W * N]`` the advantages are
         computed from (the total, or GDPO's sum of normalised terms): the no-signal figures are of it."""
         g, eps = self.sampling.num_generations, self.cfg.advantage_eps
-        if self.cfg.multi_objective_aggregation == "sum_then_normalize":
-            return group_advantages(all_total, g, self.cfg.scale_rewards, eps), {}, all_total
+        if not self.decoupled:
+            return group_advantages(all_total, g, self.advantage_scale, eps), {}, all_total
         labels = [k for k in self.reward_weights if k in per_reward]  # the terms of the total
         values = torch.stack([D.all_gather_cat(per_reward[k].to(self.device)).cpu() for k in labels], 1)  # (W*N, K)
         weights = torch.tensor([self.reward_weights[k] for k in labels])
@@ -306,27 +305,29 @@ class GRPOModule(PolicyModule):
             return contextlib.nullcontext()
         return strategy.block_backward_sync()
 
-    def update(self, rollout: Rollout, advantages: Tensor, old_logps: Tensor | None, ref_logps: Tensor | None,
-               sampler: LogprobPass | None = None) -> dict[str, float]:
+    def update(self, rollout: Rollout, advantages: Tensor, logprobs: LogprobPass) -> dict[str, float]:
         """One training step's updates: ``num_iterations`` passes over the rollout, each an optimizer update per part
-        of it (``steps_per_generation`` parts, in order), then one scheduler step. ``sampler``: the log-prob pass
-        (an off-policy sampler's correction)."""
+        of it (``steps_per_generation`` parts, in order), then one scheduler step. ``logprobs``: the log-prob pass's
+        old and reference log-probs and an off-policy sampler's correction."""
         opt, sched = self.optimizers(), self.lr_schedulers()
+        # every iteration goes over the same parts in the same order (as TRL): parts x num_iterations updates
         updates = self.passes.update_rows(rollout.num_completions) * self.cfg.num_iterations
         totals: dict[str, float] = {}
         self.passes.engine.release()  # no sampling until the next step's rollout
         for i, rows in enumerate(updates):
             opt.zero_grad()
             coef = self._entropy_coef()
-            stats = self.accumulate_gradients(rollout, advantages, old_logps, ref_logps, rows=rows, sampler=sampler,
-                                              entropy_coef=coef)
+            stats = self.passes.accumulate_gradients(
+                self.policy, rollout, advantages, logprobs.old_logps, logprobs.ref_logps, self._backward,
+                self._backward_sync, rows=rows, sampler=logprobs, entropy_coef=coef)
+            # an infinite bound still measures the norm: grad_norm is logged with clipping off too
             clip = self.cfg.max_grad_norm if self.cfg.max_grad_norm is not None else math.inf
             root = getattr(self._trainer.strategy, "model", None) if self._trainer is not None else None
             stats["grad_norm"] = float(D.clip_grad_norm(root, self.trainable_parameters(), clip))
             self._optimizer_step(opt, last=i == len(updates) - 1)
             self.passes.engine.update_weights(self.policy)  # the next rollout samples from these weights
             self._control_entropy(stats, coef)
-            for k, v in stats.items():
+            for k, v in stats.items():  # the step logs each figure's mean over its updates
                 totals[k] = totals.get(k, 0.0) + v / len(updates)
         self.passes.engine.resume()
         if sched is not None:
@@ -359,12 +360,6 @@ class GRPOModule(PolicyModule):
             opt.step()
         else:
             self.trainer.strategy.optimizer_step(opt.optimizer, do_nothing_closure, model=self)
-
-    def accumulate_gradients(self, rollout: Rollout, advantages: Tensor, old_logps: Tensor | None,
-                             ref_logps: Tensor | None, **kwargs) -> dict[str, float]:
-        """Backward over every micro-batch of an update (:meth:`PolicyPasses.accumulate_gradients`)."""
-        return self.passes.accumulate_gradients(self.policy, rollout, advantages, old_logps, ref_logps, self._backward,
-                                                self._backward_sync, **kwargs)
 
     def _backward(self, loss: Tensor) -> None:
         if self._trainer is None:  # used outside a Trainer (tests, notebooks)

@@ -45,13 +45,14 @@ register_aggregation = LOSS_AGGREGATIONS.register
 @register_aggregation("token-mean", "dapo")
 def token_mean(per_token: Tensor, mask: Tensor, *, num_items: float, **_) -> Tensor:
     """``sum_n S_n / num_items``: every token of the step weighs the same (DAPO, Yu et al. 2025, eq. 8)."""
-    return (per_token * mask).sum() / max(float(num_items), 1.0)
+    return (per_token * mask).sum() / max(float(num_items), 1.0)  # an update with no valid token: 0, not NaN
 
 
 @register_aggregation("seq-mean-token-mean", "grpo")
 def seq_mean_token_mean(per_token: Tensor, mask: Tensor, *, num_sequences: float, **_) -> Tensor:
     """``sum_n (S_n / T_n) / num_sequences``: each sequence's token mean, averaged (GRPO, Shao et al. 2024, eq. 3)."""
-    per_seq = (per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)  # (N,)
+    per_seq = (per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)  # (N,); an all-masked row counts 0
+    # a sum over this micro-batch / the update's sequences: summed over micro-batches it is the update's mean
     return per_seq.sum() / num_sequences
 
 
@@ -113,8 +114,10 @@ def clipped_surrogate(ratio: Tensor, adv: Tensor, *, epsilon_low: float, epsilon
     the cap ``delta`` of two-sided clipping, INTELLECT-2, arXiv 2505.07291: a negative-advantage token's ratio
     cannot weigh more than ``delta``)."""
     clipped = ratio.clamp(1 - epsilon_low, 1 + epsilon_high)
-    if delta is not None:
+    if delta is not None:  # the cap applies to the unclipped branch only: the clipped one is at most 1 + eps_high
         ratio = ratio.clamp(max=delta)
+    # the min takes the pessimistic branch: a token whose ratio left the clip range in the advantage's direction
+    # gets the clipped (constant) value and no gradient; one that moved against it keeps its gradient
     return -torch.min(ratio * adv, clipped * adv)
 
 
@@ -122,6 +125,7 @@ def clipped_surrogate(ratio: Tensor, adv: Tensor, *, epsilon_low: float, epsilon
 def cispo(ratio: Tensor, adv: Tensor, *, logps: Tensor, epsilon_high: float, **_) -> Tensor:
     """``-sg(min(rho, eps_high)) * A * log pi``: the importance weight clipped and detached, every token keeps a
     gradient (CISPO, MiniMax-M1, arXiv 2506.13585; ``epsilon_high`` is ScaleRL's ``eps_max``, e.g. 5)."""
+    # detached weight times log pi: the gradient is the REINFORCE one scaled by the capped ratio, never zeroed
     return -ratio.clamp(max=epsilon_high).detach() * adv * logps
 
 
@@ -130,7 +134,8 @@ def sapo(ratio: Tensor, adv: Tensor, *, sapo_temperature_pos: float, sapo_temper
     """``-sigmoid(tau (rho - 1)) * 4 / tau * A`` with ``tau`` = ``sapo_temperature_pos`` where ``A > 0``, else
     ``_neg``: a soft gate instead of the hard clip, gradient ``rho``-weighted 1 at ``rho = 1`` (SAPO,
     arXiv 2511.20347)."""
-    tau = torch.where(adv > 0, sapo_temperature_pos, sapo_temperature_neg)
+    tau = torch.where(adv > 0, sapo_temperature_pos, sapo_temperature_neg)  # (N, 1)
+    # 4 / tau: sigmoid's slope at 0 is 1/4, so d soft / d rho = 1 at rho = 1, the plain surrogate's gradient there
     soft = torch.sigmoid(tau * (ratio - 1)) * 4 / tau
     return -soft * adv
 
@@ -155,9 +160,9 @@ def gamma_weights(adv: Tensor, log_ratio: Tensor, mask: Tensor, sampler_ratio: T
     ``[N, T]`` -> ``[N, 1]``."""
     low = math.log(1e-8)
     seq = (log_ratio.clamp(-20.0, 20.0) * mask).sum(-1, keepdim=True)  # (N, 1)
-    if sampler_ratio is not None:
+    if sampler_ratio is not None:  # pi_old / mu joins the sequence ratio: the weight is of pi / mu
         seq = seq + torch.log(sampler_ratio).clamp(low, 20.0).sum(-1, keepdim=True)
-    log_w = seq.clamp(low, 20.0)
+    log_w = seq.clamp(low, 20.0)  # a long sequence's sum can be huge: exp(log_w) below must stay finite
     positive = adv >= 0
     k = torch.where(positive, k_pos, k_neg)
     lam = torch.where(positive, lambda_pos, lambda_neg).clamp(min=1e-4)
@@ -211,8 +216,9 @@ def sampler_correction(old_logps: Tensor, sampling_logps: Tensor, mask: Tensor, 
     if mode not in SAMPLER_CORRECTION_MODES:
         raise ValueError(f"sampler correction mode must be one of {', '.join(SAMPLER_CORRECTION_MODES)}, got {mode!r}")
     ratio = _sampler_weight(old_logps, sampling_logps, mask, mode.startswith("sequence"))
-    if mode.endswith("truncate"):
+    if mode.endswith("truncate"):  # TIS: an extreme weight is capped, the token keeps some signal
         return torch.clamp(ratio, min=ratio_min, max=ratio_max)
+    # MIS: an extreme weight means sampler and policy disagree there: weight 0 rather than a capped guess
     low = -math.inf if ratio_min is None else ratio_min
     high = math.inf if ratio_max is None else ratio_max
     return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)
@@ -220,7 +226,8 @@ def sampler_correction(old_logps: Tensor, sampling_logps: Tensor, mask: Tensor, 
 
 def _sampler_weight(old_logps: Tensor, sampling_logps: Tensor, mask: Tensor, sequence: bool) -> Tensor:
     """``pi_old / mu`` before any bound: per token ``[N, T]``, or the product over the completion ``[N, 1]``."""
-    diff = torch.nan_to_num((old_logps - sampling_logps) * mask, nan=0.0)  # (N, T)
+    diff = torch.nan_to_num((old_logps - sampling_logps) * mask, nan=0.0)  # (N, T); NaN (unscored) -> weight 1
+    # a sequence's weight is the product of its tokens': the exp of the sum of their log-ratios
     return torch.exp(diff.sum(-1, keepdim=True) if sequence else diff)
 
 
@@ -247,8 +254,10 @@ def off_policy_mask(adv: Tensor, logps: Tensor, sampling_logps: Tensor, mask: Te
     """DeepSeek-V3.2's off-policy sequence mask (arXiv 2512.02556, eq. 9): drop a sequence with ``A < 0`` whose mean
     ``log mu - log pi`` (the sampler's log-prob minus the current one, NaN counted as 0) over its tokens exceeds
     ``threshold``. Shape: adv ``[N, 1]``, logps / sampling_logps / mask ``[N, T]`` -> ``[N, 1]`` (1 keep, 0 drop)."""
-    kl = torch.nan_to_num(sampling_logps - logps, nan=0.0)
-    mean_kl = (kl * mask).sum(1, keepdim=True) / mask.sum(1, keepdim=True).clamp(min=1.0)
+    kl = torch.nan_to_num(sampling_logps - logps, nan=0.0)  # (N, T): a one-sample estimate of KL(mu || pi)
+    mean_kl = (kl * mask).sum(1, keepdim=True) / mask.sum(1, keepdim=True).clamp(min=1.0)  # (N, 1)
+    # only negative advantages are dropped: pushing down a sequence the policy already moved away from is the
+    # off-policy update that destabilises training; positive ones still teach
     return ((adv >= 0) | (mean_kl <= threshold)).to(logps.dtype)
 
 
@@ -264,7 +273,7 @@ def high_entropy_mask(entropy: Tensor, mask: Tensor, threshold: Tensor | None) -
     bool."""
     if threshold is None:
         return torch.zeros_like(mask, dtype=torch.bool)
-    return ((entropy * mask.float()) >= threshold) & mask.bool()
+    return ((entropy * mask.float()) >= threshold) & mask.bool()  # padding's entropy is no token's: never picked
 
 
 def adapt_entropy_coef(coef: float, entropy: float, target: float, step: float, low: float, high: float) -> float:

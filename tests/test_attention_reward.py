@@ -89,7 +89,7 @@ def test_attention_can_be_captured_for_logging_without_the_reward(tiny_model_dir
                                                                                         max_completion_length=6))
     batch = _batch(puzzle_samples[:2])
     rollout = module.rollout(batch, 2)
-    logprobs = module.logprob_pass(batch, rollout, 2)
+    logprobs = module.passes.logprob_pass(module.policy, rollout, [s.images for s in batch.samples])
     assert logprobs.old_logps is None and logprobs.measured["asm"].asm.shape == (4,)
     assert module.pass_columns == [] and logprobs.columns().keys() == {"asm"}  # no reward reads it
     with pytest.raises(ValueError, match="enabled"):
@@ -102,9 +102,9 @@ def test_micro_batched_scoring_gives_the_same_asm(tiny_model_dir, puzzle_samples
     batch = _batch(puzzle_samples[:2])
     torch.manual_seed(0)
     rollout = module.rollout(batch, 4)
-    whole = module.logprob_pass(batch, rollout, 4)
+    whole = module.passes.logprob_pass(module.policy, rollout, [s.images for s in batch.samples])
     module.cfg.micro_batch_size = 3
-    parts = module.logprob_pass(batch, rollout, 4)
+    parts = module.passes.logprob_pass(module.policy, rollout, [s.images for s in batch.samples])
     torch.testing.assert_close(parts.measured["asm"].asm, whole.measured["asm"].asm, atol=1e-5, rtol=0)
     torch.testing.assert_close(parts.old_logps, whole.old_logps, atol=1e-5, rtol=0)
 
@@ -127,7 +127,8 @@ def test_overlays_are_logged_as_the_panels_read_back_from_tensorboard(tiny_model
     module = _module(tiny_model_dir)
     batch = _batch(puzzle_samples[:2])
     torch.manual_seed(0)
-    scores = module.logprob_pass(batch, module.rollout(batch, 4), 4).measured["asm"]
+    scores = module.passes.logprob_pass(module.policy, module.rollout(batch, 4),
+                                        [s.images for s in batch.samples]).measured["asm"]
     logger = TensorBoardLogger(save_dir=str(tmp_path), name="", version="")  # writes into tmp_path
     AttentionOverlays(num_completions=2, side=200).log_attention(SimpleNamespace(loggers=[logger]), scores,
                                                                  batch.samples, 4, step=3)

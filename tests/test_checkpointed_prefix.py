@@ -40,7 +40,7 @@ def _engine(processor, ro, shared: bool):
 
 
 def rollout_logps(model, processor, ro, rows, shared: bool = True):
-    return _engine(processor, ro, shared).row_logps(model, ro, rows, False)
+    return _engine(processor, ro, shared).logps(model, ro, rows, grad=True)  # grad as the caller set it
 
 
 def _logps_and_grads(model, processor, ro, rows, weights, shared: bool):

@@ -101,7 +101,7 @@ def test_a_registered_column_reaches_a_reward_from_the_log_prob_pass(tiny_model_
     torch.manual_seed(0)
     rollout = module.rollout(batch, 2)
     before = _hooks(module.policy)  # after a first forward (transformers adds hooks of its own on it)
-    logprobs = module.logprob_pass(batch, rollout, 2)
+    logprobs = module.passes.logprob_pass(module.policy, rollout, [s.images for s in batch.samples])
     expected = (rollout.prompt["attention_mask"].sum(1) + rollout.completion_mask.sum(1)).tolist()  # (N,)
     assert logprobs.columns() == {"toy_tokens_seen": expected} and logprobs.old_logps is None
     per_reward, _ = module.rewards(batch, rollout, 2, extra=logprobs.columns())
@@ -114,9 +114,9 @@ def test_micro_batches_join_in_row_order_and_each_forward_is_watched_once(tiny_m
     batch = _batch(puzzle_samples[:2])
     torch.manual_seed(0)
     rollout = module.rollout(batch, 2)
-    whole = module.logprob_pass(batch, rollout, 2)
+    whole = module.passes.logprob_pass(module.policy, rollout, [s.images for s in batch.samples])
     module.cfg.micro_batch_size = 3  # rows 0-2, then row 3
-    parts = module.logprob_pass(batch, rollout, 2)
+    parts = module.passes.logprob_pass(module.policy, rollout, [s.images for s in batch.samples])
     assert parts.columns() == whole.columns() and len(parts.columns()["toy_tokens_seen"]) == 4
     torch.testing.assert_close(parts.old_logps, whole.old_logps, atol=1e-5, rtol=0)
     assert module.passes.providers["toy_tokens_seen"].forwards == 1 + 2  # one forward, then two micro-batches
@@ -135,7 +135,7 @@ def test_the_hooks_are_removed_when_the_forward_raises(tiny_model_dir, puzzle_sa
 
     monkeypatch.setattr(engine, "completion_logps", broken)
     with pytest.raises(RuntimeError, match="out of memory"):
-        module.logprob_pass(batch, rollout, 2)
+        module.passes.logprob_pass(module.policy, rollout, [s.images for s in batch.samples])
     assert _hooks(module.policy) == before
 
 

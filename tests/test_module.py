@@ -29,7 +29,7 @@ def _fixed_rollout(module, samples):
 def _grads(module, ro, adv, micro):
     module.cfg.micro_batch_size = micro
     module.policy.zero_grad()
-    stats = module.accumulate_gradients(ro, adv, None, None)
+    stats = module.passes.accumulate_gradients(module.policy, ro, adv, None, None)
     return {n: p.grad.clone() for n, p in module.policy.named_parameters() if p.requires_grad}, stats
 
 

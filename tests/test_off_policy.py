@@ -35,8 +35,8 @@ class LaggingSampler(RolloutEngine):
         sampled, _ = self.inner.logps(self.stale, rollout)
         return dataclasses.replace(rollout, sampling_logps=sampled, sampler_is_policy=False)
 
-    def row_logps(self, model, rollout, rows, entropy):
-        return self.inner.row_logps(model, rollout, rows, entropy)
+    def logps(self, model, rollout, rows=slice(None), **kwargs):
+        return self.inner.logps(model, rollout, rows, **kwargs)
 
 
 def _module(tiny_model_dir, **grpo):
@@ -55,7 +55,7 @@ def _train(module, batch, steps: int, lr: float = 0.5) -> None:
     for _ in range(steps):
         ro = module.rollout(batch, G)
         module.policy.zero_grad()
-        module.accumulate_gradients(ro, adv, None, None)
+        module.passes.accumulate_gradients(module.policy, ro, adv, None, None)
         with torch.no_grad():
             for p in module.trainable_parameters():
                 p -= lr * p.grad
@@ -72,7 +72,8 @@ def lagging(tiny_model_dir, puzzle_samples):
     module.passes.engine = LaggingSampler(module.passes.engine, stale)
     torch.manual_seed(1)
     rollout = module.rollout(batch, G)
-    return module, stale, batch, rollout, module.logprob_pass(batch, rollout, G)
+    lp = module.passes.logprob_pass(module.policy, rollout, [s.images for s in batch.samples])
+    return module, stale, batch, rollout, lp
 
 
 def _hand_logps(module, model, rollout):
@@ -92,10 +93,10 @@ def test_stale_sampler_correction_equals_hand_computed(lagging):
     assert log_w.abs().max() > 0.1 and (want == CAP).any() and (want < 1).any()  # truly off-policy, cap reached
     torch.testing.assert_close(lp.sampler_ratio.squeeze(1).double(), want, rtol=1e-5, atol=0)
     adv = torch.tensor([1.0, -0.5, 0.25, -1.0, 0.5, -0.25, 2.0, -2.0])
-    stats = module.accumulate_gradients(rollout, adv, lp.old_logps, None, sampler=lp)
+    stats = module.passes.accumulate_gradients(module.policy, rollout, adv, lp.old_logps, None, sampler=lp)
     tokens = m.sum(1)
     assert stats["loss"] == pytest.approx((-(adv.double() * want * tokens).sum() / tokens.sum()).item(), rel=1e-5)
-    uncorrected = module.accumulate_gradients(rollout, adv, lp.old_logps, None)
+    uncorrected = module.passes.accumulate_gradients(module.policy, rollout, adv, lp.old_logps, None)
     assert uncorrected["loss"] == pytest.approx((-(adv.double() * tokens).sum() / tokens.sum()).item(), rel=1e-5)
 
 
@@ -125,11 +126,12 @@ def test_a_sampler_with_the_current_weights_gets_weights_of_exactly_one(mode, ti
     batch = _batch(puzzle_samples[2:4])
     torch.manual_seed(2)
     rollout = module.rollout(batch, G)
-    lp = module.logprob_pass(batch, rollout, G)
+    lp = module.passes.logprob_pass(module.policy, rollout, [s.images for s in batch.samples])
     assert torch.equal(lp.sampler_ratio, torch.ones_like(lp.sampler_ratio))
     adv = torch.linspace(-1, 1, 2 * G)
-    corrected = module.accumulate_gradients(rollout, adv, lp.old_logps, None, sampler=lp)
-    plain = module.accumulate_gradients(rollout, adv, lp.old_logps, None)
+    corrected = module.passes.accumulate_gradients(module.policy, rollout, adv, lp.old_logps, None,
+                                                   sampler=lp)
+    plain = module.passes.accumulate_gradients(module.policy, rollout, adv, lp.old_logps, None)
     assert corrected["loss"] == plain["loss"]
 
 
@@ -142,9 +144,10 @@ def test_built_in_engines_sample_from_the_policy_and_compute_no_correction(tiny_
     torch.manual_seed(3)
     rollout = module.rollout(batch, G)
     assert rollout.sampler_is_policy and rollout.sampling_logps.shape == rollout.completion_ids.shape
-    assert module.logprob_pass(batch, rollout, G).old_logps is None
+    images = [s.images for s in batch.samples]
+    assert module.passes.logprob_pass(module.policy, rollout, images).old_logps is None
     module.cfg.steps_per_generation = 2
-    lp = module.logprob_pass(batch, rollout, G)
+    lp = module.passes.logprob_pass(module.policy, rollout, [s.images for s in batch.samples])
     assert lp.sampler_ratio is None and lp.sampling_logps is None
     gap = (lp.old_logps - rollout.sampling_logps)[rollout.completion_mask].abs().max()
     assert gap < 1e-5
@@ -155,11 +158,11 @@ def test_an_off_policy_rollout_without_sampler_logps_is_refused(tiny_model_dir, 
     batch = _batch(puzzle_samples[:1])
     rollout = dataclasses.replace(module.rollout(batch, G), sampling_logps=None, sampler_is_policy=False)
     with pytest.raises(ValueError, match="has no sampling_logps: an engine that samples from anything else must"):
-        module.logprob_pass(batch, rollout, G)
+        module.passes.logprob_pass(module.policy, rollout, [s.images for s in batch.samples])
     module.cfg.loss_type = "vespo"
     rollout = dataclasses.replace(rollout, sampling_logps=torch.zeros(rollout.completion_ids.shape))
     with pytest.raises(ValueError, match="vespo folds the sampler weight"):
-        module.logprob_pass(batch, rollout, G)
+        module.passes.logprob_pass(module.policy, rollout, [s.images for s in batch.samples])
 
 
 def test_steps_per_generation_updates_each_part_in_order(tiny_model_dir, puzzle_samples, monkeypatch):
@@ -170,16 +173,16 @@ def test_steps_per_generation_updates_each_part_in_order(tiny_model_dir, puzzle_
     monkeypatch.setattr(module, "optimizers", lambda: opt)
     monkeypatch.setattr(module, "lr_schedulers", lambda: None)
     seen, steps = [], []
-    accumulate = module.accumulate_gradients
-    monkeypatch.setattr(module, "accumulate_gradients",
+    accumulate = module.passes.accumulate_gradients
+    monkeypatch.setattr(module.passes, "accumulate_gradients",
                         lambda *a, **k: seen.append(k["rows"]) or accumulate(*a, **k))
     monkeypatch.setattr(opt, "step", lambda *a, **k: steps.append(1))
     batch = _batch(puzzle_samples[:2])
     torch.manual_seed(4)
     rollout = module.rollout(batch, G)
-    lp = module.logprob_pass(batch, rollout, G)
+    lp = module.passes.logprob_pass(module.policy, rollout, [s.images for s in batch.samples])
     adv = torch.tensor([1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 0.25, -0.25])
-    stats = module.update(rollout, adv, lp.old_logps, lp.ref_logps, lp)
+    stats = module.update(rollout, adv, lp)
     assert [(s.start, s.stop) for s in seen] == [(0, 2), (2, 4), (4, 6), (6, 8)] * 2 and len(steps) == 8
     tokens = rollout.completion_mask.sum(1).double()
     # the ratio stays 1 (lr 0): each part's loss is -sum A T over the rollout's tokens / 4; the stats average them

@@ -227,9 +227,9 @@ def test_first_iteration_ratio_is_one_with_lora_dropout(tiny_model_dir, puzzle_s
     torch.manual_seed(0)
     ro = module.rollout(batch, 4)
     assert module.policy.training
-    old = module.logprob_pass(batch, ro, 4).old_logps
+    old = module.passes.logprob_pass(module.policy, ro, [s.images for s in batch.samples]).old_logps
     adv = torch.tensor([1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 0.3, -0.3])
-    stats = module.accumulate_gradients(ro, adv, old, None)
+    stats = module.passes.accumulate_gradients(module.policy, ro, adv, old, None)
     assert stats["clip_ratio"] == 0.0
     new, _ = module.passes.engine.logps(module.policy, ro, slice(0, 8))
     assert (new - old)[ro.completion_mask].abs().max() < 1e-5

@@ -179,9 +179,9 @@ def test_module_passes_equal_plain_path(lora, tiny_model_dir, puzzle_samples):
     assert ro.memo and ro.num_completions == 8 and ro.num_prompts == 2
     ro.completion_mask[:, 4:] &= torch.arange(8)[:, None] % 3 != 0  # different lengths per row
     engines = (module.passes.engine, plain_engine)
-    got = module.logprob_pass(batch, ro, 4)
+    got = module.passes.logprob_pass(module.policy, ro, [s.images for s in batch.samples])
     module.passes.engine = plain_engine
-    want = module.logprob_pass(batch, ro, 4)
+    want = module.passes.logprob_pass(module.policy, ro, [s.images for s in batch.samples])
     valid = ro.completion_mask
     for a, b in ((got.old_logps, want.old_logps), (got.ref_logps, want.ref_logps)):
         assert (a - b)[valid].abs().max() < 1e-5
@@ -190,7 +190,7 @@ def test_module_passes_equal_plain_path(lora, tiny_model_dir, puzzle_samples):
     for engine in engines:
         module.passes.engine = engine
         module.policy.zero_grad()
-        module.accumulate_gradients(ro, adv, want.old_logps, want.ref_logps)
+        module.passes.accumulate_gradients(module.policy, ro, adv, want.old_logps, want.ref_logps)
         grads.append({n: p.grad.clone() for n, p in module.policy.named_parameters() if p.requires_grad})
     assert max(g.abs().max() for g in grads[1].values()) > 0
     for name, grad in grads[1].items():

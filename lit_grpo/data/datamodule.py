@@ -300,7 +300,7 @@ class VLMDataModule(L.LightningDataModule):
         """
         super().__init__()
         raise_problems(check_arguments(VLMDataModule, locals(), "data"))  # the declared ranges (lit_grpo.ranges)
-        TEMPLATES.get(template)  # fail at construction on a typo
+        self.template_fn = TEMPLATES.get(template)  # looked up once: a typo fails here, no sample looks it up again
         self.specs = {"train": train, "val": val, "test": test or val, "predict": predict or test or val}
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.template, self.system_prompt = template, system_prompt
@@ -357,7 +357,7 @@ class VLMDataModule(L.LightningDataModule):
         return overlap.without(train, found)
 
     def render(self, sample: Sample) -> list[dict]:
-        return render_messages(sample, self.template, self.system_prompt)
+        return render_messages(sample, self.template_fn, self.system_prompt)
 
     def _filter(self, split: str, ds: Dataset) -> Dataset:
         """``ds`` without the samples longer than ``max_prompt_length`` or (``on_bad_row: skip``) than the model's

@@ -298,9 +298,11 @@ REFERENCES: Registry[Callable[[Sample], str]] = Registry("reference response", t
 """Name -> the reference response (SFT target) of a sample, in the format a template asks for
 (:class:`lit_grpo.sft.SFTModule`'s ``reference``)."""
 
-def render_messages(sample: Sample, template: str, system_prompt: str | None = None) -> Messages:
-    """Chat messages for ``sample``: ``system_prompt`` (if given) replaces the template's default."""
-    default_system, text = TEMPLATES.get(template)(sample)
+def render_messages(sample: Sample, template: str | Callable[[Sample], tuple[str | None, str]],
+                    system_prompt: str | None = None) -> Messages:
+    """Chat messages for ``sample`` by ``template`` (a registered name, or the function it names, as the DataModule
+    looks it up once): ``system_prompt`` (if given) replaces the template's default."""
+    default_system, text = (TEMPLATES.get(template) if isinstance(template, str) else template)(sample)
     system = system_prompt if system_prompt is not None else default_system
     messages: Messages = [{"role": "system", "content": [{"type": "text", "text": system}]}] if system else []
     content = [{"type": "image"} for _ in sample.images] + [{"type": "text", "text": text}]

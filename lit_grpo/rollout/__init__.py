@@ -40,7 +40,7 @@ def _shared(processor, layout: RowLayout, sampling: SamplingConfig, stop_ids: li
             perf: Any) -> RolloutEngine:
     """The shared-prefix engine when the model's family is a supported one (``layout`` a
     :class:`~lit_grpo.families.Family`), with or without gradient checkpointing (then one checkpoint per decoder
-    layer, :func:`lit_grpo.rollout.shared.checkpointed_logps`); else the plain engine."""
+    layer, :func:`lit_grpo.rollout.shared.checkpointed_hidden`); else the plain engine."""
     if isinstance(layout, Family):
         return SharedPrefixEngine(processor, layout, sampling, stop_ids, suppress_ids, perf.cache_image_features)
     return _plain(processor, layout, sampling, stop_ids, suppress_ids, perf)

@@ -104,7 +104,7 @@ class Rollout:
     sampler_is_policy: bool = True
 
     def __post_init__(self):
-        if self.prompt_index is None:
+        if self.prompt_index is None:  # hand-made rollouts: one prompt row per completion row
             self.prompt_index = torch.arange(self.completion_ids.shape[0], device=self.completion_ids.device)
 
     @property
@@ -122,7 +122,8 @@ class Rollout:
 
     def rows(self, index: Tensor | slice) -> "Rollout":
         """The completions ``index`` selects (a micro-batch) with the same prompts (nothing copied)."""
-        idx = torch.arange(self.num_completions, device=self.completion_ids.device)[index]
+        idx = torch.arange(self.num_completions, device=self.completion_ids.device)[index]  # a slice -> (n,) rows
+        # prompts and memo are shared, not sliced: a micro-batch reuses the rollout's prefix cache and features
         return Rollout(self.prompts, self.completion_ids[idx], self.completion_mask[idx], self.truncated[idx],
                        [self.completions[i] for i in idx.tolist()], self.layout,
                        self.prompt_index[idx.to(self.prompt_index.device)], self.memo,
@@ -148,8 +149,10 @@ def encode_prompts(processor, messages: list[list[dict]], images: list[list]) ->
     """Apply the processor's chat template and tokenise B prompts with their images, left-padded, untruncated."""
     texts = [processor.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in messages]
     tok = getattr(processor, "tokenizer", processor)
+    # left padding: every prompt ends at the same column, so completion token i sits at P + i in every row
     tok.padding_side = "left"
     images = [list(i) for i in images] if images is not None else [[] for _ in texts]
+    # never truncate: a cut prompt would lose image tokens and no longer match its pixel values
     enc = processor(images=images if any(images) else None, text=texts, padding=True, truncation=False,
                     return_tensors="pt")
     return EncodedPrompts(dict(enc), texts, images)
@@ -158,7 +161,7 @@ def encode_prompts(processor, messages: list[list[dict]], images: list[list]) ->
 def repeat_rows(inputs: dict[str, Any], repeats: int, layout: RowLayout | None = None) -> dict[str, Any]:
     """Each prompt's row repeated ``repeats`` times, copies contiguous (``repeat_interleave``)."""
     b = inputs["input_ids"].shape[0]
-    idx = torch.arange(b).repeat_interleave(repeats)
+    idx = torch.arange(b).repeat_interleave(repeats)  # (B * G,): 0,0,..,1,1,..: a group's rows stay contiguous
     return (layout or RowLayout()).select(inputs, idx, b)
 
 
@@ -169,7 +172,9 @@ def completion_mask(ids: Tensor, stop_ids: list[int]) -> tuple[Tensor, Tensor]:
     """
     is_stop = torch.isin(ids, torch.tensor(stop_ids, device=ids.device))  # (N, T)
     has_stop = is_stop.any(1)
+    # argmax of a 0/1 float row is its first 1; a row without a stop keeps all T tokens (first = T)
     first = torch.where(has_stop, is_stop.float().argmax(1), torch.full_like(has_stop, ids.shape[1], dtype=torch.long))
+    # the stop token itself is trained on (<=): the policy must learn to end the completion
     mask = torch.arange(ids.shape[1], device=ids.device)[None, :] <= first[:, None]
     return mask, ~has_stop
 
@@ -181,6 +186,7 @@ def completion_texts(tok, ids: Tensor, mask: Tensor, drop_ids) -> list[str]:
     keeps them in the text; ``skip_special_tokens`` would give ``two redB`` for ``<think>two red</think><answer>B
     </answer>``. Shape: ids, mask ``[N, T]`` -> ``N`` strings."""
     drop = torch.tensor(sorted({int(tok.pad_token_id), *map(int, drop_ids)}), device=ids.device)
+    # by id, not by skip_special_tokens: only these go; the special tokens a reward reads (<answer>) stay
     keep = mask & ~torch.isin(ids, drop)
     return [tok.decode(row[k].tolist(), skip_special_tokens=False) for row, k in zip(ids, keep)]
 
@@ -191,13 +197,14 @@ def build_rollout(prompts: dict[str, Any], index: Tensor | None, ids: Tensor, to
     """The :class:`Rollout` of sampled completion ids ``[N, T]`` of ``prompts`` (row ``n`` completes prompt
     ``index[n]``): stop-token mask, padding after it, texts (:func:`completion_texts`, without the stop tokens and
     ``image_ids``); ``sampling_logps`` ``[N, T]`` (the sampler's log-probs of the ids), zeroed after the stop token."""
-    if ids.shape[1] == 0:  # nothing generated: keep one pad column so shapes stay valid
+    if ids.shape[1] == 0:  # nothing generated (max length 0 left): one pad column, so every [N, T] op has a T
         ids = torch.full((ids.shape[0], 1), tok.pad_token_id, dtype=torch.long, device=ids.device)
         sampling_logps = None if sampling_logps is None else torch.zeros(ids.shape, device=ids.device)
     mask, truncated = completion_mask(ids, stop_ids)
+    # ids after the stop are whatever the sampler left there: the pad id, for every engine alike
     ids = torch.where(mask, ids, torch.full_like(ids, tok.pad_token_id))
     texts = completion_texts(tok, ids, mask, [*stop_ids, *image_ids])
-    if sampling_logps is not None:
+    if sampling_logps is not None:  # 0 past the stop: the padded ids were not what the sampler scored
         sampling_logps = torch.where(mask, sampling_logps.float(), torch.zeros_like(sampling_logps, dtype=torch.float))
     return Rollout(prompts, ids, mask, truncated, texts, layout or RowLayout(), index,
                    {} if memo is None else memo, sampling_logps)
@@ -207,12 +214,21 @@ def model_inputs(rollout: Rollout) -> dict[str, Tensor]:
     """Forward inputs over every row's prompt + completion (positions left to the model, exactly as in
     ``generate``); per-token extras are extended over the completion by the rollout's :class:`RowLayout`."""
     p = rollout.prompt
+    # (N, P + T): no token attends to the prompt's left padding or to the completion's tail after its stop
     attention = torch.cat([p["attention_mask"], rollout.completion_mask.to(p["attention_mask"].dtype)], 1)
+    # per-token extras (mm_token_type_ids) must cover the completion too, as the family lays them out
     inputs = rollout.layout.extend({k: v for k, v in p.items() if k not in ("input_ids", "attention_mask")},
                                    rollout.completion_mask)
     inputs["input_ids"] = torch.cat([p["input_ids"], rollout.completion_ids], 1)
     inputs["attention_mask"] = attention
     return inputs
+
+
+def grad_mode(grad: bool) -> contextlib.AbstractContextManager:
+    """The context of an engine's log-prob forward: only the update pass (``grad=True``) keeps the autograd graph; the
+    log-prob and reference passes keep no activations. ``grad=True`` leaves the caller's mode as it is (never turns
+    grad on inside a ``no_grad`` block)."""
+    return contextlib.nullcontext() if grad else torch.no_grad()
 
 
 def completion_logps(model: nn.Module, rollout: Rollout, temperature: float, suppress_ids: Tensor | None = None,
@@ -226,6 +242,7 @@ def completion_logps(model: nn.Module, rollout: Rollout, temperature: float, sup
     Shape: -> logps ``[N, T]`` float32 (and entropy ``[N, T]`` with ``with_entropy``).
     """
     t = rollout.completion_ids.shape[1]
+    # logits_to_keep: only the last T + 1 positions reach the head, never the prompt's [N, P, V] logits
     out = model(**model_inputs(rollout), use_cache=False, logits_to_keep=t + 1)
     logits = out.logits[:, -(t + 1):-1]  # (N, T, V): position i predicts completion token i
     return selective_log_softmax(logits, rollout.completion_ids, temperature, suppress_ids, with_entropy=with_entropy,
@@ -287,6 +304,7 @@ class RolloutEngine:
                  suppress_ids: list[int]):
         self.processor, self.layout, self.sampling = processor, layout, sampling
         self.stop_ids = list(stop_ids)
+        # a tensor once, moved to the logits' device per call: the kernel's index_fill takes a tensor
         self.suppress_ids = torch.tensor(list(suppress_ids), dtype=torch.long)
 
     @property
@@ -299,22 +317,18 @@ class RolloutEngine:
 
     def warped(self) -> dict:
         """The sampled distribution's settings, as :func:`lit_grpo.grpo.selective_log_softmax` takes them."""
-        s = self.sampling
+        s = self.sampling  # the training settings: evaluation's own temperature never reaches the log-probs
         return dict(temperature=s.temperature, suppress_ids=self.suppress_ids, top_k=s.top_k, top_p=s.top_p)
 
     def sample(self, model: nn.Module, prompts: dict, group_size: int, *, greedy: bool = False,
                temperature: float | None = None) -> Rollout:
         raise NotImplementedError
 
-    def row_logps(self, model: nn.Module, rollout: Rollout, rows: slice,
-                  entropy: bool) -> tuple[Tensor, Tensor | None]:
-        """The engine's forward for :meth:`logps` (grad as the caller set it)."""
-        raise NotImplementedError
-
     def logps(self, model: nn.Module, rollout: Rollout, rows: slice = slice(None), *, grad: bool = False,
-              entropy: bool = False) -> tuple[Tensor, Tensor | None]:
-        with contextlib.nullcontext() if grad else torch.no_grad():
-            return self.row_logps(model, rollout, rows, entropy)
+              entropy: bool | str = False) -> tuple[Tensor, Tensor | None]:
+        """The log-probs of rows ``rows`` (class docstring); an engine runs its forward under ``grad_mode(grad)``
+        and calls the kernel itself, so that the update reaches it in few frames (tests/test_structure_step.py)."""
+        raise NotImplementedError
 
     def release(self) -> None:
         """Sampling is over until :meth:`resume`; the sampler may free what only sampling needs."""
@@ -331,7 +345,8 @@ class RolloutEngine:
         """``[n, T]`` log-probs of rows ``rows`` from one full forward with every provider's hooks on it (removed
         on exit, errors included), and ``{column: measurement}`` of the rows, measured after the hooks are off."""
         sub = rollout.rows(rows)
-        with contextlib.ExitStack() as stack:
+        # a full forward whatever the engine: a provider's hooks read the whole prompt + completion sequence
+        with contextlib.ExitStack() as stack:  # every hook removed on exit, errors included
             captures = {k: stack.enter_context(p.capture(model, sub)) for k, p in providers.items()}
             logps = completion_logps(model, sub, **self.warped())[0]
         return logps, {k: providers[k].score(cap, sub, images) for k, cap in captures.items()}

@@ -12,7 +12,8 @@ from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 from lit_grpo.families import RowLayout
 from lit_grpo.grpo import warp
-from lit_grpo.rollout.engine import Rollout, RolloutEngine, SamplingConfig, build_rollout, completion_logps, repeat_rows
+from lit_grpo.rollout.engine import (Rollout, RolloutEngine, SamplingConfig, build_rollout, completion_logps,
+                                     grad_mode, repeat_rows)
 
 
 class WarpLogits(LogitsProcessor):
@@ -98,6 +99,7 @@ class PlainEngine(RolloutEngine):
         return sample_completions(model, self.processor, rows, self.settings(temperature), self.stop_ids,
                                   self.suppress_ids.tolist(), greedy=greedy, layout=self.layout)
 
-    def row_logps(self, model: nn.Module, rollout: Rollout, rows: slice,
-                  entropy: bool) -> tuple[Tensor, Tensor | None]:
-        return completion_logps(model, rollout.rows(rows), with_entropy=entropy, **self.warped())
+    def logps(self, model: nn.Module, rollout: Rollout, rows: slice = slice(None), *, grad: bool = False,
+              entropy: bool | str = False) -> tuple[Tensor, Tensor | None]:
+        with grad_mode(grad):
+            return completion_logps(model, rollout.rows(rows), with_entropy=entropy, **self.warped())

@@ -26,7 +26,7 @@ Shapes: ``B`` prompts (unique rows), ``N`` completion rows, ``P`` prompt tokens,
 ``H`` hidden size, ``V`` vocabulary.
 
 Under gradient checkpointing transformers drops every checkpointed layer's KV cache, which the shared prefix runs
-on, so the update pass with grad runs the language model layer by layer (:func:`checkpointed_logps`): each decoder
+on, so the update pass with grad runs the language model layer by layer (:func:`checkpointed_hidden`): each decoder
 layer is one :func:`torch.utils.checkpoint.checkpoint` region that takes the prompt rows' hidden states
 ``[B, P, H]`` and the completion rows' ``[n, T, H]``, runs the layer on the prompts with a KV cache of that layer
 alone, indexes the cache out to the completion rows and runs the layer on the completions; backward replays the
@@ -52,7 +52,7 @@ from transformers import DynamicCache
 
 from lit_grpo.families import Family, unwrap
 from lit_grpo.grpo import selective_log_softmax, warp
-from lit_grpo.rollout.engine import Rollout, RolloutEngine, build_rollout
+from lit_grpo.rollout.engine import Rollout, RolloutEngine, build_rollout, grad_mode
 
 
 def with_cache(lm: nn.Module, cache: Any) -> dict[str, Any]:
@@ -181,18 +181,19 @@ def shared_prefix_logps(model: nn.Module, prompts: PromptCache, rows: Tensor,
     -> ``[n, T]`` float32 (and the entropy with ``with_entropy``).
     """
     if checkpointing(model, prompts.family):  # no KV cache under checkpointing: one checkpoint per decoder layer
-        return checkpointed_logps(model, prompts, rows, completion_ids, completion_mask, temperature, suppress_ids,
-                                  with_entropy, top_k=top_k, top_p=top_p)
-    lm, t = prompts.family.language_model(model), completion_ids.shape[1]
-    # no grad here: transformers 5.19 still drops the cache in a checkpointing layer in training mode (later
-    # releases only with grad on), so its flags are off for these two calls
-    with _hf_checkpointing_off(lm.layers):
-        last, cache, prompt_mask, pos = prefill(model, prompts, rows)
-        mask = torch.cat([prompt_mask, completion_mask.to(prompt_mask.dtype)], 1)
-        out = lm(inputs_embeds=lm.get_input_embeddings()(completion_ids), attention_mask=mask,
-                 position_ids=_next_positions(pos, t), use_cache=True, **with_cache(lm, cache))
-    hidden = torch.cat([last[:, None], out.last_hidden_state[:, :-1]], 1)  # (n, T, H): state before each token
-    logits = unwrap(model).get_output_embeddings()(hidden)
+        hidden = checkpointed_hidden(model, prompts, rows, completion_ids, completion_mask)
+    else:
+        lm, t = prompts.family.language_model(model), completion_ids.shape[1]
+        # no grad here: transformers 5.19 still drops the cache in a checkpointing layer in training mode (later
+        # releases only with grad on), so its flags are off for these two calls
+        with _hf_checkpointing_off(lm.layers):
+            last, cache, prompt_mask, pos = prefill(model, prompts, rows)
+            mask = torch.cat([prompt_mask, completion_mask.to(prompt_mask.dtype)], 1)  # (n, P + T)
+            out = lm(inputs_embeds=lm.get_input_embeddings()(completion_ids), attention_mask=mask,
+                     position_ids=_next_positions(pos, t), use_cache=True, **with_cache(lm, cache))
+        hidden = torch.cat([last[:, None], out.last_hidden_state[:, :-1]], 1)  # (n, T, H): state before each token
+    # one head and one kernel call for both paths: the update reaches the kernel in as few frames either way
+    logits = unwrap(model).get_output_embeddings()(hidden)  # (n, T, V)
     return selective_log_softmax(logits, completion_ids, temperature, suppress_ids, with_entropy=with_entropy,
                                  top_k=top_k, top_p=top_p)
 
@@ -262,11 +263,12 @@ class SharedPrefixEngine(RolloutEngine):
                              {("prompt_cache", self.cache_features): cache}, image_ids=self.suppress_ids.tolist(),
                              sampling_logps=None if greedy else logps)
 
-    def row_logps(self, model: nn.Module, rollout: Rollout, rows: slice,
-                  entropy: bool) -> tuple[Tensor, Tensor | None]:
+    def logps(self, model: nn.Module, rollout: Rollout, rows: slice = slice(None), *, grad: bool = False,
+              entropy: bool | str = False) -> tuple[Tensor, Tensor | None]:
         idx = torch.arange(rollout.num_completions, device=rollout.completion_ids.device)[rows]
-        return shared_prefix_logps(model, self.prompt_cache(rollout), idx, rollout.completion_ids[idx],
-                                   rollout.completion_mask[idx], with_entropy=entropy, **self.warped())
+        with grad_mode(grad):
+            return shared_prefix_logps(model, self.prompt_cache(rollout), idx, rollout.completion_ids[idx],
+                                       rollout.completion_mask[idx], with_entropy=entropy, **self.warped())
 
 
 # ----------------------------------------------------------------- the shared prefix under gradient checkpointing
@@ -386,14 +388,3 @@ def checkpointed_hidden(model: nn.Module, prompts, rows: Tensor, completion_ids:
                              "needs it (set perf.engine: plain for this model)")
     last = norm(h_prompt[:, -1:])[inverse]  # (n, 1, H): the state that predicts the first completion token
     return torch.cat([last, norm(h_completion[:, :-1])], 1)
-
-
-def checkpointed_logps(model: nn.Module, prompts, rows: Tensor, completion_ids: Tensor, completion_mask: Tensor,
-                       temperature: float, suppress_ids: Tensor | None = None, with_entropy: bool = False, *,
-                       top_k: int = 0, top_p: float = 1.0) -> tuple[Tensor, Tensor | None]:
-    """:func:`shared_prefix_logps` with one checkpoint per decoder layer. Shape: completion
-    ids/mask ``[n, T]`` -> ``[n, T]`` float32 (and the entropy with ``with_entropy``)."""
-    hidden = checkpointed_hidden(model, prompts, rows, completion_ids, completion_mask)
-    logits = unwrap(model).get_output_embeddings()(hidden)
-    return selective_log_softmax(logits, completion_ids, temperature, suppress_ids, with_entropy=with_entropy,
-                                 top_k=top_k, top_p=top_p)

@@ -245,6 +245,9 @@ class VLLMEngine(RolloutEngine):
                              f"{REFUSED[model_type]}; use perf.engine: shared")
         super().__init__(processor, layout, sampling, stop_ids, suppress_ids)
         self.inner, self.perf = inner, perf
+        # log-probs are the trained policy's own: the inner engine's methods, bound (not wrapped) so that the update
+        # reaches the log-prob kernel through no frame that only forwards
+        self.logps, self.measured_logps = inner.logps, inner.measured_logps
         self.llm, self.started, self.allowed, self.sleeping = None, False, None, False
         self.max_model_len: int | None = None
         """The longest prompt + completion the sampler takes (known once it runs)."""
@@ -380,12 +383,3 @@ class VLLMEngine(RolloutEngine):
                     f"({len(got)} vs {len(want)} tokens; vLLM {list(got)[at:at + 3]}, processor {want[at:at + 3]}): "
                     "vLLM's image processing gives this model another number of image tokens; use perf.engine: "
                     "shared")
-
-    # ----------------------------------------------------------------- log-probs: the policy's own
-    def row_logps(self, model: nn.Module, rollout: Rollout, rows: slice,
-                  entropy: bool) -> tuple[Tensor, Tensor | None]:
-        return self.inner.row_logps(model, rollout, rows, entropy)
-
-    def measured_logps(self, model: nn.Module, rollout: Rollout, rows: slice, providers: dict,
-                       images: list[list]) -> tuple[Tensor, dict]:
-        return self.inner.measured_logps(model, rollout, rows, providers, images)
