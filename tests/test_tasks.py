@@ -92,8 +92,8 @@ def test_import_of_the_maths_loads_only_the_maths():
 
 
 def test_a_name_imports_the_tasks_in_order_until_it_is_registered():
-    """Tasks are imported in folder order (attention, phyx, visualsphinx), each only when a name is missing:
-    the attention reward needs the first, the ``phyx`` reader the second; a core reward needs none."""
+    """Tasks are imported in folder order (attention, demo, phyx, visualsphinx), each only when a name is missing:
+    the attention reward needs the first, the ``phyx`` reader the third; a core reward needs none."""
     out = fresh(LOADED + """
 from lit_grpo.data.datamodule import READERS
 from lit_grpo.rewards import REWARDS
@@ -105,8 +105,8 @@ READERS.get("visualsphinx"); steps.append(loaded())
 print(json.dumps(steps))
 """)
     tops = [sorted({".".join(t.split(".")[:3]) for t in s["tasks"]} - {"lit_grpo.tasks"}) for s in out]
-    assert tops == [[], ["lit_grpo.tasks.attention"], ["lit_grpo.tasks.attention", "lit_grpo.tasks.phyx"],
-                    ["lit_grpo.tasks.attention", "lit_grpo.tasks.phyx", "lit_grpo.tasks.visualsphinx"]]
+    both = ["lit_grpo.tasks.attention", "lit_grpo.tasks.demo", "lit_grpo.tasks.phyx"]
+    assert tops == [[], ["lit_grpo.tasks.attention"], both, [*both, "lit_grpo.tasks.visualsphinx"]]
     assert out[1]["packages"] == [] and out[2]["packages"] == ["pint", "httpx"]
 
 
