@@ -125,8 +125,12 @@ def option_group(name: str) -> Any:
     plain mapping: building the settings imports no task, and the group's dataclass checks the mapping when it is
     built (:func:`built_group`).
     """
-    return OPTION_GROUPS.get(name) if name in OPTION_GROUPS._entries or (_typing and name in OPTION_GROUPS) \
-        else dict[str, Any]
+    return _group(name) if _typing or name in OPTION_GROUPS._entries else dict[str, Any]
+
+
+def _group(name: str) -> Any:
+    """The group's dataclass, importing tasks until one registers it; a mapping when none can (its extra missing)."""
+    return OPTION_GROUPS.get(name) if name in OPTION_GROUPS else dict[str, Any]
 
 
 _typing = False
@@ -141,6 +145,7 @@ def load_option_groups() -> None:
 
 
 def built_group(name: str, value: Any) -> Any:
-    """``value`` of the option group ``name`` as its dataclass: a mapping (a Python caller's, or a signature's ``{}``
-    default) is built with the group's defaults filled in; an instance (the parser's) is kept."""
-    return option_group(name)(**value) if isinstance(value, dict) else value
+    """``value`` of the option group ``name`` as its dataclass (importing the task that owns it): a mapping (a Python
+    caller's, or a signature's ``{}`` default) is built with the group's defaults filled in and checked; an instance
+    (the parser's) is kept."""
+    return _group(name)(**value) if isinstance(value, dict) else value
