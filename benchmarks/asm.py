@@ -87,7 +87,7 @@ def _setup(length: int, rows: int, fraction: float):
     from PIL import Image, ImageDraw
 
     from lit_grpo.tasks.attention.meter import AttentionConfig, AttentionMeter
-    from lit_grpo.embedded import EmbeddedModelConfig, build_embedded_vlm
+    from lit_grpo.tasks.demo.embedded import EmbeddedModelConfig, build_embedded_vlm
     from lit_grpo.rollout import Rollout, encode_prompts, repeat_rows
 
     cfg = EmbeddedModelConfig(hidden_size=512, num_hidden_layers=6, num_attention_heads=8, num_key_value_heads=2,

@@ -149,7 +149,7 @@ def build_model(root: Path, tiny: bool) -> str:
     if (path / "config.json").is_file():
         return str(path)
     if tiny:
-        from lit_grpo.embedded import save_embedded_vlm
+        from lit_grpo.tasks.demo.embedded import save_embedded_vlm
 
         return str(save_embedded_vlm(path))
     from granite_shape import build_granite_vision

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from transformers import GraniteConfig, LlavaNextConfig, LlavaNextForConditionalGeneration, SiglipVisionConfig
 
-from lit_grpo.embedded import EmbeddedModelConfig, build_processor, build_tokenizer
+from lit_grpo.tasks.demo.embedded import EmbeddedModelConfig, build_processor, build_tokenizer
 
 TEXT = dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=40, num_attention_heads=32,
             num_key_value_heads=8, vocab_size=49156, attention_multiplier=0.015625, embedding_multiplier=12.0,

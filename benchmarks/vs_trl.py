@@ -55,7 +55,7 @@ UPSCALE = 4
 
 # ----------------------------------------------------------------------------------------- shared inputs
 def build_model(root: Path, image: str) -> str:
-    from lit_grpo.embedded import EmbeddedModelConfig, save_embedded_vlm
+    from lit_grpo.tasks.demo.embedded import EmbeddedModelConfig, save_embedded_vlm
 
     path = root / f"granite_5m_{image}"
     if not (path / "config.json").is_file():

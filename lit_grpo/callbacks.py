@@ -1,5 +1,5 @@
-"""Callbacks that observe training and evaluation: completion samples as TensorBoard text, HF-format export, the validation at a run's last step, the validation curves,
-the test accuracy table (TensorBoard, Markdown, CSV) and prediction JSONL files."""
+"""Callbacks that observe training and evaluation: completion samples as TensorBoard text, HF-format export, the validation at a run's last step, the validation curves
+and prediction JSONL files (the test accuracy table: :class:`lit_grpo.tasks.table.AccuracyTable`)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 
 from lit_grpo import distributed as D
 from lit_grpo import environment
-from lit_grpo.evaluation import (CSV_COLUMNS, TABLE_GROUPS, accuracy_table, prompt_text, scalar_name, table_csv,
-                                 table_markdown, table_rows)
+from lit_grpo.evaluation import prompt_text
 from lit_grpo.loggers import log_images, log_table, log_text, masked_text
 
 
@@ -245,59 +244,6 @@ def _run_dir(trainer: L.Trainer) -> Path:
     """The logger's run folder (``logs/<name>/version_N``), else the trainer's root folder."""
     logdir = trainer.logger.log_dir if trainer.logger is not None and trainer.logger.log_dir else None
     return Path(logdir or trainer.default_root_dir)
-
-
-class AccuracyTable(L.Callback):
-    """At the end of ``test``: the paper's accuracy table, overall and per value of each field a task groups it by
-    (PhyX: per domain and per reasoning type), each accuracy with its standard error over problems
-    (:func:`~lit_grpo.evaluation.accuracy_table`).
-
-    Reads the ``id`` and ``correct`` fields of the records ``test_step`` returns (the module's
-    ``evaluation.scorer``). For each evaluation mode (``greedy``, ``sampled``) it writes
-    ``<run folder>/<prefix>_<mode>.md`` and ``.csv``, the scalars
-    ``test/<mode>/accuracy/{overall,domain/<name>,reasoning_type/<name>}`` with their SE (TensorBoard: bands)
-    and the table (TensorBoard: Markdown text; W&B: a table), and prints the table. Records of every rank are
-    gathered; rank zero writes.
-    """
-
-    def __init__(self, prefix: str = "test_accuracy"):
-        self.prefix = prefix
-        self.records: list[dict[str, Any]] = []
-
-    def on_test_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.records = []
-
-    def on_test_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
-                          batch_idx: int, dataloader_idx: int = 0) -> None:
-        if isinstance(outputs, list):
-            keep = ("id", "mode", "correct", *TABLE_GROUPS.entries())  # the fields the table groups by
-            self.records += [{k: r[k] for k in keep if k in r} for r in outputs]
-
-    def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        records = D.gather_objects(self.records)
-        if trainer.is_global_zero and records:
-            self.write(trainer, records)
-
-    def write(self, trainer: L.Trainer, records: list[dict[str, Any]]) -> list[Path]:
-        """Write the table of each mode; returns the files written."""
-        out, written = _run_dir(trainer), []
-        out.mkdir(parents=True, exist_ok=True)
-        caption = getattr(getattr(trainer.lightning_module, "evaluator", None), "caption", None)  # how it was scored
-        for mode in sorted({r["mode"] for r in records}):
-            rows = accuracy_table([r for r in records if r["mode"] == mode])
-            md = table_markdown(rows, f"test accuracy ({mode})", caption)
-            for suffix, text in ((".md", md), (".csv", table_csv(rows, mode))):
-                path = out / f"{self.prefix}_{mode}{suffix}"
-                path.write_text(masked_text(text), encoding="utf-8")  # API keys masked as in every log
-                written.append(path)
-            scalars = {f"test/{mode}/accuracy/{scalar_name(r)}{suffix}": r[field] for r in rows
-                       if not math.isnan(r["accuracy"]) for suffix, field in (("", "accuracy"), ("_se", "se"))}
-            if trainer.logger is not None and scalars:
-                trainer.logger.log_metrics(scalars, step=trainer.global_step)
-            log_table(trainer, f"test/{mode}/accuracy_table", list(CSV_COLUMNS), table_rows(rows, mode),
-                      trainer.global_step, markdown=md)
-            rank_zero_info(f"\n{md}(written to {out / self.prefix}_{mode}.md and .csv)")
-        return written
 
 
 def _jsonable(value: Any) -> Any:

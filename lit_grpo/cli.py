@@ -39,6 +39,8 @@ from lit_grpo.distributed import end_with_launcher
 from lit_grpo.errors import InputError, UserError, fail
 from lit_grpo.loggers import RunFolder, continue_run_folder, logger_lines
 from lit_grpo.progress import with_progress_bar
+from lit_grpo.ranges import argument_types
+from lit_grpo.registry import load_option_groups
 from lit_grpo.run_lock import RunLock
 from lit_grpo.runs import (StopAndResume, check_checkpoint_file, check_checkpoint_folders, check_new_run_folders,
                            remove_unused_folders, written_checkpoints)
@@ -334,11 +336,19 @@ def _loader_without_base_key() -> None:
     set_loader("omegaconf+", without_base, (pyyaml.YAMLError,))
 
 
-def _main(args: list[str] | None) -> GRPOCLI:
+def _parsing_settings() -> None:
+    """How the command line reads options: field docstrings as their help, a config file's ``_base_`` key dropped
+    (:func:`_loader_without_base_key`), the tasks' option groups typed (:func:`lit_grpo.registry.option_group`)."""
     from jsonargparse import set_parsing_settings
 
     set_parsing_settings(docstring_parse_attribute_docstrings=True)
     _loader_without_base_key()
+    load_option_groups()  # attention, judge, embedded typed from here on; types read before (a default's check
+    argument_types.cache_clear()  # when the core was imported) took them as mappings
+
+
+def _main(args: list[str] | None) -> GRPOCLI:
+    _parsing_settings()
     given = expand_bases(sys.argv[1:] if args is None else list(args))
     model_class = model_class_of(given)
     given = help_args(prepare_args(_comment_print_config(given)), model_class)

@@ -565,7 +565,8 @@ def declared_type(key: str, model_class: Any) -> Any:
     return tp if rest else None
 
 
-MOVED_CLASSES = {"lit_grpo.callbacks.AttentionOverlays": "lit_grpo.tasks.attention.overlays.AttentionOverlays"}
+MOVED_CLASSES = {"lit_grpo.callbacks.AttentionOverlays": "lit_grpo.tasks.attention.overlays.AttentionOverlays",
+                 "lit_grpo.callbacks.AccuracyTable": "lit_grpo.tasks.table.AccuracyTable"}
 """Class paths that configs used to name -> where the class is now (a config that names the old path is told)."""
 
 _CLASS_PATH_PROBLEM = "Problem with given class_path '"

@@ -15,9 +15,10 @@ removed on exit, errors included) and then measures the rows that forward covere
 The module asks which columns its rewards (and evaluation metrics) read; for each one that is neither a sample nor
 a rollout field it finds the provider registered under that name (a task registers it, like its rewards: the
 registry imports the tasks on a miss) and runs the log-prob pass under it (:class:`lit_grpo.passes.PolicyPasses`,
-the engine's ``measured_logps``). A provider may have an option group of the module (``attention`` for ``asm``):
-its ``enabled`` turns the provider on with no reward reading the column (``True``; an observer wants the
-measurement) or off (``False``: then a reward that reads it is an error).
+the engine's ``measured_logps``). A provider may have an option group of the module, which its task registers
+(:func:`lit_grpo.registry.option_group`; ``attention`` for ``asm``): its ``enabled`` turns the provider on with no
+reward reading the column (``True``; an observer wants the measurement) or off (``False``: then a reward that reads
+it is an error).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any, Callable, Protocol
 
 from torch import nn
 
-from lit_grpo.registry import Registry
+from lit_grpo.registry import Registry, built_group
 
 __all__ = ["COLUMNS", "ColumnProvider", "Measurement", "build_providers"]
 
@@ -59,22 +60,26 @@ option group for it, or None)."""
 
 
 def build_providers(model: nn.Module, processor, read: set[str],
-                    options: dict[str, Any] | None = None) -> dict[str, ColumnProvider]:
+                    groups: dict[str, Any] | None = None) -> dict[str, ColumnProvider]:
     """The providers a module runs its log-prob pass under: one per column of ``read`` (the columns the rewards read
-    that are neither sample nor rollout fields) registered in :data:`COLUMNS`, plus those whose option group
-    (``options``: column -> group) sets ``enabled: true``. A column not registered is left to the sample (a task's
-    field).
+    that are neither sample nor rollout fields) registered in :data:`COLUMNS`, plus those whose option group sets
+    ``enabled: true``. ``groups``: the module's option groups of providers by name (``attention``), each the group's
+    dataclass (its class names its ``column``) or a mapping of it (:func:`lit_grpo.registry.built_group`). A column
+    not registered is left to the sample (a task's field).
 
     Raises:
         ValueError: a reward reads a column whose option group sets ``enabled: false``.
     """
-    options = options or {}
-    wanted = {c for c in read if c in COLUMNS}
-    for column, group in options.items():
-        enabled = getattr(group, "enabled", None)
-        if enabled is False and column in wanted:
-            raise ValueError(f"a reward reads the log-prob pass's {column!r} column: it needs "
-                             f"{getattr(group, 'block', column)}.enabled true (or unset)")
+    wanted, options = {c for c in read if c in COLUMNS}, {}
+    for name, value in (groups or {}).items():
+        enabled = value.get("enabled") if isinstance(value, dict) else getattr(value, "enabled", None)
+        if enabled is None and not wanted:
+            continue  # nothing reads a column and nothing asks for one: the group's task is not even imported
+        group = built_group(name, value)
+        options[group.column] = group
+        if enabled is False and group.column in wanted:
+            raise ValueError(f"a reward reads the log-prob pass's {group.column!r} column: it needs "
+                             f"{name}.enabled true (or unset)")
         if enabled:
-            wanted.add(column)
+            wanted.add(group.column)
     return {c: COLUMNS.get(c)(model, processor, options.get(c)) for c in sorted(wanted)}

@@ -14,8 +14,8 @@ from typing import Annotated, Any, ClassVar
 from lit_grpo.grpo import ADVANTAGE_SCALES, LOSS_OPTIONS
 from lit_grpo.objectives import LOSS_TYPES, SAMPLER_CORRECTION_MODES
 from lit_grpo.ranges import Checked, Range
+from lit_grpo.registry import option_group
 from lit_grpo.rewards import RewardSpec
-from lit_grpo.judge_config import JudgeConfig
 
 
 @dataclasses.dataclass
@@ -146,7 +146,7 @@ class EvalConfig(Checked):
     """Run validation once before the first training step (the step-0 point of the curves)."""
     scorer: str | None = None
     """Registered reward giving the correctness of each evaluation completion (logged as
-    ``<stage>/<mode>/accuracy`` and tabulated by ``lit_grpo.callbacks.AccuracyTable``, whose caption names it):
+    ``<stage>/<mode>/accuracy`` and tabulated by ``lit_grpo.tasks.table.AccuracyTable``, whose caption names it):
     ``accuracy`` (paper protocol, MCQ), ``open_equivalence`` (paper protocol, open-ended: one judge call on the
     extracted answer, unit and principle), ``open_accuracy`` (the accuracy reward's jury, with ``pass_threshold``),
     ``phyx_official`` (PhyX rule mode), ``binary`` (VisualSphinx). When a configured reward (or metric) has
@@ -154,10 +154,11 @@ class EvalConfig(Checked):
     second judge call); otherwise the scorer is built with ``scorer_kwargs`` and ``judge``."""
     scorer_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Options of the scorer other than its judge (see its docstring), e.g. ``strict`` of ``rubric``."""
-    judge: JudgeConfig | None = None
+    judge: option_group("judge") | None = None
     """The judge of a judge-backed scorer (``open_equivalence``, ``open_accuracy``, ``rubric``), each option settable on its own
     (``--model.init_args.evaluation.judge.num_judges=5``); ``None``: the configured reward's verdicts when it
-    is the scorer, else the scorer's default (the offline judge)."""
+    is the scorer, else the scorer's default (the offline judge). Its fields: the PhyX task's ``JudgeConfig``
+    (``lit_grpo.tasks.phyx.judge.config``), registered as the option group ``judge``."""
     pass_threshold: float | None = None
     """A score counts as correct (1) when at least this, else 0 (NaN stays "cannot score"); ``None`` keeps the
     scorer's value. For ``open_accuracy`` (jury correctness / 2), ``1.0`` = every juror says fully correct."""
@@ -267,52 +268,3 @@ def objective_problems(grpo: GRPOConfig) -> list[str]:
     need(grpo.sampler_correction_min is None or grpo.sampler_correction_min < grpo.sampler_correction_max,
          "sampler_correction_min", "null or below sampler_correction_max")
     return problems
-
-
-BACKGROUND = 230
-"""A pixel is background when all three RGB channels are >= this value."""
-ROWS = ("own", "final")
-"""Which attention rows score a completion (:attr:`AttentionConfig.row`)."""
-
-
-@dataclasses.dataclass
-class AttentionConfig(Checked):
-    """Attention capture in the no-grad log-prob pass: the ``asm`` reward column and the attention overlays."""
-
-    # The options of the ``asm`` column's provider (lit_grpo.columns), which the attention task registers; the group
-    # stays the module's ``attention`` block, so configs and the command line keep their keys.
-    column: ClassVar[str] = "asm"
-    block: ClassVar[str] = "attention"
-
-    enabled: bool | None = None
-    """Capture even when no reward reads ``asm`` (for the overlay callback); None = only when one does."""
-    grid: str | None = None
-    """Patch grid(s) the ASM uses: ``base`` (LLaVA-NeXT's base grid, Idefics3's global image), ``tiles``
-    (high-resolution tiles), ``all``; None = the family's default (``base``; ``all`` for Idefics3/SmolVLM). The
-    paper reads one grid per image: "Attention over image tokens is reshaped into a 2D grid (H_img/p x W_img/p),
-    then normalized and resized to the original image resolution"; for a multi-crop (LLaVA-NeXT anyres) image
-    that is the base grid (the whole image at one tile's resolution, the default), or the tiles (the image at
-    its own resolution, H_img/p x W_img/p patches), or both (each grid's fraction counted with its share of the
-    image attention: :func:`grid_fractions`)."""
-    row: str = "own"
-    """Which attention row scores a completion: ``own`` = each generated token's own row (the token as query),
-    scored and averaged over the completion ("we average Equation 7 across all T generated tokens [...] the
-    Attention Score Mask"); ``final`` = the row of the completion's last valid token alone ("the resulting
-    attention tensor is averaged across all heads, and the final token's attention row is extracted, yielding a
-    per-token attention vector over the full input sequence for each rollout"). Both sentences are the paper's;
-    they disagree, so the choice is visible (:func:`token_weights`)."""
-    background_threshold: Annotated[int, Range(ge=0, le=256, note="256 = no pixel is background")] = BACKGROUND
-    """A pixel is background when all RGB channels are >= this."""
-    chunk_scores: Annotated[int, Range(ge=1)] = 2 ** 22
-    """Attention scores (rows x heads x queries x keys) the reconstruction makes per step (16 MiB in
-    float32, twice that with their softmax); it sets how many query rows each step covers."""
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.row not in ROWS:
-            raise ValueError(f"attention.row must be one of {list(ROWS)}, got {self.row!r}")
-        from lit_grpo.families import GRIDS
-
-        if self.grid is not None and self.grid not in GRIDS:
-            raise ValueError(f"attention.grid must be one of {list(GRIDS)} (or null: the family's default), "
-                             f"got {self.grid!r}")

@@ -1,5 +1,5 @@
-"""Evaluation: records and the paper's accuracy table (pure functions; callbacks write them out), and the
-:class:`Evaluator` that a policy module's validation / test / predict steps run.
+"""Evaluation: records (pure functions; callbacks write them out), and the :class:`Evaluator` that a policy
+module's validation / test / predict steps run.
 
 A *record* is one completion of one evaluation prompt: ``id``, ``mode`` (``greedy`` | ``sampled``),
 ``prompt``, ``completion``, ``extracted`` (the answer the scorer reads), ``answer``, ``answer_format``,
@@ -9,25 +9,21 @@ NaN when it cannot score). The scorer is any registered reward (``accuracy`` for
 protocol, ``open_accuracy`` with a pass threshold for its open-ended protocol, ``phyx_official`` for
 PhyX's rule-mode scorer, ``binary`` for VisualSphinx); :func:`correctness` turns its values into 0/1.
 
-:func:`accuracy_table` gives accuracy overall and per value of each field a task groups its table by
-(:data:`TABLE_GROUPS`: PhyX's domain and reasoning type, as in the reward-design paper's tables); :func:`table_markdown` and :func:`table_csv` render it.
+A task registers the fields its records are grouped by (:data:`TABLE_GROUPS`: PhyX's domain and reasoning type);
+the accuracy table over them and its caption are task-side (:mod:`lit_grpo.tasks.table`).
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from typing import TYPE_CHECKING, Any, Iterable
 
 import torch
 
 from lit_grpo.data.sample import Sample
-from lit_grpo.judge_config import JudgeConfig
 from lit_grpo.rewards.parsing import extract_answer, extract_option_letter
-from lit_grpo.registry import Registry
-from lit_grpo.rewards.registry import (REWARDS, RewardFn, RewardSpec, build_reward, build_rewards, option_default,
-                                       reward_info, reward_options)
+from lit_grpo.registry import Registry, built_group
+from lit_grpo.rewards.registry import REWARDS, RewardFn, RewardSpec, build_reward, build_rewards, reward_info
 
 if TYPE_CHECKING:
     from lit_grpo.data.datamodule import PromptBatch
@@ -44,11 +40,11 @@ def extracted_answer(scorer: str | None, text: str, answer_format: str) -> str |
 
 
 def build_scorer(scorer: str | None, kwargs: dict[str, Any], configured: list[RewardSpec],
-                 judge: JudgeConfig | None = None) -> RewardFn | None:
+                 judge: Any = None) -> RewardFn | None:
     """The evaluation scorer ``scorer`` built with ``kwargs`` (and ``judge`` as its ``judge`` kwarg), or ``None``
     when there is no scorer or when a ``configured`` reward (or metric) with that label and the same kwargs (or
     none given) already computes it: its values are then reused, so a judge is not asked twice. Judge settings
-    compare as :class:`JudgeConfig` (a dict of the reward equals the typed judge holding the same values).
+    compare as the ``judge`` option group (a dict of the reward equals the typed judge holding the same values).
 
     Raises:
         ValueError: a judge given both in ``kwargs`` and as ``judge``.
@@ -66,41 +62,8 @@ def build_scorer(scorer: str | None, kwargs: dict[str, Any], configured: list[Re
 
 
 def _comparable(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``kwargs`` with a ``judge`` dict as a :class:`JudgeConfig` (defaults filled in)."""
-    judge = kwargs.get("judge")
-    return {**kwargs, "judge": JudgeConfig.from_dict(judge)} if isinstance(judge, dict) else dict(kwargs)
-
-
-def protocol_caption(scorer: str | None, pass_threshold: float | None = None, judge: JudgeConfig | dict | None = None,
-                     scorer_kwargs: dict[str, Any] | None = None, configured: list[tuple[str, dict]] = ()) -> str:
-    """How a table's correctness was decided, in one sentence: the scorer, how it decides (its registered
-    ``protocol``), its judge (a judge-backed scorer) and the pass threshold. The judge is ``judge`` (the
-    evaluation's), else ``scorer_kwargs["judge"]``, else that of the ``configured`` reward ``(label, kwargs)`` whose
-    verdicts are reused, else the default (the offline judge); its calls per completion are the judge's
-    ``num_judges``, or the scorer's own ``num_judges`` option when it has one.
-
-    >>> protocol_caption("accuracy")
-    "Scored by `accuracy`: the <answer> letter equals the gold option letter (the paper's evaluation of multiple choice)."
-    """
-    if scorer is None:
-        return "No scorer: no correctness."
-    info = reward_info(scorer) if scorer in REWARDS else None
-    text = f"Scored by `{scorer}`" + (f": {info.protocol}" if info is not None and info.protocol else "")
-    if info is not None and "judge" in reward_options(scorer):
-        mine = [k.get("judge") for label, k in configured if label == scorer]
-        chosen = next((j for j in (judge, (scorer_kwargs or {}).get("judge"), *mine) if j is not None), None)
-        cfg = chosen if isinstance(chosen, JudgeConfig) else JudgeConfig.from_dict(chosen) \
-            if isinstance(chosen, dict) or chosen is None else None
-        if cfg is not None:
-            who = f"{cfg.model} (served)" if cfg.base_url else "the offline rule-based judge"
-            calls = cfg.num_judges
-            if "num_judges" in reward_options(scorer):  # a scorer that sets its own number of calls
-                own = (scorer_kwargs or {}).get("num_judges", option_default(scorer, "num_judges"))
-                calls = calls if own is None else own
-            text += f"; judge: {who}, {calls} call{'s' * (calls != 1)} per completion"
-    if pass_threshold is not None:
-        text += f"; correct = a score of at least {pass_threshold:g}"
-    return text + "."
+    """``kwargs`` with a ``judge`` dict as the judge's option group (defaults filled in)."""
+    return {**kwargs, "judge": built_group("judge", kwargs["judge"])} if "judge" in kwargs else dict(kwargs)
 
 
 def correctness(scores: list[float | None], pass_threshold: float | None = None) -> list[float]:
@@ -156,122 +119,9 @@ def build_records(samples: list[Sample], messages: list[list[dict]], completions
     return records
 
 
-CSV_COLUMNS = ("mode", "group", "name", "accuracy", "se", "problems", "completions", "correct", "unscorable")
-"""The columns of :func:`table_csv` (and of the table the loggers get)."""
-
-
-def _row(group: str, name: str, keyed: list[tuple[Any, float]]) -> dict[str, Any]:
-    """One row from ``(problem id, correct)`` pairs: each problem's share of correct completions (its scorable
-    ones), their mean and standard error over problems (:func:`~lit_grpo.metrics.mean_and_se`)."""
-    from lit_grpo.metrics import mean_and_se
-
-    by_problem: dict[Any, list[float]] = {}
-    for pid, value in keyed:
-        by_problem.setdefault(pid, []).append(value)
-    shares = [sum(s) / len(s) if s else math.nan
-              for s in ([v for v in vs if not math.isnan(v)] for vs in by_problem.values())]
-    mean, se, scored = mean_and_se(torch.tensor(shares, dtype=torch.float64))
-    values = [v for _, v in keyed]
-    return {"group": group, "name": name, "accuracy": mean, "se": se, "problems": len(by_problem),
-            "scored_problems": scored, "completions": len(values), "unscorable": sum(math.isnan(v) for v in values),
-            "correct": sum(v for v in values if not math.isnan(v))}
-
-
 TABLE_GROUPS: Registry[tuple[str, ...]] = Registry("accuracy-table field", tasks=True)
 """Record field -> its values in the order the accuracy table lists them; a task registers the fields its table
 groups by (PhyX: ``domain``, ``reasoning_type``). A record's field holds one value or a list of them."""
-
-
-def accuracy_table(records: list[dict[str, Any]],
-                   groups: dict[str, tuple[str, ...]] | None = None) -> list[dict[str, Any]]:
-    """Accuracy rows: ``overall``, then for each field of ``groups`` (default :data:`TABLE_GROUPS`) each of its
-    values that has a problem (a record counts under every value its field holds), each ``{group, name, accuracy,
-    se, problems, scored_problems, completions, unscorable, correct}``.
-
-    A problem is a record ``id`` (each record its own problem when it has none); its accuracy is the share of its
-    scorable completions that are correct (NaN excluded and counted in ``unscorable``). A row's accuracy is the
-    mean of its problems' accuracies and ``se`` their standard error (over problems: completions of one problem are
-    not independent), as the paper table of docs/paper_table.md; a row whose problems have no scorable completion has NaN
-    accuracy. Group rows appear when some record has the first group's field (PhyX's domain), in the task's order,
-    without the values that have no problem.
-    """
-    keyed = [(r.get("id", f"#{i}"), r) for i, r in enumerate(records)]
-    rows = [_row("overall", "all", [(pid, r["correct"]) for pid, r in keyed])]
-    groups = TABLE_GROUPS.entries() if groups is None else groups
-    if groups and any(r.get(next(iter(groups))) for r in records):
-        for field, values in groups.items():
-            for name in values:
-                chosen = [(pid, r["correct"]) for pid, r in keyed if _holds(r.get(field), name)]
-                if chosen:
-                    rows.append(_row(field, name, chosen))
-    return rows
-
-
-def _holds(value: Any, name: str) -> bool:
-    """Whether a record field's ``value`` (one value or a list of them) holds ``name``."""
-    return name in value if isinstance(value, (list, tuple)) else value == name
-
-
-def _problems(n: int) -> str:
-    return f"{n} problem{'s' * (n != 1)}"
-
-
-def _cell(row: dict[str, Any]) -> str:
-    return "–" if math.isnan(row["accuracy"]) else f"{row['accuracy']:.3f} ± {row['se']:.3f}"
-
-
-def table_markdown(rows: list[dict[str, Any]], title: str, caption: str | None = None) -> str:
-    """The paper's layout: one line of accuracies (Overall + the values of the first table group that have
-    problems; PhyX: the domains) with their standard errors and a line of problem counts, then one table per other
-    group (PhyX: the reasoning types); what the figures are is said under the title,
-    then ``caption`` (how correctness was decided: :func:`protocol_caption`)."""
-    overall = next(r for r in rows if r["group"] == "overall")
-    groups = list(dict.fromkeys(r["group"] for r in rows if r["group"] != "overall"))  # in the table's order
-    cells = [overall] + [r for r in rows if groups and r["group"] == groups[0]]
-    per = sorted({r["completions"] // max(r["problems"], 1) for r in cells})
-    each = f"{per[0]} completion{'s' * (per[0] != 1)} each" if len(per) == 1 else "completions per problem vary"
-    out = [f"### {title}", "",
-           f"Accuracy: mean ± standard error over problems of each problem's share of correct completions "
-           f"({_problems(overall['problems'])}, {each})." + (f" {caption}" if caption else ""), "",
-           "| " + " | ".join(["Overall"] + [r["name"] for r in cells[1:]]) + " |", "|" + "---|" * len(cells),
-           "| " + " | ".join(_cell(c) for c in cells) + " |",
-           "| " + " | ".join(_problems(c["problems"]) for c in cells) + " |"]
-    for group in groups[1:]:
-        out += ["", f"| {group.replace('_', ' ').capitalize()} | Accuracy | Problems |", "|---|---|---|"]
-        out += [f"| {r['name']} | {_cell(r)} | {r['problems']} |" for r in rows if r["group"] == group]
-    if overall["unscorable"]:
-        lost = overall["problems"] - overall["scored_problems"]
-        out += ["", f"{overall['unscorable']} of {overall['completions']} completions could not be scored (NaN)"
-                + (f"; {lost} problem{'s' * (lost != 1)} had none that could." if lost else ".")]
-    return "\n".join(out) + "\n"
-
-
-def table_rows(rows: list[dict[str, Any]], mode: str) -> list[list[Any]]:
-    """The rows as lists in :data:`CSV_COLUMNS` order (NaN accuracy and SE as ``None``)."""
-    def number(x: float) -> float | None:
-        return None if math.isnan(x) else x
-
-    return [[mode, r["group"], r["name"], number(r["accuracy"]), number(r["se"]), r["problems"], r["completions"],
-             r["correct"], r["unscorable"]] for r in rows]
-
-
-def table_csv(rows: list[dict[str, Any]], mode: str) -> str:
-    """Long-form CSV with :data:`CSV_COLUMNS`: accuracy and SE over problems (empty when NaN), problems,
-    completions, correct completions, unscorable completions."""
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(CSV_COLUMNS)
-    for row in table_rows(rows, mode):
-        w.writerow(["" if v is None else f"{v:.6f}" if isinstance(v, float) and i in (3, 4) else
-                    f"{v:g}" if isinstance(v, float) else v for i, v in enumerate(row)])
-    return buf.getvalue()
-
-
-def scalar_name(row: dict[str, Any]) -> str:
-    """A TensorBoard-safe tag suffix: ``overall``, ``domain/Wave_Acoustics``, ``reasoning_type/Numerical_Reasoning``."""
-    if row["group"] == "overall":
-        return "overall"
-    return f"{row['group']}/" + row["name"].replace("/", "_").replace(" ", "_").replace("&", "and")
 
 
 class Evaluator:
@@ -288,9 +138,6 @@ class Evaluator:
         self.cfg, self.stats = cfg, stats
         self.fns = {**fns, **build_rewards(list(cfg.metrics))}
         self.scorer_fn = build_scorer(cfg.scorer, cfg.scorer_kwargs, [*specs, *cfg.metrics], cfg.judge)
-        self.caption = protocol_caption(cfg.scorer, cfg.pass_threshold, cfg.judge, cfg.scorer_kwargs,
-                                        [(s.label, s.kwargs) for s in [*specs, *cfg.metrics]])
-        """How correctness is decided, in one sentence (:func:`protocol_caption`): the tables' caption."""
 
     def modes(self) -> list[tuple[str, int, bool, float | None]]:
         """``(prefix, completions per prompt, greedy, temperature)`` of each configured evaluation mode."""

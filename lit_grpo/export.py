@@ -30,7 +30,6 @@ import torch
 from torch import Tensor, nn
 
 from lit_grpo import environment
-from lit_grpo.embedded import EmbeddedModelConfig
 from lit_grpo.errors import InputError
 from lit_grpo.families import unwrap
 from lit_grpo.policy import LoRAConfig, PolicyConfig, load_policy
@@ -41,8 +40,8 @@ def policy_config(value: PolicyConfig | dict[str, Any]) -> PolicyConfig:
     """The run's policy settings as saved in a checkpoint's ``hyper_parameters`` (a dict from the command line)."""
     if isinstance(value, PolicyConfig):
         return value
-    nested = {"lora": LoRAConfig, "embedded": EmbeddedModelConfig}
-    return PolicyConfig(**{k: nested[k](**v) if k in nested and isinstance(v, dict) else v for k, v in value.items()})
+    # ``embedded`` may stay a mapping: load_policy builds the demo task's group from it
+    return PolicyConfig(**{k: LoRAConfig(**v) if k == "lora" and isinstance(v, dict) else v for k, v in value.items()})
 
 
 def read_checkpoint(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any], dict[str, Any] | None]:

@@ -36,7 +36,7 @@ from torch import Tensor
 
 from lit_grpo import distributed as D
 from lit_grpo.columns import build_providers
-from lit_grpo.config import AttentionConfig, EvalConfig, GRPOConfig, PerfConfig, check_settings
+from lit_grpo.config import EvalConfig, GRPOConfig, PerfConfig, check_settings
 from lit_grpo.data.datamodule import PromptBatch
 from lit_grpo.data.sample import (RECORD_COLUMNS, check_prompt_lengths, dataset_columns, encode_samples,
                                   prompt_limit)
@@ -48,6 +48,7 @@ from lit_grpo.hparams import flatten_hparams, log_flat_hparams
 from lit_grpo.metrics import SAMPLER_WARN_SHARE, PromptStats, advantage_shares, sampler_metrics, train_metrics
 from lit_grpo.objectives import adapt_entropy_coef, applied_entropy_coef
 from lit_grpo.passes import LogprobPass, PolicyPasses
+from lit_grpo.registry import option_group
 from lit_grpo.policy import (PolicyConfig, ReferencePolicy, disable_dropout, image_token_ids, load_policy,
                              stop_token_ids)
 from lit_grpo.errors import InputError
@@ -67,7 +68,7 @@ class PolicyModule(ShardingHooks, EvaluationHooks, L.LightningModule):
 
     def __init__(self, policy: PolicyConfig, rewards: list[RewardSpec], grpo: GRPOConfig = GRPOConfig(),
                  sampling: SamplingConfig = SamplingConfig(), evaluation: EvalConfig = EvalConfig(),
-                 attention: AttentionConfig = AttentionConfig(), perf: PerfConfig = PerfConfig(),
+                 attention: option_group("attention") = {}, perf: PerfConfig = PerfConfig(),
                  optimizer: OptimizerCallable = torch.optim.AdamW, lr_scheduler: LRSchedulerCallable | None = None):
         """Arguments as documented on :class:`GRPOModule`."""
         super().__init__()
@@ -85,7 +86,7 @@ class PolicyModule(ShardingHooks, EvaluationHooks, L.LightningModule):
             disable_dropout(self.policy, policy)
         self.layout = row_layout(self.policy, self.processor)
         read = required_columns(self.reward_specs + list(evaluation.metrics))  # task fields, log-prob-pass columns
-        providers = build_providers(self.policy, self.processor, read, {AttentionConfig.column: attention})
+        providers = build_providers(self.policy, self.processor, read, {"attention": attention})
         self.pass_columns = sorted(read & providers.keys())  # what the rewards read from the log-prob pass
         self.read_columns = read - providers.keys()  # the samples' task fields the rewards read
         suppress = image_token_ids(self.policy, self.processor)
@@ -214,7 +215,7 @@ class GRPOModule(PolicyModule):
         grpo: GRPOConfig = GRPOConfig(),
         sampling: SamplingConfig = SamplingConfig(),
         evaluation: EvalConfig = EvalConfig(),
-        attention: AttentionConfig = AttentionConfig(),
+        attention: option_group("attention") = {},  # the attention task's group; {}: its defaults
         perf: PerfConfig = PerfConfig(),
         optimizer: OptimizerCallable = torch.optim.AdamW,
         lr_scheduler: LRSchedulerCallable | None = None,

@@ -21,9 +21,9 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 from transformers import AutoModelForImageTextToText, PretrainedConfig
 
-from lit_grpo.embedded import EmbeddedModelConfig, save_embedded_vlm
 from lit_grpo.families import load_processor
 from lit_grpo.ranges import Checked, Range
+from lit_grpo.registry import built_group, option_group
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 LANGUAGE_MODEL_ATTENTION = r".*(language_model|text_model).*\.(q_proj|k_proj|v_proj|o_proj)"
@@ -67,8 +67,9 @@ class PolicyConfig(Checked):
     (no adapter is put on a vision module; a loaded adapter's vision weights stay frozen)."""
     attn_implementation: str = "sdpa"
     """Attention kernel (``sdpa`` or ``eager``)."""
-    embedded: EmbeddedModelConfig | None = None
-    """Build the offline embedded model into ``name_or_path`` first when that folder has no model."""
+    embedded: option_group("embedded") | None = None
+    """Build the offline embedded model into ``name_or_path`` first when that folder has no model (the demo task's
+    option group: :class:`lit_grpo.tasks.demo.embedded.EmbeddedModelConfig`)."""
     local_files_only: bool = False
     """Never reach a hub (set ``HF_HUB_OFFLINE=1`` to the same effect)."""
     extra_stop_tokens: list[str] = dataclasses.field(default_factory=list)
@@ -134,7 +135,7 @@ def load_policy(cfg: PolicyConfig) -> tuple[nn.Module, object]:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {cfg.dtype!r}")
     path = cfg.name_or_path
     if cfg.embedded is not None and not (Path(path) / "config.json").is_file():
-        save_embedded_vlm(path, cfg.embedded)
+        built_group("embedded", cfg.embedded).save(path)  # the demo task builds it; a mapping gets its defaults
     check_model_path(path, cfg.local_files_only)
     kw = {"local_files_only": cfg.local_files_only}
     model = AutoModelForImageTextToText.from_pretrained(

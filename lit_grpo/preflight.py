@@ -135,7 +135,7 @@ def _check_rewards(init: dict[str, Any]) -> None:
 
 
 def _check_evaluation(init: dict[str, Any]) -> None:
-    from lit_grpo.judge_config import JudgeConfig
+    from lit_grpo.registry import built_group
 
     evaluation = init.get("evaluation") or {}
     where = "model.init_args.evaluation"
@@ -146,7 +146,7 @@ def _check_evaluation(init: dict[str, Any]) -> None:
                       f"{where}.scorer")
     if evaluation.get("judge") is not None:
         try:
-            JudgeConfig(**evaluation["judge"])
+            built_group("judge", evaluation["judge"])  # the PhyX task's JudgeConfig: its cross-field rules
         except (ValueError, TypeError) as exc:
             raise ValueError(f"{where}.judge: {exc}") from None
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import pkgutil
-from typing import Callable, Generic, TypeVar
+from typing import Any, Callable, Generic, TypeVar
 
 T = TypeVar("T")
 TASK_PACKAGE = "lit_grpo.tasks"
@@ -107,3 +107,45 @@ class Registry(Generic[T]):
         while isinstance(name, str) and name not in self._entries and self.tasks and load_next_task():
             pass
         return name in self._entries
+
+
+OPTION_GROUPS: Registry[type] = Registry("option group", tasks=True)
+"""Name -> the dataclass a task registers as one of the core's option groups (the attention task's ``attention``,
+the PhyX task's ``judge``, the demo task's ``embedded``); the core types the option with :func:`option_group`."""
+
+
+def option_group(name: str) -> Any:
+    """The type of the option group ``name``, for a core option's annotation: ``judge: option_group("judge") | None``.
+
+    The core's modules use postponed annotations, so this runs when the option's type is read (jsonargparse,
+    ``get_type_hints``), not when the core is imported: on the command line (after :func:`load_option_groups`) it
+    imports the task that owns the group, so the option is typed, checked and documented by the task's dataclass
+    (``--help``, ``--print_config``) while the core imports no task. Elsewhere (a Python caller building the core's
+    settings), and when the owning task cannot be imported (its extra missing), a group not registered yet is a
+    plain mapping: building the settings imports no task, and the group's dataclass checks the mapping when it is
+    built (:func:`built_group`).
+    """
+    return _group(name) if _typing or name in OPTION_GROUPS._entries else dict[str, Any]
+
+
+def _group(name: str) -> Any:
+    """The group's dataclass, importing tasks until one registers it; a mapping when none can (its extra missing)."""
+    return OPTION_GROUPS.get(name) if name in OPTION_GROUPS else dict[str, Any]
+
+
+_typing = False
+"""Whether :func:`option_group` imports the task that owns a group (set by :func:`load_option_groups`)."""
+
+
+def load_option_groups() -> None:
+    """Type the tasks' option groups from now on (:func:`option_group`): what the command line does before it reads
+    its options."""
+    global _typing
+    _typing = True
+
+
+def built_group(name: str, value: Any) -> Any:
+    """``value`` of the option group ``name`` as its dataclass (importing the task that owns it): a mapping (a Python
+    caller's, or a signature's ``{}`` default) is built with the group's defaults filled in and checked; an instance
+    (the parser's) is kept."""
+    return _group(name)(**value) if isinstance(value, dict) else value

@@ -19,7 +19,7 @@ torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """The embedded Granite-Vision-shaped model written with ``save_pretrained`` (default size, seed 0)."""
-    from lit_grpo.embedded import save_embedded_vlm
+    from lit_grpo.tasks.demo.embedded import save_embedded_vlm
 
     return str(save_embedded_vlm(tmp_path_factory.mktemp("models") / "granite_tiny"))
 

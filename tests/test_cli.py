@@ -10,7 +10,7 @@ import torch
 import yaml
 
 from lit_grpo.cli import main
-from lit_grpo.embedded import build_embedded_vlm
+from lit_grpo.tasks.demo.embedded import build_embedded_vlm
 from lit_grpo.progress import ProgressBar
 from lit_grpo.rewards.registry import REWARDS
 from tiny_runs import set_key
@@ -51,7 +51,7 @@ def test_every_config_parses_as_documented(config, capsys):
         assert printed["trainer"]["logger"]["init_args"]["name"] == config.stem  # the run folder is the config's name
         callbacks = printed["trainer"]["callbacks"]
         assert callbacks[0]["init_args"]["dirpath"] == f"checkpoints/{config.stem}"
-        assert {"lit_grpo.callbacks.AccuracyTable", "lit_grpo.callbacks.PredictionsJSONL"} <= {
+        assert {"lit_grpo.tasks.table.AccuracyTable", "lit_grpo.callbacks.PredictionsJSONL"} <= {
             c["class_path"] for c in callbacks}
         assert printed["data"]["test"]["split"] in ("test", "test_mini")
         evaluation = printed["model"]["init_args"]["evaluation"]

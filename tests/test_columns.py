@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from typing import ClassVar
 
 import pytest
 import torch
@@ -152,12 +153,13 @@ def test_which_providers_a_module_builds():
     @dataclasses.dataclass
     class Options:
         enabled: bool | None = None
-        block = "toy"
+        column: ClassVar[str] = "toy_tokens_seen"
 
-    on = build_providers(model, None, set(), {"toy_tokens_seen": Options(enabled=True)})
+    on = build_providers(model, None, set(), {"toy": Options(enabled=True)})
     assert list(on) == ["toy_tokens_seen"] and on["toy_tokens_seen"].options == Options(enabled=True)
-    assert build_providers(model, None, set(), {"toy_tokens_seen": Options()}) == {}
+    assert build_providers(model, None, set(), {"toy": Options()}) == {}
+    assert build_providers(model, None, set(), {"toy": {}}) == {}  # a mapping with nothing on: the group unread
     with pytest.raises(ValueError, match=r"'toy_tokens_seen' column: it needs toy.enabled true \(or unset\)"):
-        build_providers(model, None, read, {"toy_tokens_seen": Options(enabled=False)})
+        build_providers(model, None, read, {"toy": Options(enabled=False)})
     with pytest.raises(ValueError, match="already registered"):
         COLUMNS.register("toy_tokens_seen")(TokensSeen)

@@ -5,10 +5,10 @@ import math
 import pytest
 
 from lit_grpo.data.sample import Sample
-from lit_grpo.evaluation import (accuracy_table, build_records, build_scorer, correctness, extracted_answer, scalar_name,
-                                 table_csv, table_markdown)
+from lit_grpo.evaluation import build_records, build_scorer, correctness, extracted_answer
 from lit_grpo.rewards import RewardSpec, accuracy_reward
 from lit_grpo.tasks.phyx.judged import OpenAccuracyReward
+from lit_grpo.tasks.table import accuracy_table, scalar_name, table_csv, table_markdown
 
 NAN = math.nan
 RECORDS = [

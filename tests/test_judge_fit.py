@@ -124,8 +124,8 @@ def test_a_key_echoed_in_any_encoding_reaches_no_file_and_no_console(tmp_path, m
         cfg = yaml.safe_load(_config(tmp_path, server.base_url, rewards).read_text())
         cfg["model"]["init_args"]["rewards"][0]["kwargs"]["judge"]["max_failure_fraction"] = 0.75
         cfg["model"]["init_args"]["evaluation"] = {"judge": cfg["model"]["init_args"]["rewards"][0]["kwargs"]["judge"]}
-        cfg["trainer"]["callbacks"] += [{"class_path": f"lit_grpo.callbacks.{c}"} for c in ("AccuracyTable",
-                                                                                          "PredictionsJSONL")]
+        cfg["trainer"]["callbacks"] += [{"class_path": c} for c in ("lit_grpo.tasks.table.AccuracyTable",
+                                                                    "lit_grpo.callbacks.PredictionsJSONL")]
         (tmp_path / "judge.yaml").write_text(yaml.safe_dump(cfg))
         args = ["--config", "configs/demo_phyx_oe.yaml", "--config", str(tmp_path / "judge.yaml")]
         cli = main(["fit", *args])

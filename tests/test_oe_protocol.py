@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lit_grpo.evaluation import build_scorer, correctness, protocol_caption, table_markdown
+from lit_grpo.evaluation import build_scorer, correctness
 from lit_grpo.rewards import RewardSpec
 from lit_grpo.tasks.phyx.equivalence import OpenEquivalence
 from lit_grpo.tasks.phyx.judged import OpenAccuracyReward
 from lit_grpo.tasks.phyx.equivalence import extracted_fields
 from lit_grpo.tasks.phyx.judge import EQUIVALENCE, parse_vote_strict
+from lit_grpo.tasks.table import protocol_caption, table_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 COLS = dict(question=["Q"] * 6, answer=["7.55 N", "7.55 N", "7.55 N", "12 m/s", "B", None],

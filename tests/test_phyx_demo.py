@@ -87,7 +87,7 @@ def _overrides(tmp_path: Path, model_dir: str, fmt: str, rows: dict[str, str], b
                     "callbacks": [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
                                    "init_args": {"dirpath": str(tmp_path / "ckpt"), "save_last": True,
                                                  "every_n_train_steps": 1}},
-                                  {"class_path": "lit_grpo.callbacks.AccuracyTable"},
+                                  {"class_path": "lit_grpo.tasks.table.AccuracyTable"},
                                   {"class_path": "lit_grpo.callbacks.PredictionsJSONL"}], **trainer},
         "model": {"init_args": {"policy": {"name_or_path": model_dir},
                                 "sampling": {"num_generations": 4, "max_completion_length": 8}}},

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lit_grpo.data.sample import render_messages
-from lit_grpo.embedded import EmbeddedModelConfig, build_embedded_vlm
+from lit_grpo.tasks.demo.embedded import EmbeddedModelConfig, build_embedded_vlm
 from lit_grpo.grpo import k3_kl
 from lit_grpo.policy import (LoRAConfig, PolicyConfig, ReferencePolicy, image_token_ids, is_vision_parameter,
                              load_policy, stop_token_ids)

@@ -91,7 +91,7 @@ def _option_types():
     from lit_grpo.tasks.attention.meter import AttentionConfig
     from lit_grpo.config import EvalConfig, GRPOConfig, PerfConfig
     from lit_grpo.data.datamodule import VLMDataModule, generator_option_types
-    from lit_grpo.embedded import EmbeddedModelConfig
+    from lit_grpo.tasks.demo.embedded import EmbeddedModelConfig
     from lit_grpo.policy import LoRAConfig, PolicyConfig
     from lit_grpo.tasks.phyx.judge import JudgeConfig
     from lit_grpo.tasks.phyx.judge.offline import OfflineJudgeConfig

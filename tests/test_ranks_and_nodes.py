@@ -76,7 +76,7 @@ def runs(tmp_path_factory):
     """The two uninterrupted runs, the resumed ones of :data:`RESUMED`, and ``evaluated``: ``validate`` of the
     sharded run's last checkpoint on one process (several launches at a time)."""
     from lit_grpo.tasks.visualsphinx.puzzles import write_puzzles
-    from lit_grpo.embedded import save_embedded_vlm
+    from lit_grpo.tasks.demo.embedded import save_embedded_vlm
 
     root = tmp_path_factory.mktemp("ranks")
     shared = root / "shared"
@@ -223,7 +223,7 @@ def test_export_writes_the_trained_policy(runs, tmp_path, run):
 @pytest.mark.slow
 def test_a_sharded_checkpoint_that_cannot_resume_the_run_is_refused_in_one_line(runs, tmp_path):
     """Another number of ranks; another trainable set (LoRA); another model size."""
-    from lit_grpo.embedded import EmbeddedModelConfig
+    from lit_grpo.tasks.demo.embedded import EmbeddedModelConfig
     from lit_grpo.policy import LoRAConfig, PolicyConfig, load_policy
     from lit_grpo.strategy import META, check_compatible
 
@@ -359,7 +359,7 @@ def test_a_two_rank_run_without_a_logger_saves_its_config_and_checkpoint(tmp_pat
     logger: ``default_root_dir``) and the checkpoint written; rank 0 alone saving the config once asked Lightning
     for ``trainer.log_dir``, a broadcast the other rank never joined, and the run hung there."""
     from lit_grpo.tasks.visualsphinx.puzzles import write_puzzles
-    from lit_grpo.embedded import save_embedded_vlm
+    from lit_grpo.tasks.demo.embedded import save_embedded_vlm
 
     save_embedded_vlm(tmp_path / "model")
     write_puzzles(tmp_path / "train.parquet", num=4, seed=0)
@@ -389,7 +389,7 @@ def test_a_busy_master_port_leaves_no_rank_running(tmp_path):
     import subprocess
     import time
 
-    from lit_grpo.embedded import save_embedded_vlm
+    from lit_grpo.tasks.demo.embedded import save_embedded_vlm
     from lit_grpo.tasks.visualsphinx.puzzles import write_puzzles
 
     save_embedded_vlm(tmp_path / "model")

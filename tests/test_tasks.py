@@ -92,8 +92,8 @@ def test_import_of_the_maths_loads_only_the_maths():
 
 
 def test_a_name_imports_the_tasks_in_order_until_it_is_registered():
-    """Tasks are imported in folder order (attention, phyx, visualsphinx), each only when a name is missing:
-    the attention reward needs the first, the ``phyx`` reader the second; a core reward needs none."""
+    """Tasks are imported in folder order (attention, demo, phyx, visualsphinx), each only when a name is missing:
+    the attention reward needs the first, the ``phyx`` reader the third; a core reward needs none."""
     out = fresh(LOADED + """
 from lit_grpo.data.datamodule import READERS
 from lit_grpo.rewards import REWARDS
@@ -105,8 +105,8 @@ READERS.get("visualsphinx"); steps.append(loaded())
 print(json.dumps(steps))
 """)
     tops = [sorted({".".join(t.split(".")[:3]) for t in s["tasks"]} - {"lit_grpo.tasks"}) for s in out]
-    assert tops == [[], ["lit_grpo.tasks.attention"], ["lit_grpo.tasks.attention", "lit_grpo.tasks.phyx"],
-                    ["lit_grpo.tasks.attention", "lit_grpo.tasks.phyx", "lit_grpo.tasks.visualsphinx"]]
+    both = ["lit_grpo.tasks.attention", "lit_grpo.tasks.demo", "lit_grpo.tasks.phyx"]
+    assert tops == [[], ["lit_grpo.tasks.attention"], both, [*both, "lit_grpo.tasks.visualsphinx"]]
     assert out[1]["packages"] == [] and out[2]["packages"] == ["pint", "httpx"]
 
 
@@ -166,3 +166,35 @@ from lit_grpo.rewards import REWARDS
 print(json.dumps([None in REWARDS, 3 in REWARDS, loaded()]))
 """)
     assert out == [False, False, {"tasks": [], "packages": []}]
+
+
+def test_a_task_types_a_core_option_through_its_registered_group():
+    """``evaluation.judge``, ``attention`` and ``policy.embedded`` are typed by the dataclasses their tasks register
+    (:func:`lit_grpo.registry.option_group`): read from Python they are mappings and no task is imported; once the
+    command line types the groups, each is its task's class; building a group from a mapping imports its task and
+    fills in the defaults. Without pint (the PhyX extra) the other tasks' groups still type."""
+    code = LOADED + """
+import types, typing
+from lit_grpo.config import EvalConfig
+from lit_grpo.module import GRPOModule
+from lit_grpo.policy import PolicyConfig
+from lit_grpo.registry import built_group, load_option_groups
+def named(tp):  # the type, None left out of an optional one
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        tp = next(m for m in typing.get_args(tp) if m is not type(None))
+    return f"{tp.__module__}.{tp.__qualname__}" if typing.get_origin(tp) is None else str(tp)
+def typed():
+    return [named(typing.get_type_hints(EvalConfig)["judge"]), named(typing.get_type_hints(PolicyConfig)["embedded"]),
+            named(typing.get_type_hints(GRPOModule.__init__)["attention"])]
+steps = [typed(), loaded()]
+load_option_groups()
+steps += [typed(), built_group("embedded", {"hidden_size": 32}).hidden_size]
+print(json.dumps(steps))
+"""
+    out = fresh(code)
+    assert out[:2] == [["dict[str, typing.Any]"] * 3, {"tasks": [], "packages": []}]
+    assert out[2:] == [["lit_grpo.tasks.phyx.judge.config.JudgeConfig", "lit_grpo.tasks.demo.embedded.EmbeddedModelConfig",
+                        "lit_grpo.tasks.attention.meter.AttentionConfig"], 32]
+    out = fresh('import sys; sys.modules["pint"] = None\n' + code)
+    assert out[2][1:] == ["lit_grpo.tasks.demo.embedded.EmbeddedModelConfig",
+                          "lit_grpo.tasks.attention.meter.AttentionConfig"]

@@ -100,7 +100,8 @@ class RewardInfo:
     gameable: str | None = None
     """Why a policy trained on it can game it (a warning names it as a training reward)."""
     protocol: str | None = None
-    """How it decides, in words, for the caption of a table it scored (:func:`lit_grpo.evaluation.protocol_caption`)."""
+    """How it decides, in words, for the caption of a table it scored
+    (:func:`lit_grpo.tasks.table.protocol_caption`)."""
 
 
 INFO: dict[str, RewardInfo] = {}

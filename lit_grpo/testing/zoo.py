@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 from transformers import PreTrainedTokenizerFast
 
-from lit_grpo.embedded import EmbeddedModelConfig, build_embedded_vlm, train_bpe
+from lit_grpo.tasks.demo.embedded import EmbeddedModelConfig, build_embedded_vlm, train_bpe
 from lit_grpo.registry import Registry
 
 

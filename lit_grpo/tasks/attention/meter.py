@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Annotated, ClassVar
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -29,8 +31,56 @@ from PIL import Image
 from torch import Tensor, nn
 
 from lit_grpo.columns import COLUMNS
-from lit_grpo.config import BACKGROUND, ROWS, AttentionConfig
-from lit_grpo.families import AttentionParts, Family, ImageGrid, family_for
+from lit_grpo.families import GRIDS, AttentionParts, Family, ImageGrid, family_for
+from lit_grpo.ranges import Checked, Range
+from lit_grpo.registry import OPTION_GROUPS
+
+BACKGROUND = 230
+"""A pixel is background when all three RGB channels are >= this value."""
+ROWS = ("own", "final")
+"""Which attention rows score a completion (:attr:`AttentionConfig.row`)."""
+
+
+@OPTION_GROUPS.register("attention")
+@dataclasses.dataclass
+class AttentionConfig(Checked):
+    """Attention capture in the no-grad log-prob pass: the ``asm`` reward column and the attention overlays."""
+
+    # The options of the ``asm`` column's provider (lit_grpo.columns), registered as the module's ``attention``
+    # option group (lit_grpo.registry.option_group), so configs and the command line keep their keys.
+    column: ClassVar[str] = "asm"
+
+    enabled: bool | None = None
+    """Capture even when no reward reads ``asm`` (for the overlay callback); None = only when one does."""
+    grid: str | None = None
+    """Patch grid(s) the ASM uses: ``base`` (LLaVA-NeXT's base grid, Idefics3's global image), ``tiles``
+    (high-resolution tiles), ``all``; None = the family's default (``base``; ``all`` for Idefics3/SmolVLM). The
+    paper reads one grid per image: "Attention over image tokens is reshaped into a 2D grid (H_img/p x W_img/p),
+    then normalized and resized to the original image resolution"; for a multi-crop (LLaVA-NeXT anyres) image
+    that is the base grid (the whole image at one tile's resolution, the default), or the tiles (the image at
+    its own resolution, H_img/p x W_img/p patches), or both (each grid's fraction counted with its share of the
+    image attention: :func:`grid_fractions`)."""
+    row: str = "own"
+    """Which attention row scores a completion: ``own`` = each generated token's own row (the token as query),
+    scored and averaged over the completion ("we average Equation 7 across all T generated tokens [...] the
+    Attention Score Mask"); ``final`` = the row of the completion's last valid token alone ("the resulting
+    attention tensor is averaged across all heads, and the final token's attention row is extracted, yielding a
+    per-token attention vector over the full input sequence for each rollout"). Both sentences are the paper's;
+    they disagree, so the choice is visible (:func:`token_weights`)."""
+    background_threshold: Annotated[int, Range(ge=0, le=256, note="256 = no pixel is background")] = BACKGROUND
+    """A pixel is background when all RGB channels are >= this."""
+    chunk_scores: Annotated[int, Range(ge=1)] = 2 ** 22
+    """Attention scores (rows x heads x queries x keys) the reconstruction makes per step (16 MiB in
+    float32, twice that with their softmax); it sets how many query rows each step covers."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.row not in ROWS:
+            raise ValueError(f"attention.row must be one of {list(ROWS)}, got {self.row!r}")
+        if self.grid is not None and self.grid not in GRIDS:
+            raise ValueError(f"attention.grid must be one of {list(GRIDS)} (or null: the family's default), "
+                             f"got {self.grid!r}")
+
 
 class AttentionCapture:
     """Context manager hooking the final decoder layer's ``q_proj``/``k_proj`` outputs and the rotary

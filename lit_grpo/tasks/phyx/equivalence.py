@@ -17,7 +17,7 @@ import math
 from typing import Annotated, Any, Literal
 
 from lit_grpo.ranges import Range
-from lit_grpo.judge_config import JudgeConfig
+from lit_grpo.tasks.phyx.judge.config import JudgeConfig
 from lit_grpo.tasks.phyx.judge import EQUIVALENCE, Judge, aggregate_votes
 from lit_grpo.tasks.phyx.judged import COLUMNS, _columns, _item, _judge, _open_rows
 from lit_grpo.rewards.parsing import extract_answer, extract_tag, tagged_answer
@@ -49,8 +49,8 @@ class OpenEquivalence:
     statistics as metrics.
 
     Args:
-        judge: judge settings (:class:`~lit_grpo.judge_config.JudgeConfig` fields; default: the offline judge), e.g.
-            the server the accuracy reward's jury uses.
+        judge: judge settings (:class:`~lit_grpo.tasks.phyx.judge.config.JudgeConfig` fields; default: the
+            offline judge), e.g. the server the accuracy reward's jury uses.
         require: the fields that must be equivalent for a completion to count as correct (default: the answer).
         num_judges: calls per completion, in place of the judge's ``num_judges`` (the paper asks one judge; several
             are combined by majority); ``None`` keeps the judge's.

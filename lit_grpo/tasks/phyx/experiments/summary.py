@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from lit_grpo.evaluation import protocol_caption
+from lit_grpo.tasks.table import protocol_caption
 from lit_grpo.tasks.phyx.experiments.report import (COLUMNS, Cell, bar_chart, correct_of, fmt_cell, fmt_change, paired_change,
                                          per_problem, pooled, read_records, results_csv, reward_of, row_cells, seed_table,
                                          table_csv, table_markdown)
@@ -179,7 +179,7 @@ def _pooled_rows(exp: PhyxExperiment, runs: list[Run], data: dict, fmt: str) -> 
 
 
 def caption(exp: PhyxExperiment, run: Run) -> str:
-    """How the evaluation of ``run`` decided correctness (:func:`lit_grpo.evaluation.protocol_caption`), read from the
+    """How the evaluation of ``run`` decided correctness (:func:`lit_grpo.tasks.table.protocol_caption`), read from the
     configuration the evaluation saved (``runs/<run>/config.yaml``); empty before it has run."""
     path = exp.path("runs", run.name, "config.yaml")
     if not path.is_file():

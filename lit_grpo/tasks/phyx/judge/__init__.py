@@ -3,7 +3,7 @@ HTTP client and a rule-based offline judge (a scripted loopback server for tests
 
 from lit_grpo.tasks.phyx.judge.base import Judge, build_judge
 from lit_grpo.tasks.phyx.judge.client import JudgeUnavailableError, OpenAIJudge
-from lit_grpo.judge_config import JudgeConfig
+from lit_grpo.tasks.phyx.judge.config import JudgeConfig
 from lit_grpo.tasks.phyx.judge.offline import OfflineJudge, OfflineJudgeConfig
 from lit_grpo.tasks.phyx.judge.jury import (Vote, VerdictError, aggregate_votes, parse_vote_strict,
                                          parse_vote_tolerant)

@@ -5,7 +5,7 @@ A judge grades :class:`~lit_grpo.tasks.phyx.judge.prompts.JudgeItem` rows for a
 call). Rewards only see this interface, so tests swap in a fake at this one seam. Two judges exist:
 an OpenAI-compatible HTTP client (:class:`~lit_grpo.tasks.phyx.judge.client.OpenAIJudge`) when
 ``base_url`` is set, and the rule-based :class:`~lit_grpo.tasks.phyx.judge.offline.OfflineJudge` when it
-is not (their settings: :mod:`lit_grpo.judge_config`).
+is not (their settings: :mod:`lit_grpo.tasks.phyx.judge.config`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from lit_grpo.tasks.phyx.judge.client import OpenAIJudge
-from lit_grpo.judge_config import JudgeConfig
+from lit_grpo.tasks.phyx.judge.config import JudgeConfig
 from lit_grpo.tasks.phyx.judge.jury import Vote
 from lit_grpo.tasks.phyx.judge.offline import OfflineJudge
 from lit_grpo.tasks.phyx.judge.prompts import JudgeItem, JudgeTask

@@ -46,7 +46,7 @@ from typing import Any
 import httpx
 
 from lit_grpo.errors import UserError
-from lit_grpo.judge_config import JudgeConfig
+from lit_grpo.tasks.phyx.judge.config import JudgeConfig
 from lit_grpo.tasks.phyx.judge.jury import Vote, VerdictError, parse_vote_strict, parse_vote_tolerant
 from lit_grpo.tasks.phyx.judge.prompts import JudgeItem, JudgeTask, messages
 from lit_grpo.tasks.phyx.judge.replies import ACCEPT_ENCODING, BoundedBody, ReplyError

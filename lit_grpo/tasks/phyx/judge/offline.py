@@ -31,7 +31,7 @@ import re
 import threading
 from typing import Annotated
 
-from lit_grpo.judge_config import OfflineJudgeConfig
+from lit_grpo.tasks.phyx.judge.config import OfflineJudgeConfig
 from lit_grpo.ranges import Range
 from lit_grpo.tasks.phyx.judge.jury import Vote
 from lit_grpo.tasks.phyx.judge.prompts import JudgeItem, JudgeTask

@@ -1,7 +1,8 @@
 """Judge settings: the jury (K calls, quorum) and the OpenAI-compatible HTTP judge in :class:`JudgeConfig`;
 the offline judge's own settings in ``JudgeConfig.offline`` (:class:`OfflineJudgeConfig`).
-The settings live in the core (``evaluation.judge`` is an option of the core's evaluation, typed so each
-setting is a command-line option); the judges they configure live in ``lit_grpo.tasks.phyx.judge``.
+The PhyX task registers :class:`JudgeConfig` as the option group ``judge`` (:func:`lit_grpo.registry.option_group`):
+the core's ``evaluation.judge`` is typed by it, so each setting is a command-line option, without the core importing
+the task.
 
 ``base_url`` picks the judge (:func:`lit_grpo.tasks.phyx.judge.base.build_judge`): set, the HTTP client
 (:class:`~lit_grpo.tasks.phyx.judge.client.OpenAIJudge`); unset, the rule-based offline judge.
@@ -20,6 +21,7 @@ from typing import Annotated, Any
 
 from lit_grpo.ranges import Checked, Range
 from lit_grpo.api_keys import find_credentials
+from lit_grpo.registry import OPTION_GROUPS
 
 
 @dataclasses.dataclass
@@ -34,6 +36,7 @@ class OfflineJudgeConfig(Checked):
     """Words in ``<think>`` for a reasoning score of 2."""
 
 
+@OPTION_GROUPS.register("judge")
 @dataclasses.dataclass
 class JudgeConfig(Checked):
     """Where and how to ask the judge. Numbers the paper does not give are our documented defaults."""

@@ -28,6 +28,7 @@ from transformers import (
 from transformers.models.llava_next import LlavaNextImageProcessorPil
 
 from lit_grpo.ranges import Checked, Range
+from lit_grpo.registry import OPTION_GROUPS
 
 SPECIAL_TOKENS = ["<|end_of_text|>", "<|system|>", "<|user|>", "<|assistant|>", "<image>"]
 
@@ -66,9 +67,11 @@ missing panel has 3. The answer is \\boxed{A}. The answer is \\boxed{B}. The ans
 """
 
 
+@OPTION_GROUPS.register("embedded")
 @dataclasses.dataclass
 class EmbeddedModelConfig(Checked):
-    """Size and seed of the embedded Granite-Vision-shaped VLM."""
+    """Size and seed of the embedded Granite-Vision-shaped VLM: the option group ``embedded`` of the policy
+    (:attr:`lit_grpo.policy.PolicyConfig.embedded`)."""
 
     seed: int = 0
     """Seed of the tokenizer-free parts: weights are ``torch.manual_seed(seed)`` initialised."""
@@ -99,6 +102,10 @@ class EmbeddedModelConfig(Checked):
     grid_pinpoints: list[list[Annotated[int, Range(ge=1)]]] | None = None
     """LLaVA-NeXT ``image_grid_pinpoints`` (height, width) for the high-resolution tiles; None = 1-3 tiles
     of ``image_size`` in each direction. ``[[image_size, image_size]]`` gives one tile."""
+
+    def save(self, path: str | Path) -> Path:
+        """Build this model into the folder ``path`` (:func:`save_embedded_vlm`): what the policy's loader calls."""
+        return save_embedded_vlm(path, self)
 
 
 def train_bpe(special_tokens: list[str], vocab_size: int = 448) -> Tokenizer:
