@@ -128,9 +128,11 @@ def dispatch_has_kernel(op: str) -> bool:
 
 def torchvision_ops_loaded() -> bool:
     """Whether torchvision's C++ operators loaded (torchvision says so only through ``extension._has_ops``)."""
-    import torchvision.extension
+    # ``import ... as`` binds the submodule itself: this runs from an import hook while ``torchvision`` is still
+    # importing, when ``torchvision.extension`` is not yet an attribute of the half-made package
+    import torchvision.extension as ext
 
-    return torchvision.extension._has_ops()
+    return ext._has_ops()
 
 
 # -- argparse (jsonargparse's parsers are argparse parsers) --------------------------------------------------------
