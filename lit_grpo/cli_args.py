@@ -615,7 +615,14 @@ def short_error(message: str, ex: BaseException | None = None, model_class: Any 
     root = _text(causes[-1]) if causes else message
     detail = next((line.strip() for line in root.splitlines() if line.strip()), message.strip())
     declared = declared_type(key, model_class) if key else None
-    if typing.get_origin(declared) in (Union, types.UnionType):  # jsonargparse's cause: the first member's failure
+    members = typing.get_args(declared) if typing.get_origin(declared) in (Union, types.UnionType) else [declared]
+    choices = [a for m in members if typing.get_origin(m) is typing.Literal
+               for a in typing.get_args(m)]
+    if choices:  # a fixed choice: its Literal names them (the declared type, not the library's wording)
+        got = detail.partition("Got value: ")[2]
+        none = " or null" if type(None) in typing.get_args(declared) else ""
+        detail = f"must be one of {', '.join(map(str, choices))}{none} (got {got})"
+    elif typing.get_origin(declared) in (Union, types.UnionType):  # jsonargparse's cause: the first member's failure
         got = detail.partition("Got value: ")[2]
         detail = f"expected {type_name(declared, None)}" + (f". Got value: {got}" if got else "")
     for tp in (declared, *_NAMED_TYPES):

@@ -9,10 +9,11 @@ that tie several options together."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated, Any, ClassVar
+import typing
+from typing import Annotated, Any, ClassVar, Literal
 
 from lit_grpo.grpo import ADVANTAGE_SCALES, LOSS_OPTIONS
-from lit_grpo.objectives import LOSS_TYPES, SAMPLER_CORRECTION_MODES
+from lit_grpo.objectives import LOSS_TYPES
 from lit_grpo.ranges import Checked, Range
 from lit_grpo.rewards import RewardSpec
 from lit_grpo.judge_config import JudgeConfig
@@ -51,7 +52,7 @@ class GRPOConfig(Checked):
     """Advantage scaling: ``group`` (``group-std``) | ``batch`` (``batch-std``) | ``none`` (``no-std``)."""
     advantage_eps: Annotated[float, Range(ge=0)] = 1e-4
     """Added to the std before dividing."""
-    multi_objective_aggregation: str = "sum_then_normalize"
+    multi_objective_aggregation: Literal["sum_then_normalize", "normalize_then_sum"] = "sum_then_normalize"
     """``sum_then_normalize``: advantages of the weighted total; ``normalize_then_sum`` (GDPO): each reward
     normalised within its group, the weighted sum normalised over the batch (``scale_rewards`` must stay ``group``);
     each reward's share of the advantage is logged as ``train/advantage/<reward>``."""
@@ -64,7 +65,7 @@ class GRPOConfig(Checked):
     updates and ``global_step`` counts rollouts."""
     micro_batch_size: Annotated[int, Range(ge=1, note="null = all completions at once")] | None = None
     """Completions per forward/backward (gradient accumulation inside an update); None = all at once."""
-    importance_sampling_level: str = "token"
+    importance_sampling_level: Literal["token", "sequence"] = "token"
     """``token``: one importance ratio per token; ``sequence``: the sequence's geometric-mean ratio (GSPO)."""
     delta: Annotated[float, Range(gt=1, note="null = off; above 1 + epsilon_high")] | None = None
     """Two-sided clipping (INTELLECT-2): the ratio of the clipped surrogate is capped at ``delta`` (> 1 +
@@ -105,7 +106,8 @@ class GRPOConfig(Checked):
     sampler_correction: bool = True
     """Weight the loss by ``pi_old / mu`` when the engine's sampler ``mu`` is not the policy itself (another engine or
     stale weights; the built-in engines sample from the policy, and their correction is exactly 1)."""
-    sampler_correction_mode: str = "sequence_mask"
+    sampler_correction_mode: Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"] = \
+        "sequence_mask"
     """``token_truncate`` | ``token_mask`` | ``sequence_truncate`` | ``sequence_mask``: per token or per sequence,
     clamped to or zeroed outside ``[sampler_correction_min, sampler_correction_max]``."""
     sampler_correction_min: Annotated[float, Range(ge=0, note="null = none")] | None = None
@@ -247,13 +249,10 @@ def objective_problems(grpo: GRPOConfig) -> list[str]:
 
     need(grpo.loss_type in LOSS_TYPES, "loss_type", _either(LOSS_TYPES.names()))
     need(grpo.scale_rewards in ADVANTAGE_SCALES, "scale_rewards", _either(ADVANTAGE_SCALES.names()))
-    need(grpo.multi_objective_aggregation in ("sum_then_normalize", "normalize_then_sum"),
-         "multi_objective_aggregation", "sum_then_normalize or normalize_then_sum")
     if grpo.multi_objective_aggregation == "normalize_then_sum":
         need(grpo.scale_rewards in ("group", "group-std", "grpo"), "scale_rewards",
              "group with multi_objective_aggregation normalize_then_sum (each reward is scaled by its group's std "
              "and the sum by the batch's; no other scaling applies)")
-    need(grpo.importance_sampling_level in ("token", "sequence"), "importance_sampling_level", "token or sequence")
     clipped = grpo.loss_type not in LOSS_TYPES or LOSS_TYPES.get(grpo.loss_type).policy == "clip"
     need(grpo.delta is None or clipped, "delta", f"null with loss_type {grpo.loss_type} (it caps the ratio of the "
          f"clipped surrogate, which {grpo.loss_type} does not use)")
@@ -262,8 +261,6 @@ def objective_problems(grpo: GRPOConfig) -> list[str]:
     need(grpo.loss_type != "cispo" or grpo.epsilon_high >= 1, "epsilon_high",
          ">= 1 with loss_type cispo, where it caps the importance ratio itself (ScaleRL's eps_max, e.g. 5.0)")
     need(grpo.entropy_coef_max >= grpo.entropy_coef_min, "entropy_coef_max", ">= entropy_coef_min")
-    need(grpo.sampler_correction_mode in SAMPLER_CORRECTION_MODES, "sampler_correction_mode",
-         _either(SAMPLER_CORRECTION_MODES))
     need(grpo.sampler_correction_min is None or grpo.sampler_correction_min < grpo.sampler_correction_max,
          "sampler_correction_min", "null or below sampler_correction_max")
     return problems
@@ -271,7 +268,8 @@ def objective_problems(grpo: GRPOConfig) -> list[str]:
 
 BACKGROUND = 230
 """A pixel is background when all three RGB channels are >= this value."""
-ROWS = ("own", "final")
+Row = Literal["own", "final"]
+ROWS = typing.get_args(Row)
 """Which attention rows score a completion (:attr:`AttentionConfig.row`)."""
 
 
@@ -286,7 +284,7 @@ class AttentionConfig(Checked):
 
     enabled: bool | None = None
     """Capture even when no reward reads ``asm`` (for the overlay callback); None = only when one does."""
-    grid: str | None = None
+    grid: Literal["base", "tiles", "all"] | None = None
     """Patch grid(s) the ASM uses: ``base`` (LLaVA-NeXT's base grid, Idefics3's global image), ``tiles``
     (high-resolution tiles), ``all``; None = the family's default (``base``; ``all`` for Idefics3/SmolVLM). The
     paper reads one grid per image: "Attention over image tokens is reshaped into a 2D grid (H_img/p x W_img/p),
@@ -294,7 +292,7 @@ class AttentionConfig(Checked):
     that is the base grid (the whole image at one tile's resolution, the default), or the tiles (the image at
     its own resolution, H_img/p x W_img/p patches), or both (each grid's fraction counted with its share of the
     image attention: :func:`grid_fractions`)."""
-    row: str = "own"
+    row: Row = "own"
     """Which attention row scores a completion: ``own`` = each generated token's own row (the token as query),
     scored and averaged over the completion ("we average Equation 7 across all T generated tokens [...] the
     Attention Score Mask"); ``final`` = the row of the completion's last valid token alone ("the resulting
@@ -306,13 +304,3 @@ class AttentionConfig(Checked):
     chunk_scores: Annotated[int, Range(ge=1)] = 2 ** 22
     """Attention scores (rows x heads x queries x keys) the reconstruction makes per step (16 MiB in
     float32, twice that with their softmax); it sets how many query rows each step covers."""
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.row not in ROWS:
-            raise ValueError(f"attention.row must be one of {list(ROWS)}, got {self.row!r}")
-        from lit_grpo.families import GRIDS
-
-        if self.grid is not None and self.grid not in GRIDS:
-            raise ValueError(f"attention.grid must be one of {list(GRIDS)} (or null: the family's default), "
-                             f"got {self.grid!r}")

@@ -163,12 +163,10 @@ def _check_settings(init: dict[str, Any]) -> None:
 
 
 def _check_policy(arg: tuple[dict[str, Any], list]) -> None:
-    from lit_grpo.policy import DTYPES, check_model_path
+    from lit_grpo.policy import check_model_path
 
     init, roots = arg
-    policy = init.get("policy") or {}
-    if policy.get("dtype", "float32") not in DTYPES:
-        raise ValueError(f"model.init_args.policy.dtype: must be one of {', '.join(DTYPES)}, got {policy['dtype']!r}")
+    policy = init.get("policy") or {}  # its dtype is one of its Literal's choices (checked by the parser)
     if policy.get("dtype") == "float16":
         raise ValueError("model.init_args.policy.dtype: float16 is not supported (no loss scaling: sampling and the "
                          "updates overflow to inf / NaN within a few steps); use bfloat16, or float32 weights with "

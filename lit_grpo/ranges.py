@@ -120,6 +120,9 @@ def check_value(value: Any, tp: Any, where: str) -> list[str]:
         required = _required_number(tp)
         return [f"{where} must be {required.describe()}, got None"] if required else []
     tp, ranges = _resolve(tp, value)
+    if typing.get_origin(tp) is typing.Literal and value not in typing.get_args(tp):  # a fixed choice (Python
+        # callers: jsonargparse refuses a wrong choice itself, from a file or a flag)
+        return [f"{where} must be one of {', '.join(map(str, typing.get_args(tp)))}, got {value!r}"]
     if isinstance(value, (bool, str, bytes)):
         return []
     if isinstance(value, (int, float)):
@@ -190,6 +193,8 @@ def _fits(tp: Any, value: Any) -> bool:
     while typing.get_origin(base) is Annotated:
         base = base.__origin__
     origin = typing.get_origin(base) or base
+    if origin is typing.Literal:
+        return not isinstance(value, (Mapping, list, tuple))
     if isinstance(value, bool):
         return origin is bool
     if isinstance(value, (int, float)):

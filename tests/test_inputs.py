@@ -146,6 +146,13 @@ def test_an_override_reaches_the_judge_a_later_overlay_interpolates(capsys):
     (["--model.init_args.evaluation.judge.num_judgez=5"], ["'num_judgez'", "did you mean num_judges"]),
     (["--model.init_args.grpo.beta=abc"], ["model.init_args.grpo.beta", "float", "abc"]),
     (["--model.init_args.grpo.loss_type=foo"], ["model.init_args.grpo.loss_type", "dapo"]),
+    (["--model.init_args.grpo.importance_sampling_level=seq"],  # a Literal: the parser names the key and choices
+     ["model.init_args.grpo.importance_sampling_level: must be one of token, sequence (got seq)"]),
+    (["--model.init_args.attention.grid=tile"], ["model.init_args.attention.grid: must be one of base, tiles, all or "
+                                                 "null (got tile)"]),
+    (["--data.on_overlap=keep"], ["data.on_overlap: must be one of refuse, drop, allow (got keep)"]),
+    (["--model.init_args.policy.dtype=fp8"], ["model.init_args.policy.dtype: must be one of float32, bfloat16, "
+                                              "float16 (got fp8)"]),
     (["--model.init_args.rewards=[{name: binarry}]"], ["rewards[0].name", "'binarry'", "did you mean binary", "rubric"]),
     (["--model.init_args.rewards=[{name: format, kwargs: {tagz: [a]}}]"], ["rewards[0].kwargs", "'tagz'", "tags"]),
     (["--model.init_args.evaluation.scorer=acuracy"], ["evaluation.scorer", "did you mean accuracy"]),

@@ -11,7 +11,7 @@ import logging
 import os
 import warnings
 from pathlib import Path
-from typing import Annotated, Any, Callable
+from typing import Annotated, Any, Callable, Literal
 
 import lightning as L
 import torch
@@ -278,8 +278,8 @@ class VLMDataModule(L.LightningDataModule):
         system_prompt: str | None = None,
         max_prompt_length: Annotated[int, Range(ge=1)] | None = None,
         num_workers: Annotated[int, Range(ge=0)] = 0,
-        on_bad_row: str = "raise",
-        on_overlap: str = "refuse",
+        on_bad_row: Literal["raise", "skip"] = "raise",
+        on_overlap: Literal["refuse", "drop", "allow"] = "refuse",
     ):
         """
         Args:
@@ -305,11 +305,7 @@ class VLMDataModule(L.LightningDataModule):
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.template, self.system_prompt = template, system_prompt
         self.max_prompt_length, self.num_workers = max_prompt_length, num_workers
-        if on_bad_row not in ("raise", "skip"):
-            raise ValueError(f"on_bad_row must be 'raise' or 'skip', got {on_bad_row!r}")
-        self.on_bad_row = on_bad_row
-        if on_overlap not in overlap.OVERLAP_POLICIES:
-            raise ValueError(f"on_overlap must be one of {overlap.OVERLAP_POLICIES}, got {on_overlap!r}")
+        self.on_bad_row = on_bad_row  # it and on_overlap are one of their Literal's choices (check_arguments above)
         self.on_overlap, self.overlap_dropped = on_overlap, 0
         self.datasets: dict[str, Dataset] = {}
         self.prompt_length: Callable[[list[dict], Sample], int] | None = None
