@@ -5,7 +5,6 @@ adapters disabled; when starting from an existing adapter or full fine-tuning a 
 initial state. ``beta == 0`` loads none.
 """
 
-from __future__ import annotations
 
 import contextlib
 import copy
@@ -20,10 +19,11 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 from transformers import AutoModelForImageTextToText, PretrainedConfig
+from annotated_types import Ge, Gt, Lt
 
 from lit_grpo.embedded import EmbeddedModelConfig, save_embedded_vlm
 from lit_grpo.families import load_processor
-from lit_grpo.ranges import Checked, Range
+from lit_grpo.settings import Checked, Finite
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 LANGUAGE_MODEL_ATTENTION = r".*(language_model|text_model).*\.(q_proj|k_proj|v_proj|o_proj)"
@@ -37,11 +37,11 @@ IMAGE_TOKEN_NAMES = ("<image>", "<|image_pad|>", "<|video_pad|>", "<|vision_star
 class LoRAConfig(Checked):
     """A PEFT LoRA adapter on the language model (the vision tower stays frozen by default)."""
 
-    r: Annotated[int, Range(ge=1)] = 16
+    r: Annotated[int, Ge(1)] = 16
     """Rank."""
-    alpha: Annotated[int, Range(gt=0)] = 32
+    alpha: Annotated[int, Gt(0)] = 32
     """Scaling numerator (``lora_alpha``)."""
-    dropout: Annotated[float, Range(ge=0, lt=1)] = 0.0
+    dropout: Annotated[float, Ge(0), Lt(1), Finite] = 0.0
     """Dropout on the adapter input (SFT only: GRPO runs the policy without dropout, see ``disable_dropout``)."""
     target_modules: str | list[str] = LANGUAGE_MODEL_ATTENTION
     """Regex (full match on module names) or list of names; the default keeps the vision tower out."""

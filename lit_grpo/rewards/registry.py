@@ -15,7 +15,6 @@ carries ``components`` (per-completion values logged next to the total, not adde
 ``metrics`` (scalars of the call, e.g. judge latency).
 """
 
-from __future__ import annotations
 
 import copy
 import dataclasses
@@ -33,7 +32,7 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from lit_grpo.data.sample import RECORD_COLUMNS
 from lit_grpo.errors import InputError, UserError
-from lit_grpo.ranges import Checked, Keys, argument_types, check_value, type_name
+from lit_grpo.settings import Checked, SettingError, argument_types, problems, type_name
 from lit_grpo.registry import Registry
 
 log = logging.getLogger(__name__)
@@ -142,14 +141,14 @@ def option_default(name: str, option: str) -> Any:
     return params[option].default
 
 
-def reward_option_types(name: str | None) -> Keys:
-    """Option -> declared type (ranges kept, :mod:`lit_grpo.ranges`) of the reward registered as ``name``; empty for
-    a name that is not registered (refused elsewhere, naming the registered ones)."""
+def reward_option_types(name: str | None) -> dict[str, Any]:
+    """Option -> declared type (bounds kept, :mod:`lit_grpo.settings`) of the reward registered as ``name``; empty
+    for a name that is not registered (refused elsewhere, naming the registered ones)."""
     if name not in REWARDS:
-        return Keys()
+        return {}
     entry, options = REWARDS.get(name), reward_options(name)
     hints = argument_types(entry)
-    return Keys({k: hints[k] for k in options if k in hints})
+    return {k: hints[k] for k in options if k in hints}
 
 
 def check_options(spec: "RewardSpec") -> None:
@@ -157,7 +156,7 @@ def check_options(spec: "RewardSpec") -> None:
     values of the wrong type: each value a config can hold is checked against its parameter's annotation
     (jsonargparse, as the CLI checks every other option; a mapping for a dataclass option, such as a judge's
     settings, field by field), and numbers that are not finite or out of their declared range
-    (:mod:`lit_grpo.ranges`).
+    (:mod:`lit_grpo.settings`).
 
     Raises:
         ValueError: naming the reward, the unknown keys and the valid ones, or the option and the type or range it
@@ -172,9 +171,10 @@ def check_options(spec: "RewardSpec") -> None:
         raise ValueError(f"reward {who} has no option {', '.join(map(repr, unknown))}{hint}; "
                          f"its options: {', '.join(valid) or 'none'}")
     declared = reward_option_types(spec.name)
-    problems = [p for key, value in spec.kwargs.items() for p in check_value(value, declared.get(key, Any), key)]
-    if problems:  # non-finite or out of its declared range (lit_grpo.ranges)
-        raise ValueError(f"reward {who} option {problems[0]}")
+    found = [p for key, value in spec.kwargs.items() if config_value(value)
+             for p in problems(value, declared.get(key, Any), key)]
+    if found:  # out of its declared type or range (lit_grpo.settings)
+        raise ValueError(f"reward {who} option {found[0]}")
     for key, value in spec.kwargs.items():
         if not config_value(value):  # an object handed over in Python (a Judge instance): the caller's to type
             continue
@@ -182,6 +182,8 @@ def check_options(spec: "RewardSpec") -> None:
         if settings is not None and hasattr(settings, "from_dict"):  # its own checks: unknown keys, hints
             try:
                 settings.from_dict(value)
+            except SettingError as exc:  # a declared type of the settings: named by its dotted key
+                raise SettingError([f"{key}.{exc.problems[0]}"], f"reward {who} option") from None
             except ValueError as exc:
                 raise ValueError(f"reward {who} option {key!r}: {exc}") from None
             except TypeError:  # a value of the wrong type: the typed check below says which
@@ -277,15 +279,21 @@ class RewardSpec(Checked):
     """Registered reward name (``binary``, ``format``, ``accuracy``, ...) or dotted path to a reward outside the
     package (``my_pkg.my_reward``, see :class:`RewardRegistry`)."""
     weight: float = 1.0
-    """Weight in the total reward."""
+    """Weight in the total reward (any finite number)."""
     kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Options of the reward (see its docstring)."""
     alias: str | None = None
     """Name under which it is logged (defaults to ``name``); lets one reward appear twice."""
 
+    def __post_init__(self):
+        super().__post_init__()
+        if isinstance(self.weight, (int, float)) and not math.isfinite(self.weight):  # here, not in the type: in a
+            # list (rewards, metrics) the parser would name the key without its index, this names rewards[i].weight
+            raise SettingError([f"weight: must be a finite number (got {self.weight!r})"], "RewardSpec")
+
     @staticmethod
     def option_types(value) -> dict[str, Any]:
-        """``kwargs`` is typed by the reward's own options (:mod:`lit_grpo.ranges`)."""
+        """``kwargs`` is typed by the reward's own options (:mod:`lit_grpo.settings`)."""
         return {"kwargs": reward_option_types(value.get("name"))}
 
     @property
