@@ -377,6 +377,8 @@ def prepare_args(args: list[str]) -> list[str]:
         last = end
         if key in ("config", "c") and value:
             current = check_config_file(value, current)
+        elif key in ("model", "model.class_path") and value and _import(value) is not None:
+            current = _import(value)  # a class given after the configs: its options are checked from here on
         elif key not in ("print_config", "help", "h") and not key.endswith(".help"):  # help: lit_grpo.cli_help
             check_override(key, current, value)
         joined = [f"--{key}={value}"] if value and value.startswith("-") and end - start == 2 else None
