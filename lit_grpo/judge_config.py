@@ -85,9 +85,9 @@ class JudgeConfig(Checked):
     """Settings of the offline judge (used when ``base_url`` is unset): its tolerances and reasoning proxy."""
 
     def __post_init__(self):
+        super().__post_init__()  # the declared types first: an offline dict's are named under offline.
         if isinstance(self.offline, dict):
             self.offline = _offline_from_dict(self.offline)
-        super().__post_init__()  # the declared ranges
         if self.min_votes is not None and self.min_votes > self.num_judges:
             raise ValueError(f"judge min_votes must be in 1..num_judges={self.num_judges}, got {self.min_votes}")
         _refuse_credentials(dataclasses.asdict(self))

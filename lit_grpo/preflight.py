@@ -106,8 +106,8 @@ def _check_reward(spec: dict[str, Any], where: str) -> None:
     kwargs = spec.get("kwargs") or {}
     try:  # unknown keys (did-you-mean, the valid ones), each value against its parameter's type, judge settings
         check_options(RewardSpec(name, kwargs=kwargs))
-    except SettingError as exc:  # a declared type: the full key (RewardSpec's own problems are under kwargs)
-        raise ValueError(f"{where}.{exc.problems[0]}" if exc.problems[0].startswith("kwargs.")
+    except SettingError as exc:  # a declared type: the full key (the spec's own fields, or one of its options)
+        raise ValueError(f"{where}.{exc.problems[0]}" if exc.owner == "RewardSpec"
                          else f"{where}.kwargs.{exc.problems[0]}") from None
     except ValueError as exc:
         raise ValueError(f"{where}.kwargs: {exc}") from None

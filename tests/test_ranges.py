@@ -327,7 +327,7 @@ def _python_cases():
         (lambda: SamplingConfig(top_k=-1), "SamplingConfig.top_k: must be >= 0 (got -1)"),
         (lambda: RewardSpec("binary", weight=-INF), "RewardSpec.weight: must be a finite number (got -inf)"),
         (lambda: RewardSpec("rubric", kwargs={"absent_factor": 1.2}),
-         "RewardSpec.kwargs.absent_factor: must be in [0, 1] (got 1.2)"),
+         "reward 'rubric' option absent_factor: must be in [0, 1] (got 1.2)"),
         (lambda: JudgeConfig(call_deadline_s=NAN), "JudgeConfig.call_deadline_s: must be > 0 (got nan)"),
         (lambda: LoRAConfig(r=0), "LoRAConfig.r: must be >= 1 (got 0)"),
         (lambda: VLMDataModule(batch_size=0), "data.batch_size: must be >= 1 (got 0)"),

@@ -286,7 +286,14 @@ class RewardSpec(Checked):
     """Name under which it is logged (defaults to ``name``); lets one reward appear twice."""
 
     def __post_init__(self):
-        super().__post_init__()
+        try:
+            super().__post_init__()
+        except SettingError as exc:  # an option of the reward: named as the reward's (reward 'x' option k: ...)
+            if not exc.problems[0].startswith("kwargs."):
+                raise
+            who = repr(self.label) if self.label == self.name else f"{self.label!r} ({self.name})"
+            shown = SettingError([p.removeprefix("kwargs.") for p in exc.problems], f"reward {who} option")
+            raise SettingError(exc.problems, "RewardSpec", str(shown)) from None  # keys stay under kwargs
         if isinstance(self.weight, (int, float)) and not math.isfinite(self.weight):  # here, not in the type: in a
             # list (rewards, metrics) the parser would name the key without its index, this names rewards[i].weight
             raise SettingError([f"weight: must be a finite number (got {self.weight!r})"], "RewardSpec")

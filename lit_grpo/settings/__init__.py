@@ -50,12 +50,12 @@ class SettingError(ValueError):
     """Settings refused by their declared types: ``problems`` are ``<key>: <what> (got <value>)`` lines, keys
     relative to the object checked; the message names its class (``GRPOConfig.beta: must be >= 0 (got -1.0)``)."""
 
-    def __init__(self, problems: list[str], owner: str = ""):
+    def __init__(self, problems: list[str], owner: str = "", message: str | None = None):
         from lit_grpo.errors import first_and_more
 
-        self.problems = problems
+        self.problems, self.owner = problems, owner
         join = "." if owner.isidentifier() else " "  # a class (GRPOConfig.beta) or a phrase (reward 'x' option k)
-        super().__init__(first_and_more([f"{owner}{join}{p}" if owner else p for p in problems]))
+        super().__init__(message or first_and_more([f"{owner}{join}{p}" if owner else p for p in problems]))
 
 
 def _num(x: Any) -> str:
