@@ -28,6 +28,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lit_grpo.callbacks import FinalValidation
 from lit_grpo.checkpoint_io import with_atomic_io
 from lit_grpo.argv import iter_options
+from lit_grpo.settings import HelpFormatter
 from lit_grpo.cli_args import (BASE_KEY, SUBCOMMANDS, ConfigError, expand_bases, model_class_of, prepare_args,
                                short_error)
 from lit_grpo.cli_help import extra_help, help_args
@@ -55,6 +56,7 @@ class GRPOArgumentParser(LightningArgumentParser):
     of every registered reward (:func:`lit_grpo.cli_help.extra_help`)."""
 
     def __init__(self, *args, model_class: type | None = None, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
         self.model_class = model_class
 

@@ -164,7 +164,7 @@ def test_an_override_reaches_the_judge_a_later_overlay_interpolates(capsys):
     (["--model.init_args.rewards=[{name: binary, kwargs: {mode: oficial}}]"],
      ["rewards[0].kwargs", "mode must be one of", "'oficial'"]),
     (["--model.init_args.rewards=[{name: format, kwargs: {tags: answer}}]"],
-     ["rewards[0].kwargs.tags: input should be a valid list (got answer)"]),
+     ["rewards[0].kwargs.tags: expected list (got answer)"]),
     (["--data.val.generate.nmu=64"], ["data.val.generate.nmu", "did you mean num?", "panel_size"]),
     (["--data.train.generate.seeed=3"], ["data.train.generate.seeed", "did you mean seed?"]),
     (["--model.init_args.sampling.top_p=1.5"], ["sampling.top_p: must be in (0, 1]", "1.5"]),

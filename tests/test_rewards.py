@@ -189,8 +189,8 @@ def test_unknown_reward_options_are_refused_naming_the_valid_ones(name, kwargs, 
 
 
 @pytest.mark.parametrize("name, kwargs, expected", [
-    ("binary", {"mode": 3}, "option mode: input should be a valid string (got 3)"),
-    ("format", {"tags": "answer"}, "option tags: input should be a valid list (got answer)"),
+    ("binary", {"mode": 3}, "option mode: expected str (got 3)"),
+    ("format", {"tags": "answer"}, "option tags: expected list (got answer)"),
     ("rubric", {"absent_factor": "x"}, "option absent_factor: must be in [0, 1] (got x)"),
     ("rubric", {"weights": {"principle": "x"}},
      "option weights.principle: must be >= 0 (got x)"),
@@ -200,7 +200,7 @@ def test_unknown_reward_options_are_refused_naming_the_valid_ones(name, kwargs, 
     ("open_accuracy", {"judge": {"rel_tol": 0.1}}, "rel_tol is an offline judge setting: judge.offline.rel_tol"),
     ("rubric", {"judge": {"timeout_s": "slow"}}, "option judge.timeout_s: must be > 0 (got slow)"),
     ("open_accuracy", {"judge": {"offline": {"rel_tol": "a"}}}, "option judge.offline.rel_tol: must be >= 0"),
-    ("open_accuracy", {"judge": 5}, "option 'judge': expected one of Judge, JudgeConfig, dict[str, Any], None, got 5"),
+    ("open_accuracy", {"judge": 5}, "option judge: expected one of Judge, JudgeConfig, dict[str, Any], None (got 5)"),
 ])
 def test_reward_option_values_are_checked_against_their_types(name, kwargs, expected):
     from lit_grpo.rewards import RewardSpec, build_reward
@@ -214,7 +214,7 @@ def test_reward_option_values_are_checked_against_their_types(name, kwargs, expe
 def test_an_aliased_reward_is_named_by_label_and_name():
     from lit_grpo.rewards import RewardSpec, build_reward
 
-    with pytest.raises(ValueError, match=r"^reward 'b2' \(binary\) option mode: input should be a valid string \(got 3\)$"):
+    with pytest.raises(ValueError, match=r"^reward 'b2' \(binary\) option mode: expected str \(got 3\)$"):
         build_reward(RewardSpec("binary", kwargs={"mode": 3}, alias="b2"))
 
 

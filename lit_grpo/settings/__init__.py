@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Union
 
 import pydantic
+from jsonargparse import DefaultHelpFormatter
 from annotated_types import Ge, Gt, Le, Lt, Predicate
 
 __all__ = ["Finite", "Checked", "SettingError", "rule", "problems", "check_arguments", "argument_types",
@@ -100,10 +101,23 @@ def describe(key: str, err: dict[str, Any], tp: Any = None) -> str:
         what = declared or _CONSTRAINTS[err["type"]].format(**{k: _num(v) if not isinstance(v, str) else v
                                                                for k, v in err.get("ctx", {}).items()})
         what = f"must be {what}"
+    elif tp is not None:  # a value of another type: the declared one, named as Python writes it
+        what = f"expected {type_name(tp, err['input'])}"
     else:
         what = err["msg"][:1].lower() + err["msg"][1:]
     got = err["input"]
     return f"{key}: {what} (got {got if isinstance(got, str) else repr(got)})"  # a flag's text as typed
+
+
+def _an_object(value: Any) -> Any:
+    if isinstance(value, (str, int, float, bool, list, dict, type(None))):
+        raise ValueError("expected an object")
+    return value
+
+
+_OBJECT = Annotated[Any, pydantic.AfterValidator(_an_object)]
+"""Stands in for a union member pydantic cannot check (a ``Protocol`` such as ``Judge``): an object handed over
+in Python, never a config's plain value."""
 
 
 @functools.lru_cache(maxsize=None)
@@ -116,7 +130,10 @@ def _adapter(tp: Any) -> pydantic.TypeAdapter | None:
         except pydantic.PydanticUserError:  # a dataclass carries its own config
             return pydantic.TypeAdapter(tp)
     except Exception:
-        return None
+        if typing.get_origin(tp) not in (Union, types.UnionType):
+            return None
+        members = tuple(m if _adapter(m) is not None else _OBJECT for m in typing.get_args(tp))
+        return _adapter(Union[members]) if members != typing.get_args(tp) else None
 
 
 def problems(value: Any, tp: Any, key: str) -> list[str]:
@@ -233,22 +250,22 @@ def type_name(tp: Any, value: Any) -> str:
     >>> type_name(typing.Optional[dict[str, Annotated[float, Ge(0)]]], "x")
     'one of dict[str, float], None'
     """
-    tp = _bare(tp)
+    tp = bare_type(tp)
     if typing.get_origin(tp) in (Union, types.UnionType):
         return "one of " + ", ".join(_member_name(m) for m in typing.get_args(tp))
     origin = typing.get_origin(tp)
     return origin.__name__ if origin is not None and not isinstance(value, origin) else _member_name(tp)
 
 
-def _bare(tp: Any) -> Any:
+def bare_type(tp: Any) -> Any:
     """``tp`` with every ``Annotated`` replaced by the type it constrains."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin is Annotated:
-        return _bare(args[0])
+        return bare_type(args[0])
     if origin in (Union, types.UnionType):
-        return Union[tuple(_bare(a) for a in args)]
+        return Union[tuple(bare_type(a) for a in args)]
     if origin in (list, dict, tuple, set) and args:
-        return types.GenericAlias(origin, tuple(_bare(a) for a in args))
+        return types.GenericAlias(origin, tuple(bare_type(a) for a in args))
     return tp
 
 
@@ -256,3 +273,13 @@ def _member_name(tp: Any) -> str:
     if tp is type(None):
         return "None"
     return tp.__name__ if typing.get_origin(tp) is None and isinstance(tp, type) else str(tp).replace("typing.", "")
+
+
+class HelpFormatter(DefaultHelpFormatter):
+    """``--help`` names an option's type without its declared bounds (``float``, not ``Annotated[float, Ge(ge=0),
+    ...]``); the bounds are enforced on parse and worded in a refusal."""
+
+    def _get_type_str(self, action) -> str | None:
+        hint = getattr(action, "_typehint", None)
+        bounded = hint is not None and bare_type(hint) != hint
+        return type_name(hint, None) if bounded else super()._get_type_str(action)
