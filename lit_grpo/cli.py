@@ -28,6 +28,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lit_grpo.callbacks import FinalValidation
 from lit_grpo.checkpoint_io import with_atomic_io
 from lit_grpo.argv import iter_options
+from lit_grpo.settings import HelpFormatter
 from lit_grpo.cli_args import (BASE_KEY, SUBCOMMANDS, ConfigError, expand_bases, model_class_of, prepare_args,
                                short_error)
 from lit_grpo.cli_help import extra_help, help_args
@@ -39,7 +40,7 @@ from lit_grpo.distributed import end_with_launcher
 from lit_grpo.errors import InputError, UserError, fail
 from lit_grpo.loggers import RunFolder, continue_run_folder, logger_lines
 from lit_grpo.progress import with_progress_bar
-from lit_grpo.ranges import argument_types
+from lit_grpo.settings import argument_types
 from lit_grpo.registry import load_option_groups
 from lit_grpo.run_lock import RunLock
 from lit_grpo.runs import (StopAndResume, check_checkpoint_file, check_checkpoint_folders, check_new_run_folders,
@@ -58,6 +59,7 @@ class GRPOArgumentParser(LightningArgumentParser):
     of every registered reward (:func:`lit_grpo.cli_help.extra_help`)."""
 
     def __init__(self, *args, model_class: type | None = None, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
         self.model_class = model_class
 

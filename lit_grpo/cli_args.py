@@ -32,10 +32,11 @@ import typing
 from pathlib import Path
 from typing import Any, Union
 
+import pydantic
 import yaml
 
 from lit_grpo.argv import iter_options
-from lit_grpo.ranges import type_name
+from lit_grpo.settings import describe, type_name
 
 
 class ConfigError(ValueError):
@@ -64,7 +65,7 @@ def _without_none(tp: Any) -> Any:
 
 def _hints(obj: Any) -> dict[str, Any]:
     try:
-        return typing.get_type_hints(obj)
+        return typing.get_type_hints(obj, include_extras=True)  # bounds kept: they word a refusal
     except Exception:  # an annotation that does not resolve here: its keys are still known
         return {}
 
@@ -376,6 +377,8 @@ def prepare_args(args: list[str]) -> list[str]:
         last = end
         if key in ("config", "c") and value:
             current = check_config_file(value, current)
+        elif key in ("model", "model.class_path") and value and _import(value) is not None:
+            current = _import(value)  # a class given after the configs: its options are checked from here on
         elif key not in ("print_config", "help", "h") and not key.endswith(".help"):  # help: lit_grpo.cli_help
             check_override(key, current, value)
         joined = [f"--{key}={value}"] if value and value.startswith("-") and end - start == 2 else None
@@ -612,11 +615,22 @@ def short_error(message: str, ex: BaseException | None = None, model_class: Any 
                 keys.append(part)
     if keys[:1] == ["model"] and len(keys) > 1 and keys[1] not in ("class_path", "init_args", "dict_kwargs"):
         keys.insert(1, "init_args")  # the model's own parser reports keys below its init_args
-    key = ".".join(keys)
+    keys = [k for i, k in enumerate(keys) if i + 1 == len(keys) or not keys[i + 1].startswith(k + ".")]  # --data=F:
+    key = ".".join(keys)  # its parser names "data", then "data.batch_size"
     root = _text(causes[-1]) if causes else message
     detail = next((line.strip() for line in root.splitlines() if line.strip()), message.strip())
     declared = declared_type(key, model_class) if key else None
-    if typing.get_origin(declared) in (Union, types.UnionType):  # jsonargparse's cause: the first member's failure
+    checked = next((c for c in reversed(causes) if isinstance(c, pydantic.ValidationError)), None)
+    if checked is not None and key:  # a declared range or type (pydantic's structured error): the one wording
+        return describe(key, checked.errors()[0], declared)
+    members = typing.get_args(declared) if typing.get_origin(declared) in (Union, types.UnionType) else [declared]
+    choices = [a for m in members if typing.get_origin(m) is typing.Literal
+               for a in typing.get_args(m)]
+    if choices:  # a fixed choice: its Literal names them (the declared type, not the library's wording)
+        got = detail.partition("Got value: ")[2]
+        none = " or null" if type(None) in typing.get_args(declared) else ""
+        detail = f"must be one of {', '.join(map(str, choices))}{none} (got {got})"
+    elif typing.get_origin(declared) in (Union, types.UnionType):  # jsonargparse's cause: the first member's failure
         got = detail.partition("Got value: ")[2]
         detail = f"expected {type_name(declared, None)}" + (f". Got value: {got}" if got else "")
     for tp in (declared, *_NAMED_TYPES):

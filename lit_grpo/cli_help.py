@@ -41,7 +41,10 @@ def help_args(args: list[str], model_class: Any) -> list[str]:
             if group is not None and value is None:  # an option group (grpo, sampling): no help action of its own
                 from jsonargparse import ArgumentParser
 
-                parser = ArgumentParser(prog="python -m lit_grpo fit", usage=argparse.SUPPRESS)
+                from lit_grpo.settings import HelpFormatter
+
+                parser = ArgumentParser(prog="python -m lit_grpo fit", usage=argparse.SUPPRESS,
+                                        formatter_class=HelpFormatter)
                 parser.add_class_arguments(group, f"model.init_args.{nested.removesuffix('.help')}",
                                            fail_untyped=False, sub_configs=True)
                 print(parser.format_help())

@@ -1,20 +1,21 @@
 """The option groups of :class:`lit_grpo.GRPOModule` (dataclasses that LightningCLI parses from a config;
 each field's docstring is its ``--print_config`` comment).
 
-Every numeric field declares its range in its type (``Annotated[float, Range(ge=0)]``, :mod:`lit_grpo.ranges`),
-and the groups are :class:`~lit_grpo.ranges.Checked`: a value out of range or not finite is refused however it
-arrives. A new field declares its range the same way; :func:`check_settings` keeps the choices (names) and the rules
+Every numeric field declares its range in its type (``Annotated[float, Ge(0), Finite]``, :mod:`lit_grpo.settings`),
+every fixed choice is a ``Literal``, and the groups are :class:`~lit_grpo.settings.Checked`: a value out of range,
+not finite or not a choice is refused however it arrives. A new field declares its range the same way; :func:`check_settings` keeps the choices (names) and the rules
 that tie several options together."""
 
-from __future__ import annotations
 
 import dataclasses
-from typing import Annotated, Any, ClassVar
+import typing
+from typing import Annotated, Any, ClassVar, Literal
+from annotated_types import Ge, Gt, Le
 
 from lit_grpo.grpo import ADVANTAGE_SCALES, LOSS_OPTIONS
-from lit_grpo.objectives import LOSS_TYPES, SAMPLER_CORRECTION_MODES
-from lit_grpo.ranges import Checked, Range
+from lit_grpo.objectives import LOSS_TYPES
 from lit_grpo.registry import option_group
+from lit_grpo.settings import Checked, Finite
 from lit_grpo.rewards import RewardSpec
 
 
@@ -36,11 +37,11 @@ class GRPOConfig(Checked):
                                               "vllm_server_timeout", "vllm_group_port")}}
     """TRL's names of options this group names otherwise -> ours (a config that sets one is refused, naming it)."""
 
-    beta: Annotated[float, Range(ge=0)] = 0.0
+    beta: Annotated[float, Ge(0), Finite] = 0.0
     """Weight of the k3 KL to the reference policy; 0 loads no reference at all."""
-    epsilon_low: Annotated[float, Range(ge=0, le=1)] = 0.2
+    epsilon_low: Annotated[float, Ge(0), Le(1), Finite] = 0.2
     """Lower clip range of the importance ratio (``1 - epsilon_low``)."""
-    epsilon_high: Annotated[float, Range(ge=0)] = 0.2
+    epsilon_high: Annotated[float, Ge(0), Finite] = 0.2
     """Upper clip range (``1 + epsilon_high``; DAPO's clip-higher uses 0.28)."""
     loss_type: str = "dapo"
     """The objective (docs/objectives.md): TRL's ``grpo`` | ``bnpo`` | ``dr_grpo`` | ``dapo`` | ``luspo`` (the
@@ -49,55 +50,55 @@ class GRPOConfig(Checked):
     ``sapo`` | ``vespo`` (their own per-token terms); see ``lit_grpo.objectives``."""
     scale_rewards: str = "group"
     """Advantage scaling: ``group`` (``group-std``) | ``batch`` (``batch-std``) | ``none`` (``no-std``)."""
-    advantage_eps: Annotated[float, Range(ge=0)] = 1e-4
+    advantage_eps: Annotated[float, Ge(0), Finite] = 1e-4
     """Added to the std before dividing."""
-    multi_objective_aggregation: str = "sum_then_normalize"
+    multi_objective_aggregation: Literal["sum_then_normalize", "normalize_then_sum"] = "sum_then_normalize"
     """``sum_then_normalize``: advantages of the weighted total; ``normalize_then_sum`` (GDPO): each reward
     normalised within its group, the weighted sum normalised over the batch (``scale_rewards`` must stay ``group``);
     each reward's share of the advantage is logged as ``train/advantage/<reward>``."""
-    num_iterations: Annotated[int, Range(ge=1)] = 1
+    num_iterations: Annotated[int, Ge(1)] = 1
     """Passes over each rollout (mu); > 1 stores the sampling policy's log-probs."""
-    steps_per_generation: Annotated[int, Range(ge=1)] = 1
+    steps_per_generation: Annotated[int, Ge(1)] = 1
     """Optimizer updates per pass over one rollout: its N completions split into this many equal parts (sizes differing by
     one where it does not divide N), one update each (TRL's ``steps_per_generation`` = this times the micro-batches of an update); > 1 stores the sampling
     policy's log-probs. A training step is still one rollout: it makes ``num_iterations * steps_per_generation``
     updates and ``global_step`` counts rollouts."""
-    micro_batch_size: Annotated[int, Range(ge=1, note="null = all completions at once")] | None = None
+    micro_batch_size: Annotated[int, Ge(1)] | None = None
     """Completions per forward/backward (gradient accumulation inside an update); None = all at once."""
-    importance_sampling_level: str = "token"
+    importance_sampling_level: Literal["token", "sequence"] = "token"
     """``token``: one importance ratio per token; ``sequence``: the sequence's geometric-mean ratio (GSPO)."""
-    delta: Annotated[float, Range(gt=1, note="null = off; above 1 + epsilon_high")] | None = None
+    delta: Annotated[float, Gt(1), Finite] | None = None
     """Two-sided clipping (INTELLECT-2): the ratio of the clipped surrogate is capped at ``delta`` (> 1 +
     ``epsilon_high``, e.g. 4); None = off."""
-    sapo_temperature_pos: Annotated[float, Range(gt=0)] = 1.0
+    sapo_temperature_pos: Annotated[float, Gt(0), Finite] = 1.0
     """``loss_type: sapo``: gate temperature of positive-advantage tokens."""
-    sapo_temperature_neg: Annotated[float, Range(gt=0)] = 1.05
+    sapo_temperature_neg: Annotated[float, Gt(0), Finite] = 1.05
     """``loss_type: sapo``: gate temperature of the others."""
-    vespo_k_pos: Annotated[float, Range(ge=0)] = 2.0
+    vespo_k_pos: Annotated[float, Ge(0), Finite] = 2.0
     """``loss_type: vespo``: gamma power ``k`` for advantages >= 0."""
-    vespo_lambda_pos: Annotated[float, Range(gt=0)] = 3.0
+    vespo_lambda_pos: Annotated[float, Gt(0), Finite] = 3.0
     """``loss_type: vespo``: gamma decay ``lambda`` for advantages >= 0."""
-    vespo_k_neg: Annotated[float, Range(ge=0)] = 3.0
+    vespo_k_neg: Annotated[float, Ge(0), Finite] = 3.0
     """``loss_type: vespo``: ``k`` for negative advantages."""
-    vespo_lambda_neg: Annotated[float, Range(gt=0)] = 2.0
+    vespo_lambda_neg: Annotated[float, Gt(0), Finite] = 2.0
     """``loss_type: vespo``: ``lambda`` for negative advantages."""
-    top_entropy_quantile: Annotated[float, Range(ge=0, le=1, note="1 = every token")] = 1.0
+    top_entropy_quantile: Annotated[float, Ge(0), Le(1), Finite] = 1.0
     """Train the policy term only on the tokens in this top quantile of entropy, per micro-batch over every rank
     ("Beyond the 80/20 rule": 0.2); 1 = every token."""
-    entropy_coef: Annotated[float, Range(ge=0)] = 0.0
+    entropy_coef: Annotated[float, Ge(0), Finite] = 0.0
     """Weight of an entropy bonus (mean token entropy of each micro-batch); with ``use_adaptive_entropy`` its start."""
     use_adaptive_entropy: bool = False
     """Skywork-OR1's control: after each update the coefficient moves by ``entropy_coef_delta`` towards keeping the
     entropy above ``entropy_target``, applied only while the entropy is at or below it."""
-    entropy_coef_min: Annotated[float, Range(ge=0)] = 0.0
+    entropy_coef_min: Annotated[float, Ge(0), Finite] = 0.0
     """Adaptive control: lowest coefficient."""
-    entropy_coef_max: Annotated[float, Range(ge=0)] = 1.0
+    entropy_coef_max: Annotated[float, Ge(0), Finite] = 1.0
     """Adaptive control: highest coefficient."""
-    entropy_coef_delta: Annotated[float, Range(ge=0)] = 0.005
+    entropy_coef_delta: Annotated[float, Ge(0), Finite] = 0.005
     """Adaptive control: step of the coefficient per update."""
-    entropy_target: Annotated[float, Range(ge=0)] = 0.2
+    entropy_target: Annotated[float, Ge(0), Finite] = 0.2
     """Adaptive control: target mean token entropy (nats)."""
-    off_policy_mask_threshold: Annotated[float, Range(ge=0, note="null = off")] | None = None
+    off_policy_mask_threshold: Annotated[float, Ge(0), Finite] | None = None
     """DeepSeek-V3.2's off-policy sequence mask: drop negative-advantage completions whose mean log-prob drop from the
     sampler to the current policy exceeds this (e.g. 0.5); None = off."""
     use_bias_correction_kl: bool = False
@@ -105,16 +106,17 @@ class GRPOConfig(Checked):
     sampler_correction: bool = True
     """Weight the loss by ``pi_old / mu`` when the engine's sampler ``mu`` is not the policy itself (another engine or
     stale weights; the built-in engines sample from the policy, and their correction is exactly 1)."""
-    sampler_correction_mode: str = "sequence_mask"
+    sampler_correction_mode: Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"] = \
+        "sequence_mask"
     """``token_truncate`` | ``token_mask`` | ``sequence_truncate`` | ``sequence_mask``: per token or per sequence,
     clamped to or zeroed outside ``[sampler_correction_min, sampler_correction_max]``."""
-    sampler_correction_min: Annotated[float, Range(ge=0, note="null = none")] | None = None
+    sampler_correction_min: Annotated[float, Ge(0), Finite] | None = None
     """Lower bound of the sampler weight (None = none)."""
-    sampler_correction_max: Annotated[float, Range(gt=0)] = 3.0
+    sampler_correction_max: Annotated[float, Gt(0), Finite] = 3.0
     """Upper bound (the cap) of the sampler weight."""
     mask_truncated_completions: bool = False
     """Exclude completions that hit ``max_completion_length`` without a stop token from the loss."""
-    max_grad_norm: Annotated[float, Range(gt=0, note="null = no clipping")] | None = 1.0
+    max_grad_norm: Annotated[float, Gt(0), Finite] | None = 1.0
     """Gradient-norm clip (None = off)."""
 
     def loss_options(self) -> dict[str, Any]:
@@ -134,9 +136,9 @@ class EvalConfig(Checked):
 
     greedy: bool = True
     """One greedy completion per prompt (``<stage>/greedy/...``)."""
-    num_samples: Annotated[int, Range(ge=0)] = 0
+    num_samples: Annotated[int, Ge(0)] = 0
     """Sampled completions per prompt at ``temperature`` (``<stage>/sampled/...``); 0 = off."""
-    temperature: Annotated[float, Range(gt=0)] | None = None
+    temperature: Annotated[float, Gt(0), Finite] | None = None
     """Sampling temperature of evaluation (None = the training temperature)."""
     seed: int | None = 0
     """Sampling seed of evaluation (batch ``i`` uses ``seed + i``), so curves compare like with like; None = no reseeding."""
@@ -154,18 +156,20 @@ class EvalConfig(Checked):
     second judge call); otherwise the scorer is built with ``scorer_kwargs`` and ``judge``."""
     scorer_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Options of the scorer other than its judge (see its docstring), e.g. ``strict`` of ``rubric``."""
-    judge: option_group("judge") | None = None
+    # A string, read when the option's type is read (the parser, ``get_type_hints``): by then the command line has
+    # made the tasks' groups typed (lit_grpo.registry.option_group); written as a type it would be fixed at import.
+    judge: "option_group('judge') | None" = None
     """The judge of a judge-backed scorer (``open_equivalence``, ``open_accuracy``, ``rubric``), each option settable on its own
     (``--model.init_args.evaluation.judge.num_judges=5``); ``None``: the configured reward's verdicts when it
     is the scorer, else the scorer's default (the offline judge). Its fields: the PhyX task's ``JudgeConfig``
     (``lit_grpo.tasks.phyx.judge.config``), registered as the option group ``judge``."""
-    pass_threshold: float | None = None
+    pass_threshold: Annotated[float, Finite] | None = None
     """A score counts as correct (1) when at least this, else 0 (NaN stays "cannot score"); ``None`` keeps the
     scorer's value. For ``open_accuracy`` (jury correctness / 2), ``1.0`` = every juror says fully correct."""
 
     @staticmethod
     def option_types(value) -> dict[str, Any]:
-        """``scorer_kwargs`` is typed by the scorer's own options (:mod:`lit_grpo.ranges`)."""
+        """``scorer_kwargs`` is typed by the scorer's own options (:mod:`lit_grpo.settings`)."""
         from lit_grpo.rewards.registry import reward_option_types
 
         return {"scorer_kwargs": reward_option_types(value.get("scorer"))}
@@ -184,22 +188,22 @@ class PerfConfig(Checked):
     cache_image_features: bool = True
     """With the ``shared`` engine: encode each prompt's images once per rollout and reuse them in every pass, when
     the vision tower and projector are frozen; they are re-encoded in every pass when any of them trains."""
-    vllm_gpu_memory_utilization: Annotated[float, Range(gt=0, le=1)] = 0.3
+    vllm_gpu_memory_utilization: Annotated[float, Gt(0), Le(1), Finite] = 0.3
     """With ``engine: vllm``: the share of the device's memory the process may fill before vLLM sizes its KV cache
     with the rest of that share (TRL's option of the same name; on a CPU, a share of the machine's memory)."""
-    vllm_kv_cache_gib: Annotated[float, Range(gt=0, note="null = from vllm_gpu_memory_utilization")] | None = None
+    vllm_kv_cache_gib: Annotated[float, Gt(0), Finite] | None = None
     """With ``engine: vllm``: the KV cache's size in GiB (vLLM's ``kv_cache_memory_bytes``), instead of a share of
     memory; the plain choice on a CPU or with several engines in one process."""
-    vllm_max_model_length: Annotated[int, Range(ge=1, note="null = the model's own limit")] | None = None
+    vllm_max_model_length: Annotated[int, Ge(1)] | None = None
     """With ``engine: vllm``: the longest prompt + completion vLLM's KV cache is sized for (TRL's
     ``vllm_max_model_length``); None = the model config's ``max_position_embeddings``."""
     vllm_server_host: str = "127.0.0.1"
     """With ``engine: vllm_server``: the address of the generation server (``python -m lit_grpo.serve``)."""
-    vllm_server_port: Annotated[int, Range(ge=1, le=65535)] = 8000
+    vllm_server_port: Annotated[int, Ge(1), Le(65535)] = 8000
     """With ``engine: vllm_server``: its HTTP port (the server's ``--port``)."""
-    vllm_server_timeout: Annotated[float, Range(gt=0)] = 240.0
+    vllm_server_timeout: Annotated[float, Gt(0), Finite] = 240.0
     """With ``engine: vllm_server``: seconds to wait for the server to be up, and for each of its answers."""
-    vllm_group_port: Annotated[int, Range(ge=1, le=65535)] = 51216
+    vllm_group_port: Annotated[int, Ge(1), Le(65535)] = 51216
     """With ``engine: vllm_server``: the port on the server's machine of the weight group (the trainer pushes the
     weights through it after every update; TRL's option of the same name)."""
     vllm_enable_sleep_mode: bool = False
@@ -248,13 +252,10 @@ def objective_problems(grpo: GRPOConfig) -> list[str]:
 
     need(grpo.loss_type in LOSS_TYPES, "loss_type", _either(LOSS_TYPES.names()))
     need(grpo.scale_rewards in ADVANTAGE_SCALES, "scale_rewards", _either(ADVANTAGE_SCALES.names()))
-    need(grpo.multi_objective_aggregation in ("sum_then_normalize", "normalize_then_sum"),
-         "multi_objective_aggregation", "sum_then_normalize or normalize_then_sum")
     if grpo.multi_objective_aggregation == "normalize_then_sum":
         need(grpo.scale_rewards in ("group", "group-std", "grpo"), "scale_rewards",
              "group with multi_objective_aggregation normalize_then_sum (each reward is scaled by its group's std "
              "and the sum by the batch's; no other scaling applies)")
-    need(grpo.importance_sampling_level in ("token", "sequence"), "importance_sampling_level", "token or sequence")
     clipped = grpo.loss_type not in LOSS_TYPES or LOSS_TYPES.get(grpo.loss_type).policy == "clip"
     need(grpo.delta is None or clipped, "delta", f"null with loss_type {grpo.loss_type} (it caps the ratio of the "
          f"clipped surrogate, which {grpo.loss_type} does not use)")
@@ -263,8 +264,6 @@ def objective_problems(grpo: GRPOConfig) -> list[str]:
     need(grpo.loss_type != "cispo" or grpo.epsilon_high >= 1, "epsilon_high",
          ">= 1 with loss_type cispo, where it caps the importance ratio itself (ScaleRL's eps_max, e.g. 5.0)")
     need(grpo.entropy_coef_max >= grpo.entropy_coef_min, "entropy_coef_max", ">= entropy_coef_min")
-    need(grpo.sampler_correction_mode in SAMPLER_CORRECTION_MODES, "sampler_correction_mode",
-         _either(SAMPLER_CORRECTION_MODES))
     need(grpo.sampler_correction_min is None or grpo.sampler_correction_min < grpo.sampler_correction_max,
          "sampler_correction_min", "null or below sampler_correction_max")
     return problems

@@ -3,7 +3,7 @@
 :func:`check_config` takes the parsed configuration of one subcommand (a plain nested dict: ``model``,
 ``data``, ``trainer``) and refuses, in one line naming the key and the valid choices: an API key anywhere
 in it (:mod:`lit_grpo.api_keys`; the value is never shown); first, every number that is not finite or out of
-its declared range (:mod:`lit_grpo.ranges`: the model's option groups, the rewards' weights and options, the
+its declared type (:mod:`lit_grpo.settings`: the model's option groups, the rewards' weights and options, the
 judge, the data module, the generators, the optimizer and lr scheduler, which torch is also asked to build on a
 dummy parameter); then unknown reward / metric / scorer names, reward options the reward does not take, an
 unknown loss or advantage scaling, an unknown prompt template, reader or generator, a data path that does not
@@ -22,7 +22,7 @@ from typing import Any
 from lit_grpo.errors import InputError, first_and_more
 from lit_grpo.cli_args import ConfigError
 from lit_grpo.paths import SPECIAL_CKPT, SPLITS
-from lit_grpo.ranges import check_arguments
+from lit_grpo.settings import SettingError, check_arguments
 from lit_grpo.api_keys import find_credentials
 
 
@@ -60,7 +60,7 @@ def check_config(config: dict[str, Any], subcommand: str | None, config_files: l
 
 def check_ranges(config: dict[str, Any]) -> list[str]:
     """Every number of the model's and the data module's options that is not finite or out of its declared range
-    (:func:`lit_grpo.ranges.check_value`, through the model class's and ``VLMDataModule``'s constructors), then
+    (:func:`lit_grpo.settings.check_arguments`, through the model class's and ``VLMDataModule``'s constructors), then
     what torch refuses when it builds the configured optimizer and lr scheduler on a dummy parameter."""
     from lit_grpo.data.datamodule import VLMDataModule
 
@@ -106,6 +106,9 @@ def _check_reward(spec: dict[str, Any], where: str) -> None:
     kwargs = spec.get("kwargs") or {}
     try:  # unknown keys (did-you-mean, the valid ones), each value against its parameter's type, judge settings
         check_options(RewardSpec(name, kwargs=kwargs))
+    except SettingError as exc:  # a declared type: the full key (the spec's own fields, or one of its options)
+        raise ValueError(f"{where}.{exc.problems[0]}" if exc.owner == "RewardSpec"
+                         else f"{where}.kwargs.{exc.problems[0]}") from None
     except ValueError as exc:
         raise ValueError(f"{where}.kwargs: {exc}") from None
     fn = REWARDS.get(name)
@@ -163,12 +166,10 @@ def _check_settings(init: dict[str, Any]) -> None:
 
 
 def _check_policy(arg: tuple[dict[str, Any], list]) -> None:
-    from lit_grpo.policy import DTYPES, check_model_path
+    from lit_grpo.policy import check_model_path
 
     init, roots = arg
-    policy = init.get("policy") or {}
-    if policy.get("dtype", "float32") not in DTYPES:
-        raise ValueError(f"model.init_args.policy.dtype: must be one of {', '.join(DTYPES)}, got {policy['dtype']!r}")
+    policy = init.get("policy") or {}  # its dtype is one of its Literal's choices (checked by the parser)
     if policy.get("dtype") == "float16":
         raise ValueError("model.init_args.policy.dtype: float16 is not supported (no loss scaling: sampling and the "
                          "updates overflow to inf / NaN within a few steps); use bfloat16, or float32 weights with "

@@ -20,9 +20,9 @@ def test_row_weights_by_hand():
     assert token_weights(valid, "final").tolist() == [[0.0, 0.0, 1.0, 0.0], [0.0] * 4, [1.0, 0.0, 0.0, 0.0]]
     with pytest.raises(ValueError, match="row must be one of"):
         token_weights(valid, "last")
-    with pytest.raises(ValueError, match=r"attention.row must be one of \['own', 'final'\]"):
+    with pytest.raises(ValueError, match=r"AttentionConfig.row: must be one of own, final \(got mean\)"):
         AttentionConfig(row="mean")
-    with pytest.raises(ValueError, match=r"attention.grid must be one of \['base', 'tiles', 'all'\] \(or null"):
+    with pytest.raises(ValueError, match=r"AttentionConfig.grid: must be one of base, tiles, all or null \(got tile\)"):
         AttentionConfig(grid="tile")
     assert AttentionConfig().row == "own" and AttentionConfig().grid is None  # today's choices are the defaults
 

@@ -93,7 +93,7 @@ def test_mask_truncated_completions_removes_them_from_the_loss(tiny_model_dir, p
      "vespo, got 'dapoo'"),
     ({"scale_rewards": "grup"}, {}, "grpo.scale_rewards must be batch, batch-std, dr_grpo, group, group-std, grpo, "
      "no-std, none or reinforce++, got 'grup'"),
-    ({"importance_sampling_level": "seq"}, {}, "grpo.importance_sampling_level must be token or sequence, got 'seq'"),
+    ({"importance_sampling_level": "seq"}, {}, "GRPOConfig.importance_sampling_level: must be one of token, sequence (got seq)"),
     ({"delta": 1.1}, {}, "grpo.delta must be null or above 1 + epsilon_high (the cap of the ratio; INTELLECT-2 uses "
      "4), got 1.1"),
     ({"loss_type": "sapo", "delta": 4.0}, {}, "grpo.delta must be null with loss_type sapo (it caps the ratio of "
@@ -103,34 +103,32 @@ def test_mask_truncated_completions_removes_them_from_the_loss(tiny_model_dir, p
     ({"loss_type": "cispo"}, {}, "grpo.epsilon_high must be >= 1 with loss_type cispo, where it caps the importance "
      "ratio itself (ScaleRL's eps_max, e.g. 5.0), got 0.2"),
     ({"entropy_coef_min": 0.5, "entropy_coef_max": 0.1}, {}, "grpo.entropy_coef_max must be >= entropy_coef_min"),
-    ({"multi_objective_aggregation": "gdpo"}, {}, "grpo.multi_objective_aggregation must be sum_then_normalize or "
-     "normalize_then_sum, got 'gdpo'"),
+    ({"multi_objective_aggregation": "gdpo"}, {}, "GRPOConfig.multi_objective_aggregation: must be one of "
+     "sum_then_normalize, normalize_then_sum (got gdpo)"),
     ({"multi_objective_aggregation": "normalize_then_sum", "scale_rewards": "none"}, {},
      "grpo.scale_rewards must be group with multi_objective_aggregation normalize_then_sum"),
-    ({"sampler_correction_mode": "token_clip"}, {}, "grpo.sampler_correction_mode must be token_truncate, token_mask, "
-     "sequence_truncate or sequence_mask, got 'token_clip'"),
+    ({"sampler_correction_mode": "token_clip"}, {}, "GRPOConfig.sampler_correction_mode: must be one of token_truncate, "
+     "token_mask, sequence_truncate, sequence_mask (got token_clip)"),
     ({"sampler_correction_min": 5.0}, {}, "grpo.sampler_correction_min must be null or below sampler_correction_max, "
      "got 5.0"),
-    ({"steps_per_generation": 0}, {}, "GRPOConfig.steps_per_generation must be >= 1, got 0"),
-    ({"top_entropy_quantile": 1.5}, {}, "GRPOConfig.top_entropy_quantile must be in [0, 1] (1 = every token), got 1.5"),
-    ({"entropy_coef": -0.01}, {}, "GRPOConfig.entropy_coef must be >= 0, got -0.01"),
-    ({"sapo_temperature_neg": 0.0}, {}, "GRPOConfig.sapo_temperature_neg must be > 0, got 0.0"),
-    ({"off_policy_mask_threshold": -1.0}, {}, "GRPOConfig.off_policy_mask_threshold must be >= 0 (null = off), got -1.0"),
-    ({"sampler_correction_max": 0.0}, {}, "GRPOConfig.sampler_correction_max must be > 0, got 0.0"),
-    ({}, {"num_generations": 1}, "SamplingConfig.num_generations must be >= 2 (a group of one completion has no "
-                                 "reward spread"),
-    ({}, {"num_generations": 0}, "SamplingConfig.num_generations must be >= 2"),
-    ({}, {"max_completion_length": 0}, "SamplingConfig.max_completion_length must be >= 1, got 0"),
-    ({}, {"temperature": 0.0}, "SamplingConfig.temperature must be > 0 (for greedy evaluation use evaluation.greedy: "
-                               "true), got 0.0"),
-    ({"micro_batch_size": 0}, {}, "GRPOConfig.micro_batch_size must be >= 1 (null = all completions at once), got 0"),
-    ({"num_iterations": 0}, {}, "GRPOConfig.num_iterations must be >= 1, got 0"),
-    ({}, {"top_p": 1.5}, "SamplingConfig.top_p must be in (0, 1] (1 = off), got 1.5"),
-    ({}, {"top_p": 0.0}, "SamplingConfig.top_p must be in (0, 1] (1 = off), got 0.0"),
-    ({}, {"top_k": -3}, "SamplingConfig.top_k must be >= 0 (0 = off), got -3"),
-    ({"beta": -0.04}, {}, "GRPOConfig.beta must be >= 0, got -0.04"),
-    ({"epsilon_high": -0.2}, {}, "GRPOConfig.epsilon_high must be >= 0, got -0.2"),
-    ({"max_grad_norm": 0.0}, {}, "GRPOConfig.max_grad_norm must be > 0 (null = no clipping), got 0.0"),
+    ({"steps_per_generation": 0}, {}, "GRPOConfig.steps_per_generation: must be >= 1 (got 0)"),
+    ({"top_entropy_quantile": 1.5}, {}, "GRPOConfig.top_entropy_quantile: must be in [0, 1] (got 1.5)"),
+    ({"entropy_coef": -0.01}, {}, "GRPOConfig.entropy_coef: must be >= 0 (got -0.01)"),
+    ({"sapo_temperature_neg": 0.0}, {}, "GRPOConfig.sapo_temperature_neg: must be > 0 (got 0.0)"),
+    ({"off_policy_mask_threshold": -1.0}, {}, "GRPOConfig.off_policy_mask_threshold: must be >= 0 or null (got -1.0)"),
+    ({"sampler_correction_max": 0.0}, {}, "GRPOConfig.sampler_correction_max: must be > 0 (got 0.0)"),
+    ({}, {"num_generations": 1}, "SamplingConfig.num_generations: must be >= 2 (got 1)"),
+    ({}, {"num_generations": 0}, "SamplingConfig.num_generations: must be >= 2"),
+    ({}, {"max_completion_length": 0}, "SamplingConfig.max_completion_length: must be >= 1 (got 0)"),
+    ({}, {"temperature": 0.0}, "SamplingConfig.temperature: must be > 0 (got 0.0)"),
+    ({"micro_batch_size": 0}, {}, "GRPOConfig.micro_batch_size: must be >= 1 or null (got 0)"),
+    ({"num_iterations": 0}, {}, "GRPOConfig.num_iterations: must be >= 1 (got 0)"),
+    ({}, {"top_p": 1.5}, "SamplingConfig.top_p: must be in (0, 1] (got 1.5)"),
+    ({}, {"top_p": 0.0}, "SamplingConfig.top_p: must be in (0, 1] (got 0.0)"),
+    ({}, {"top_k": -3}, "SamplingConfig.top_k: must be >= 0 (got -3)"),
+    ({"beta": -0.04}, {}, "GRPOConfig.beta: must be >= 0 (got -0.04)"),
+    ({"epsilon_high": -0.2}, {}, "GRPOConfig.epsilon_high: must be >= 0 (got -0.2)"),
+    ({"max_grad_norm": 0.0}, {}, "GRPOConfig.max_grad_norm: must be > 0 or null (got 0.0)"),
 ])
 def test_settings_that_cannot_train_are_refused_by_name(grpo, sampling, message):
     from lit_grpo.config import check_settings

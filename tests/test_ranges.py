@@ -1,11 +1,12 @@
 """Numeric options are finite and in their declared range however they arrive (a YAML file, ``${oc.env:...}``, a
-command-line flag, Python), checked in one place (:mod:`lit_grpo.ranges`) and refused in one ``error:`` line naming
-the key, before any model work and before anything is written."""
+command-line flag, Python), declared on their types (:mod:`lit_grpo.settings`) and refused in one ``error:`` line
+naming the key, before any model work and before anything is written."""
 
 import copy
 import dataclasses
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -18,29 +19,33 @@ import yaml
 from lit_grpo.cli import main
 from lit_grpo.cli_args import ConfigError
 from lit_grpo.preflight import check_config
-from lit_grpo.ranges import Keys, Range, argument_types, check_value
+from annotated_types import Ge, Gt, Le, Lt
+
+from lit_grpo.settings import Finite, argument_types, problems, rule
 
 ROOT = Path(__file__).parents[1]
 NAN, INF = math.nan, math.inf
 
 
 # ----------------------------------------------------------------- the check itself
-@pytest.mark.parametrize("rng, text", [
-    (Range(ge=1), ">= 1"), (Range(gt=0), "> 0"), (Range(le=1), "<= 1"), (Range(lt=0.5), "< 0.5"),
-    (Range(gt=0, le=1), "in (0, 1]"), (Range(ge=0, lt=1), "in [0, 1)"), (Range(ge=-1, le=2.5), "in [-1, 2.5]"),
-    (Range(), "a finite number"), (Range(ge=2, note="why"), ">= 2 (why)"),
+@pytest.mark.parametrize("tp, text", [
+    (typing.Annotated[int, Ge(1)], ">= 1"), (typing.Annotated[float, Gt(0), Finite], "> 0"),
+    (typing.Annotated[float, Le(1)], "<= 1"), (typing.Annotated[float, Lt(0.5)], "< 0.5"),
+    (typing.Annotated[float, Gt(0), Le(1)], "in (0, 1]"), (typing.Annotated[float, Ge(0), Lt(1)], "in [0, 1)"),
+    (typing.Annotated[float, Ge(-1), Le(2.5)], "in [-1, 2.5]"), (typing.Annotated[float, Finite], "a finite number"),
+    (typing.Annotated[int, Ge(2)] | None, ">= 2 or null"), (typing.Literal["a", "b"], "one of a, b"), (float, None),
 ])
-def test_a_range_says_what_it_allows(rng, text):
-    assert rng.describe() == text
+def test_a_declared_type_says_what_it_allows(tp, text):
+    assert rule(tp) == text
 
 
 @pytest.mark.parametrize("x, ok", [(0, True), (1, True), (0.5, True), (-1e-12, False), (1.0000001, False),
                                    (NAN, False), (INF, False), (-INF, False)])
 def test_a_range_holds_only_finite_numbers_inside_it(x, ok):
-    assert Range(ge=0, le=1).holds(x) is ok
+    assert (problems(x, typing.Annotated[float, Ge(0), Le(1), Finite], "x") == []) is ok
 
 
-UNIT = typing.Annotated[float, Range(ge=0, le=1)]
+UNIT = typing.Annotated[float, Ge(0), Le(1), Finite]
 
 
 @dataclasses.dataclass
@@ -53,43 +58,42 @@ class _Inner:
 class _Outer:
     inner: _Inner | None = None
     weights: dict[str, UNIT] = dataclasses.field(default_factory=dict)
-    sizes: list[typing.Annotated[int, Range(ge=1)]] = dataclasses.field(default_factory=list)
+    sizes: list[typing.Annotated[int, Ge(1)]] = dataclasses.field(default_factory=list)
     anything: typing.Any = None
-    limit: typing.Annotated[float, Range(gt=0)] | None = None
+    limit: typing.Annotated[float, Gt(0), Finite] | None = None
 
 
-@pytest.mark.parametrize("value, problems", [
+@pytest.mark.parametrize("value, found", [
     ({"inner": {"p": 0.2, "n": 3}, "weights": {"a": 1.0}, "sizes": [1, 2], "limit": None}, []),
-    ({"inner": {"p": 1.5}}, ["o.inner.p must be in [0, 1], got 1.5"]),
-    ({"inner": {"n": NAN}}, ["o.inner.n must be a finite number, got nan"]),  # no range: still finite
-    ({"weights": {"a": 0.1, "b": -0.1}}, ["o.weights.b must be in [0, 1], got -0.1"]),
-    ({"sizes": [3, 0]}, ["o.sizes[1] must be >= 1, got 0"]),
-    ({"anything": {"deep": [1.0, {"x": -INF}]}}, ["o.anything.deep[1].x must be a finite number, got -inf"]),
-    ({"limit": 0.0, "inner": {"p": True}}, ["o.limit must be > 0, got 0.0"]),  # a bool is no number
-    ({"limit": INF, "sizes": [-1]}, ["o.limit must be > 0, got inf", "o.sizes[0] must be >= 1, got -1"]),
-    ({"inner": {"p": None}}, ["o.inner.p must be in [0, 1], got None"]),  # None where the type has no None
+    ({"inner": {"p": 1.5}}, ["o.inner.p: must be in [0, 1] (got 1.5)"]),  # the rule its type declares
+    ({"inner": {"n": NAN}}, ["o.inner.n: must be a finite number (got nan)"]),  # an int is finite
+    ({"weights": {"a": 0.1, "b": -0.1}}, ["o.weights.b: must be in [0, 1] (got -0.1)"]),
+    ({"sizes": [3, 0]}, ["o.sizes[1]: must be >= 1 (got 0)"]),
+    ({"limit": 0.0}, ["o.limit: must be > 0 or null (got 0.0)"]),
+    ({"limit": INF}, ["o.limit: must be > 0 or null (got inf)"]),
+    ({"inner": {"p": None}}, ["o.inner.p: must be in [0, 1] (got None)"]),  # None where the type has none
 ])
-def test_check_value_walks_dataclasses_dicts_and_lists(value, problems):
-    assert check_value(value, _Outer, "o") == problems
+def test_problems_walk_dataclasses_dicts_and_lists_by_their_declared_types(value, found):
+    assert problems(value, _Outer, "o") == found
 
 
 def test_a_class_path_block_is_checked_by_its_class_and_torch_classes_by_parameter_name():
+    from lit_grpo.settings import check_arguments
+
     adam = {"class_path": "torch.optim.AdamW", "init_args": {"lr": -1e-3, "betas": [0.9, 1.0], "eps": NAN}}
-    assert check_value(adam, typing.Any, "opt") == ["opt.init_args.lr must be >= 0, got -0.001",
-                                                    "opt.init_args.betas[1] must be in [0, 1), got 1.0",
-                                                    "opt.init_args.eps must be >= 0, got nan"]
+    assert check_arguments(lambda opt: None, {"opt": adam}, "m") == [
+        "m.opt.init_args.lr: must be >= 0 (got -0.001)", "m.opt.init_args.betas[1]: must be in [0, 1) (got 1.0)",
+        "m.opt.init_args.eps: must be >= 0 (got nan)"]
     assert "momentum" in argument_types("torch.optim.SGD") and "momentum" not in argument_types("torch.optim.AdamW")
-    assert check_value({"x": Keys(y=UNIT)}, typing.Any, "k") == []  # a Keys value is a type, never data
 
 
 # ----------------------------------------------------------------- every numeric option declares its range
-ANY_FINITE = {"seed", "weight", "pass_threshold"}
-"""Numeric options for which any finite number is right (a seed, a reward weight, a score threshold)."""
+ANY_INT = {"seed"}
+"""Integer options for which any value is right (a seed)."""
 
 
 def _option_types():
-    from lit_grpo.tasks.attention.meter import AttentionConfig
-    from lit_grpo.config import EvalConfig, GRPOConfig, PerfConfig
+    from lit_grpo.config import AttentionConfig, EvalConfig, GRPOConfig, PerfConfig
     from lit_grpo.data.datamodule import VLMDataModule, generator_option_types
     from lit_grpo.tasks.demo.embedded import EmbeddedModelConfig
     from lit_grpo.policy import LoRAConfig, PolicyConfig
@@ -100,7 +104,7 @@ def _option_types():
 
     groups = {c.__name__: argument_types(c) for c in (
         GRPOConfig, SamplingConfig, EvalConfig, PerfConfig, AttentionConfig, LoRAConfig, PolicyConfig,
-        EmbeddedModelConfig, JudgeConfig, OfflineJudgeConfig, RewardSpec, VLMDataModule)}
+        EmbeddedModelConfig, JudgeConfig, OfflineJudgeConfig, VLMDataModule)}
     groups.update({f"reward {n}": reward_option_types(n) for n in REWARDS.names()})
     groups.update({f"generate {k}": generator_option_types(k) for k in ("puzzles", "physics")})
     return groups
@@ -115,13 +119,16 @@ def _numbers(tp) -> list:
 
 
 def test_every_numeric_option_declares_its_range():
-    """A number option of the module, the data, the judge or a reward without a ``Range`` is listed here: add one
-    to its type (``Annotated[float, Range(ge=0)]``, see lit_grpo.ranges) or, when any finite value is right, its
-    name to ANY_FINITE. Without one it is still refused when not finite."""
+    """A float option of the module, the data, the judge or a reward declares ``Finite`` (``Annotated[float, Ge(0),
+    Finite]``: no bound refuses NaN), and an integer option a range unless it is listed in ANY_INT (see
+    lit_grpo.settings). RewardSpec.weight is finite by its ``__post_init__`` (in a list, which the parser names
+    without the index)."""
     undeclared = [f"{group}.{name}" for group, types in _option_types().items() for name, tp in types.items()
-                  for number in _numbers(tp) if typing.get_origin(number) is not typing.Annotated
-                  and name not in ANY_FINITE
-                  and group not in ("generate puzzles", "generate physics")]  # the generators' shapes: finite
+                  for number in _numbers(tp)
+                  if (Finite not in getattr(number, "__metadata__", ()) if typing.get_origin(number) is not None
+                      and number.__origin__ is float or number is float
+                      else typing.get_origin(number) is not typing.Annotated and name not in ANY_INT)
+                  and group not in ("generate puzzles", "generate physics")]  # the generators' shapes: ints
     assert undeclared == []
 
 
@@ -146,14 +153,13 @@ def parsed(tmp_path_factory):
 
 
 PREFLIGHT = [  # (key, value, the error line's text): each a value that YAML, ${oc.env} or a flag can give
-    ("model.init_args.grpo.max_grad_norm", NAN, "must be > 0 (null = no clipping), got nan"),
+    ("model.init_args.grpo.max_grad_norm", NAN, "must be > 0, got nan"),
     ("model.init_args.grpo.epsilon_low", 1.5, "must be in [0, 1], got 1.5"),
     ("model.init_args.grpo.beta", INF, "must be >= 0, got inf"),
     ("model.init_args.grpo.advantage_eps", -1e-4, "must be >= 0, got -0.0001"),
     ("model.init_args.grpo.num_iterations", 0, "must be >= 1, got 0"),
-    ("model.init_args.sampling.temperature", NAN, "must be > 0 (for greedy evaluation use evaluation.greedy: true), "
-                                                  "got nan"),
-    ("model.init_args.sampling.top_p", 0.0, "must be in (0, 1] (1 = off), got 0.0"),
+    ("model.init_args.sampling.temperature", NAN, "must be > 0, got nan"),
+    ("model.init_args.sampling.top_p", 0.0, "must be in (0, 1], got 0.0"),
     ("model.init_args.evaluation.num_samples", -1, "must be >= 0, got -1"),
     ("model.init_args.evaluation.temperature", -INF, "must be > 0, got -inf"),
     ("model.init_args.evaluation.pass_threshold", NAN, "must be a finite number, got nan"),
@@ -170,7 +176,7 @@ PREFLIGHT = [  # (key, value, the error line's text): each a value that YAML, ${
     ("model.init_args.optimizer.init_args.betas", [0.9, 1.0], None),  # -> .betas[1]
     ("model.init_args.lr_scheduler.init_args.end_factor", 1.5, "must be in [0, 1], got 1.5"),
     ("model.init_args.lr_scheduler.init_args.total_iters", -1, "must be >= 0, got -1"),
-    ("data.batch_size", 0, "must be >= 1 (prompts per step), got 0"),
+    ("data.batch_size", 0, "must be >= 1, got 0"),
     ("data.eval_batch_size", -INF, "must be >= 1, got -inf"),
     ("data.max_prompt_length", 0, "must be >= 1, got 0"),
     ("data.num_workers", -1, "must be >= 0, got -1"),
@@ -202,14 +208,19 @@ def test_a_number_out_of_range_is_one_line_naming_its_key(parsed, key, value, te
         check_config(_set(parsed, key, value), "fit")
     named, text = NESTED.get(key, (key, text))
     named = named.replace(".0.", "[0].").replace(".2.", "[2].").replace(".3.", "[3].")
-    assert str(err.value) == f"{named} {text}"
+    ranged = re.fullmatch(r"must be (.*), got (.*)", text)
+    if ranged:  # the declared rule (``or null`` where the type admits None) and the value given
+        assert str(err.value) in (f"{named}: must be {ranged[1]} (got {ranged[2]})",
+                                  f"{named}: must be {ranged[1]} or null (got {ranged[2]})")
+    else:
+        assert str(err.value) == f"{named} {text}"
 
 
 @pytest.mark.parametrize("optimizer, scheduler, text", [
     ({"class_path": "torch.optim.SGD", "init_args": {"lr": 0.1, "momentum": -0.9}}, None,
-     "model.init_args.optimizer.init_args.momentum must be >= 0, got -0.9"),
+     "model.init_args.optimizer.init_args.momentum: must be >= 0 (got -0.9)"),
     (None, {"class_path": "torch.optim.lr_scheduler.StepLR", "init_args": {"step_size": 0}},
-     "model.init_args.lr_scheduler.init_args.step_size must be >= 1, got 0"),
+     "model.init_args.lr_scheduler.init_args.step_size: must be >= 1 (got 0)"),
     (None, {"class_path": "torch.optim.lr_scheduler.OneCycleLR", "init_args": {"max_lr": 0.1}},  # torch's own check
      "model.init_args.lr_scheduler: torch.optim.lr_scheduler.OneCycleLR refuses its init_args: You must define "
      "either total_steps OR (epochs AND steps_per_epoch)"),
@@ -227,8 +238,8 @@ def test_several_problems_name_the_first_in_full_and_the_keys_of_the_rest(parsed
     cfg = _set(_set(_set(parsed, "model.init_args.grpo.beta", -1.0), "data.batch_size", 0), "data.num_workers", -2)
     with pytest.raises(ConfigError) as err:
         check_config(cfg, "fit")
-    assert str(err.value) == ("model.init_args.grpo.beta must be >= 0, got -1.0 (and 2 more problems: data.batch_size, "
-                              "data.num_workers)")
+    assert str(err.value) == ("model.init_args.grpo.beta: must be >= 0 (got -1.0) (and 2 more problems: "
+                              "data.batch_size, data.num_workers)")
 
 
 # ----------------------------------------------------------------- through the command line: YAML, ${oc.env}, flags
@@ -237,15 +248,15 @@ ROUTES = {  # key -> (YAML override, the same through ${oc.env}, the same as fla
     "max_grad_norm": ({"model": {"init_args": {"grpo": {"max_grad_norm": NAN}}}},
                       {"model": {"init_args": {"grpo": {"max_grad_norm": "${oc.env:%s}" % ENV}}}},
                       ["--model.init_args.grpo.max_grad_norm=.nan"], ".nan",
-                      "model.init_args.grpo.max_grad_norm must be > 0 (null = no clipping), got nan"),
+                      "model.init_args.grpo.max_grad_norm: must be > 0 or null (got nan)"),
     "lr": ({"model": {"init_args": {"optimizer": {"init_args": {"lr": -1e-3}}}}},
            {"model": {"init_args": {"optimizer": {"init_args": {"lr": "${oc.env:%s}" % ENV}}}}},
            ["--model.init_args.optimizer.init_args.lr", "-0.001"], "-0.001",
-           "model.init_args.optimizer.init_args.lr must be >= 0, got -0.001"),
+           "model.init_args.optimizer.init_args.lr: must be >= 0 (got -0.001)"),
     "weight": ({"model": {"init_args": {"rewards": [{"name": "binary", "weight": INF}]}}},
                {"model": {"init_args": {"rewards": [{"name": "binary", "weight": "${oc.env:%s}" % ENV}]}}},
                ["--model.init_args.rewards=[{name: binary, weight: .inf}]"], ".inf",
-               "model.init_args.rewards[0].weight must be a finite number, got inf"),
+               "model.init_args.rewards[0].weight: must be a finite number (got inf)"),
 }
 
 
@@ -277,7 +288,12 @@ def test_a_bad_number_from_yaml_env_or_flags_is_refused_before_anything_is_built
     with pytest.raises(SystemExit) as exc:
         main(args)
     out, err = capsys.readouterr()
-    assert exc.value.code == 2 and out == "" and err == f"error: {line}\n"
+    line = line.replace("(got nan)", "(got .nan)") if route != "yaml" else line  # a flag's or variable's text
+    if route == "oc.env" and key == "max_grad_norm":  # resolved late: pydantic's own sentence, the key and value
+        assert err.startswith(f"error: {line.split(': ')[0]}: ") and err.endswith("(got .nan)\n"), err
+    else:
+        assert exc.value.code == 2 and out == "" and err == f"error: {line}\n"
+    assert exc.value.code == 2 and out == ""
     # no model built, no data generated, no log folder, config.yaml, hparams.yaml, events or checkpoint
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["redirect.yaml"] + ["bad.yaml"] * (route != "flags"))
 
@@ -292,7 +308,7 @@ def test_the_readme_demo_with_a_negative_learning_rate_is_one_line_at_once(tmp_p
                            "--trainer.logger.init_args.save_dir", str(tmp_path / "logs")],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and proc.stdout == "", proc.stderr[-2000:]
-    assert proc.stderr == "error: model.init_args.optimizer.init_args.lr must be >= 0, got -0.001\n"
+    assert proc.stderr == "error: model.init_args.optimizer.init_args.lr: must be >= 0 (got -0.001)\n"
     assert not (tmp_path / "logs").exists() and time.monotonic() - start < 60
 
 
@@ -306,17 +322,17 @@ def _python_cases():
     from lit_grpo.rollout import SamplingConfig
 
     return [
-        (lambda: GRPOConfig(max_grad_norm=NAN), "GRPOConfig.max_grad_norm must be > 0 (null = no clipping), got nan"),
-        (lambda: GRPOConfig(epsilon_low=1.5), "GRPOConfig.epsilon_low must be in [0, 1], got 1.5"),
-        (lambda: SamplingConfig(top_k=-1), "SamplingConfig.top_k must be >= 0 (0 = off), got -1"),
-        (lambda: RewardSpec("binary", weight=-INF), "RewardSpec.weight must be a finite number, got -inf"),
+        (lambda: GRPOConfig(max_grad_norm=NAN), "GRPOConfig.max_grad_norm: must be > 0 or null (got nan)"),
+        (lambda: GRPOConfig(epsilon_low=1.5), "GRPOConfig.epsilon_low: must be in [0, 1] (got 1.5)"),
+        (lambda: SamplingConfig(top_k=-1), "SamplingConfig.top_k: must be >= 0 (got -1)"),
+        (lambda: RewardSpec("binary", weight=-INF), "RewardSpec.weight: must be a finite number (got -inf)"),
         (lambda: RewardSpec("rubric", kwargs={"absent_factor": 1.2}),
-         "RewardSpec.kwargs.absent_factor must be in [0, 1], got 1.2"),
-        (lambda: JudgeConfig(call_deadline_s=NAN), "JudgeConfig.call_deadline_s must be > 0, got nan"),
-        (lambda: LoRAConfig(r=0), "LoRAConfig.r must be >= 1, got 0"),
-        (lambda: VLMDataModule(batch_size=0), "data.batch_size must be >= 1 (prompts per step), got 0"),
+         "reward 'rubric' option absent_factor: must be in [0, 1] (got 1.2)"),
+        (lambda: JudgeConfig(call_deadline_s=NAN), "JudgeConfig.call_deadline_s: must be > 0 (got nan)"),
+        (lambda: LoRAConfig(r=0), "LoRAConfig.r: must be >= 1 (got 0)"),
+        (lambda: VLMDataModule(batch_size=0), "data.batch_size: must be >= 1 (got 0)"),
         (lambda: DatasetSpec(generate={"path": "x.parquet", "kind": "physics", "num": -5}),
-         "DatasetSpec.generate.num must be >= 1, got -5"),
+         "DatasetSpec.generate.num: must be >= 1 (got -5)"),
     ]
 
 
@@ -329,9 +345,9 @@ def test_python_callers_meet_the_same_ranges(case):
 
 
 @pytest.mark.parametrize("key,value,text", [
-    ("model.init_args.optimizer.init_args.lr", "-1e-5", "must be >= 0, got -1e-05"),
-    ("model.init_args.lr_scheduler.init_args.end_factor", "-0.5", "must be in [0, 1], got -0.5"),
-    ("model.init_args.grpo.beta", "-0.5", "must be >= 0, got -0.5"),
+    ("model.init_args.optimizer.init_args.lr", "-1e-5", "must be >= 0 (got -1e-05)"),
+    ("model.init_args.lr_scheduler.init_args.end_factor", "-0.5", "must be in [0, 1] (got -0.5)"),
+    ("model.init_args.grpo.beta", "-0.5", "must be >= 0 (got -0.5)"),
     ("model.init_args.sampling.temperature", "-1", "must be > 0"),
 ])
 def test_a_negative_number_after_a_space_is_the_option_s_value(key, value, text, capsys):
@@ -340,4 +356,4 @@ def test_a_negative_number_after_a_space_is_the_option_s_value(key, value, text,
     with pytest.raises(SystemExit) as exc:
         main(["fit", "--config", "configs/demo.yaml", f"--{key}", value])
     err = capsys.readouterr().err.strip()
-    assert exc.value.code == 2 and err.startswith(f"error: {key} {text}"), err
+    assert exc.value.code == 2 and err.startswith(f"error: {key}: {text}"), err

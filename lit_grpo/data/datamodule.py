@@ -1,7 +1,6 @@
 """DataModule: datasets from readers (generated first where a ``generate`` block asks), prompt rendering,
 over-long filtering."""
 
-from __future__ import annotations
 
 import dataclasses
 import difflib
@@ -11,19 +10,20 @@ import logging
 import os
 import warnings
 from pathlib import Path
-from typing import Annotated, Any, Callable
+from typing import Annotated, Any, Callable, Literal
 
 import lightning as L
 import torch
 from torch.utils.data import Dataset, DistributedSampler, Subset
 from torchdata.stateful_dataloader import StatefulDataLoader
+from annotated_types import Ge
 
 from lit_grpo.data import overlap
 from lit_grpo.data.io import hub_dataset_cached, is_local, offline, parse_slice
 from lit_grpo.data.sample import TEMPLATES, BadRowError, Sample, render_messages
 from lit_grpo.errors import InputError
 from lit_grpo.progress import CountProgress
-from lit_grpo.ranges import Checked, Keys, Range, argument_types, check_arguments, raise_problems
+from lit_grpo.settings import Checked, SettingError, argument_types, check_arguments
 from lit_grpo.registry import Registry
 from lit_grpo.rng import run_seed
 
@@ -51,15 +51,15 @@ def generator_options(kind: str) -> list[str]:
     return sorted(names)
 
 
-def generator_option_types(kind: str | None) -> Keys:
+def generator_option_types(kind: str | None) -> dict[str, Any]:
     """Setting -> declared type of a ``generate`` block of ``kind`` (the generator's and those it passes on)."""
     if kind not in GENERATORS:
-        return Keys()
+        return {}
     fn = GENERATORS.get(kind)
     types = {}
     for target in (*getattr(fn, "forwards_to", ()), fn):
         types.update(argument_types(target))
-    return Keys(types)
+    return types
 
 
 @dataclasses.dataclass
@@ -90,10 +90,10 @@ class DatasetSpec(Checked):
 
     @staticmethod
     def option_types(value) -> dict[str, Any]:
-        """``generate`` and ``reader_args`` are typed by the generator's and the reader's options (:mod:`lit_grpo.ranges`)."""
+        """``generate`` and ``reader_args`` are typed by the generator's and the reader's options."""
         reader = value.get("reader")
         return {"generate": generator_option_types((value.get("generate") or {}).get("kind")),
-                "reader_args": Keys(argument_types(READERS.get(reader)) if reader in READERS else {})}
+                "reader_args": argument_types(READERS.get(reader)) if reader in READERS else {}}
 
     def generated(self) -> bool:
         """Whether this split reads the file its ``generate`` block writes."""
@@ -272,14 +272,14 @@ class VLMDataModule(L.LightningDataModule):
         val: DatasetSpec | None = None,
         test: DatasetSpec | None = None,
         predict: DatasetSpec | None = None,
-        batch_size: Annotated[int, Range(ge=1, note="prompts per step")] = 4,
-        eval_batch_size: Annotated[int, Range(ge=1)] = 8,
+        batch_size: Annotated[int, Ge(1)] = 4,
+        eval_batch_size: Annotated[int, Ge(1)] = 8,
         template: str = "visualsphinx_seed",
         system_prompt: str | None = None,
-        max_prompt_length: Annotated[int, Range(ge=1)] | None = None,
-        num_workers: Annotated[int, Range(ge=0)] = 0,
-        on_bad_row: str = "raise",
-        on_overlap: str = "refuse",
+        max_prompt_length: Annotated[int, Ge(1)] | None = None,
+        num_workers: Annotated[int, Ge(0)] = 0,
+        on_bad_row: Literal["raise", "skip"] = "raise",
+        on_overlap: Literal["refuse", "drop", "allow"] = "refuse",
     ):
         """
         Args:
@@ -299,17 +299,15 @@ class VLMDataModule(L.LightningDataModule):
                 ``allow`` keeps them and logs the count (deliberate: a check that a policy fits its own eval set).
         """
         super().__init__()
-        raise_problems(check_arguments(VLMDataModule, locals(), "data"))  # the declared ranges (lit_grpo.ranges)
+        found = check_arguments(VLMDataModule, locals(), "data")  # Python callers: the types the parser checks
+        if found:
+            raise SettingError(found)
         self.template_fn = TEMPLATES.get(template)  # looked up once: a typo fails here, no sample looks it up again
         self.specs = {"train": train, "val": val, "test": test or val, "predict": predict or test or val}
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.template, self.system_prompt = template, system_prompt
         self.max_prompt_length, self.num_workers = max_prompt_length, num_workers
-        if on_bad_row not in ("raise", "skip"):
-            raise ValueError(f"on_bad_row must be 'raise' or 'skip', got {on_bad_row!r}")
-        self.on_bad_row = on_bad_row
-        if on_overlap not in overlap.OVERLAP_POLICIES:
-            raise ValueError(f"on_overlap must be one of {overlap.OVERLAP_POLICIES}, got {on_overlap!r}")
+        self.on_bad_row = on_bad_row  # it and on_overlap are one of their Literal's choices (check_arguments above)
         self.on_overlap, self.overlap_dropped = on_overlap, 0
         self.datasets: dict[str, Dataset] = {}
         self.prompt_length: Callable[[list[dict], Sample], int] | None = None

@@ -15,7 +15,6 @@ carries ``components`` (per-completion values logged next to the total, not adde
 ``metrics`` (scalars of the call, e.g. judge latency).
 """
 
-from __future__ import annotations
 
 import copy
 import dataclasses
@@ -33,7 +32,7 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from lit_grpo.data.sample import RECORD_COLUMNS
 from lit_grpo.errors import InputError, UserError
-from lit_grpo.ranges import Checked, Keys, argument_types, check_value, type_name
+from lit_grpo.settings import Checked, SettingError, argument_types, problems, type_name
 from lit_grpo.registry import Registry
 
 log = logging.getLogger(__name__)
@@ -143,22 +142,21 @@ def option_default(name: str, option: str) -> Any:
     return params[option].default
 
 
-def reward_option_types(name: str | None) -> Keys:
-    """Option -> declared type (ranges kept, :mod:`lit_grpo.ranges`) of the reward registered as ``name``; empty for
-    a name that is not registered (refused elsewhere, naming the registered ones)."""
+def reward_option_types(name: str | None) -> dict[str, Any]:
+    """Option -> declared type (bounds kept, :mod:`lit_grpo.settings`) of the reward registered as ``name``; empty
+    for a name that is not registered (refused elsewhere, naming the registered ones)."""
     if name not in REWARDS:
-        return Keys()
+        return {}
     entry, options = REWARDS.get(name), reward_options(name)
     hints = argument_types(entry)
-    return Keys({k: hints[k] for k in options if k in hints})
+    return {k: hints[k] for k in options if k in hints}
 
 
 def check_options(spec: "RewardSpec") -> None:
     """Refuse ``kwargs`` that are not options of the reward (a typo would be ignored by its ``**_``), and option
-    values of the wrong type: each value a config can hold is checked against its parameter's annotation
-    (jsonargparse, as the CLI checks every other option; a mapping for a dataclass option, such as a judge's
-    settings, field by field), and numbers that are not finite or out of their declared range
-    (:mod:`lit_grpo.ranges`).
+    values of the wrong type: each value a config can hold is checked against its parameter's annotation by
+    pydantic (:mod:`lit_grpo.settings`: types, ranges, finite numbers, choices; a mapping for a dataclass option,
+    such as a judge's settings, field by field, after its own check of unknown keys).
 
     Raises:
         ValueError: naming the reward, the unknown keys and the valid ones, or the option and the type or range it
@@ -173,63 +171,19 @@ def check_options(spec: "RewardSpec") -> None:
         raise ValueError(f"reward {who} has no option {', '.join(map(repr, unknown))}{hint}; "
                          f"its options: {', '.join(valid) or 'none'}")
     declared = reward_option_types(spec.name)
-    problems = [p for key, value in spec.kwargs.items() for p in check_value(value, declared.get(key, Any), key)]
-    if problems:  # non-finite or out of its declared range (lit_grpo.ranges)
-        raise ValueError(f"reward {who} option {problems[0]}")
-    for key, value in spec.kwargs.items():
-        if not config_value(value):  # an object handed over in Python (a Judge instance): the caller's to type
-            continue
-        settings = settings_class(spec.name, key) if isinstance(value, dict) else None
-        if settings is not None and hasattr(settings, "from_dict"):  # its own checks: unknown keys, hints
+    found = [p for key, value in spec.kwargs.items() if config_value(value)
+             for p in problems(value, declared.get(key, Any), key)]
+    if found:  # out of its declared type or range (lit_grpo.settings)
+        raise ValueError(f"reward {who} option {found[0]}")
+    for key, value in spec.kwargs.items():  # the types are checked above (pydantic); a settings mapping's own
+        settings = settings_class(spec.name, key) if isinstance(value, dict) else None  # checks: unknown keys, hints
+        if settings is not None and hasattr(settings, "from_dict"):
             try:
                 settings.from_dict(value)
+            except SettingError as exc:  # a declared type of the settings: named by its dotted key
+                raise SettingError([f"{key}.{exc.problems[0]}"], f"reward {who} option") from None
             except ValueError as exc:
                 raise ValueError(f"reward {who} option {key!r}: {exc}") from None
-            except TypeError:  # a value of the wrong type: the typed check below says which
-                pass
-        parser = option_parser(settings) if settings is not None else reward_parser(spec.name)
-        try:
-            parser.parse_object(value if settings is not None else {key: value}, defaults=False)
-        except Exception as exc:
-            why = type_error(exc, key, value, declared.get(key, Any), settings)
-            raise ValueError(f"reward {who} option {why}") from None
-
-
-def type_error(exc: Exception, key: str, value: Any, declared: Any, settings: type | None = None) -> str:
-    """Why ``value`` of option ``key`` failed jsonargparse's check, short, from the option's declared type rather
-    than jsonargparse's wording: ``'mode': expected str, got 3``, ``'weights': expected one of dict[str, float],
-    None, got {...}``. For a mapping given to a dataclass option (``settings``, a judge's), the first field that
-    fails on its own, named by its dotted key: ``'judge.timeout_s': expected float, got slow``.
-
-    >>> type_error(TypeError(), "mode", 3, str)
-    "'mode': expected str, got 3"
-    """
-    if settings is not None:
-        found = _failing_field(settings, value, key)
-        if found is not None:
-            name, tp, got = found
-            return f"{name!r}: expected {type_name(tp, got)}, got {got}"
-        return f"{key!r}: {' '.join(str(exc).split())}"
-    return f"{key!r}: expected {type_name(declared, value)}, got {value!r}"
-
-
-def _failing_field(settings: type, value: dict, prefix: str) -> tuple[str, Any, Any] | None:
-    """``(dotted key, declared type, value)`` of the first field of ``value`` that ``settings`` refuses on its own
-    (a mapping given to a dataclass field is searched in turn), or ``None``."""
-    hints = typing.get_type_hints(settings)
-    for field, item in value.items():
-        tp = hints.get(field, Any)
-        inner = next((t for t in typing.get_args(tp) or (tp,) if dataclasses.is_dataclass(t)), None)
-        if isinstance(item, dict) and inner is not None:
-            found = _failing_field(inner, item, f"{prefix}.{field}")
-            if found is not None:
-                return found
-            continue
-        try:
-            option_parser(settings).parse_object({field: item}, defaults=False)
-        except Exception:
-            return f"{prefix}.{field}", tp, item
-    return None
 
 
 def config_value(value: Any) -> bool:
@@ -249,27 +203,6 @@ def settings_class(name: str, key: str) -> type | None:
     return next((t for t in members if dataclasses.is_dataclass(t)), None)
 
 
-@functools.lru_cache(maxsize=None)
-def reward_parser(name: str):
-    """A jsonargparse parser of the registered reward ``name``'s options, typed by its signature."""
-    entry = REWARDS.get(name)
-    skip = frozenset({"completions", *reward_info(name).columns})
-    return option_parser(entry, skip)
-
-
-@functools.lru_cache(maxsize=None)
-def option_parser(obj, skip: frozenset = frozenset()):
-    """A jsonargparse parser of a function's parameters or a (data)class's fields, typed by their annotations."""
-    from jsonargparse import ArgumentParser
-
-    parser = ArgumentParser(exit_on_error=False)
-    if inspect.isclass(obj):
-        parser.add_class_arguments(obj, skip=set(skip))
-    else:
-        parser.add_function_arguments(obj, skip=set(skip))
-    return parser
-
-
 @dataclasses.dataclass
 class RewardSpec(Checked):
     """One term of the total reward: ``weight * reward(name, **kwargs)``."""
@@ -278,15 +211,28 @@ class RewardSpec(Checked):
     """Registered reward name (``binary``, ``format``, ``accuracy``, ...) or dotted path to a reward outside the
     package (``my_pkg.my_reward``, see :class:`RewardRegistry`)."""
     weight: float = 1.0
-    """Weight in the total reward."""
+    """Weight in the total reward (any finite number)."""
     kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Options of the reward (see its docstring)."""
     alias: str | None = None
     """Name under which it is logged (defaults to ``name``); lets one reward appear twice."""
 
+    def __post_init__(self):
+        try:
+            super().__post_init__()
+        except SettingError as exc:  # an option of the reward: named as the reward's (reward 'x' option k: ...)
+            if not exc.problems[0].startswith("kwargs."):
+                raise
+            who = repr(self.label) if self.label == self.name else f"{self.label!r} ({self.name})"
+            shown = SettingError([p.removeprefix("kwargs.") for p in exc.problems], f"reward {who} option")
+            raise SettingError(exc.problems, "RewardSpec", str(shown)) from None  # keys stay under kwargs
+        if isinstance(self.weight, (int, float)) and not math.isfinite(self.weight):  # here, not in the type: in a
+            # list (rewards, metrics) the parser would name the key without its index, this names rewards[i].weight
+            raise SettingError([f"weight: must be a finite number (got {self.weight!r})"], "RewardSpec")
+
     @staticmethod
     def option_types(value) -> dict[str, Any]:
-        """``kwargs`` is typed by the reward's own options (:mod:`lit_grpo.ranges`)."""
+        """``kwargs`` is typed by the reward's own options (:mod:`lit_grpo.settings`)."""
         return {"kwargs": reward_option_types(value.get("name"))}
 
     @property

@@ -21,7 +21,6 @@ Shapes: ``B`` prompts, ``G`` group size, ``N = B * G``, ``P`` prompt tokens (lef
 completion tokens, ``V`` vocabulary.
 """
 
-from __future__ import annotations
 
 import contextlib
 import dataclasses
@@ -31,10 +30,11 @@ from typing import Annotated, Any
 import torch
 from torch import Tensor, nn
 from transformers import GenerationConfig
+from annotated_types import Ge, Gt, Le
 
 from lit_grpo.families import RowLayout
 from lit_grpo.grpo import selective_log_softmax
-from lit_grpo.ranges import Checked, Range
+from lit_grpo.settings import Checked, Finite
 
 
 # ----------------------------------------------------------------- a rollout
@@ -44,16 +44,15 @@ from lit_grpo.ranges import Checked, Range
 class SamplingConfig(Checked):
     """How completions are sampled."""
 
-    num_generations: Annotated[int, Range(ge=2, note="a group of one completion has no reward spread, so every "
-                                                    "advantage and the loss would be 0")] = 8
+    num_generations: Annotated[int, Ge(2)] = 8
     """G: completions per prompt (the group)."""
-    temperature: Annotated[float, Range(gt=0, note="for greedy evaluation use evaluation.greedy: true")] = 1.0
+    temperature: Annotated[float, Gt(0), Finite] = 1.0
     """Sampling temperature; log-probs use the same temperature."""
-    top_p: Annotated[float, Range(gt=0, le=1, note="1 = off")] = 1.0
+    top_p: Annotated[float, Gt(0), Le(1), Finite] = 1.0
     """Nucleus sampling mass (applied after top-k); the log-probs model it."""
-    top_k: Annotated[int, Range(ge=0, note="0 = off")] = 0
+    top_k: Annotated[int, Ge(0)] = 0
     """Top-k sampling (0 = off); the log-probs model it."""
-    max_completion_length: Annotated[int, Range(ge=1)] = 512
+    max_completion_length: Annotated[int, Ge(1)] = 512
     """Most tokens a completion may have."""
 
 

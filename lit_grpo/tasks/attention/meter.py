@@ -18,11 +18,12 @@ a time (a chunk of query rows x heads x keys) and keeps ``T x L`` per sequence (
 columns in the trainer), for the last layer only, never the ``L x L`` matrix of any layer.
 """
 
-from __future__ import annotations
-
 import dataclasses
 import functools
-from typing import Annotated, ClassVar
+import typing
+from typing import Annotated, ClassVar, Literal
+
+from annotated_types import Ge, Le
 
 import numpy as np
 import torch
@@ -31,13 +32,14 @@ from PIL import Image
 from torch import Tensor, nn
 
 from lit_grpo.columns import COLUMNS
-from lit_grpo.families import GRIDS, AttentionParts, Family, ImageGrid, family_for
-from lit_grpo.ranges import Checked, Range
+from lit_grpo.families import AttentionParts, Family, ImageGrid, family_for
+from lit_grpo.settings import Checked
 from lit_grpo.registry import OPTION_GROUPS
 
 BACKGROUND = 230
 """A pixel is background when all three RGB channels are >= this value."""
-ROWS = ("own", "final")
+Row = Literal["own", "final"]
+ROWS = typing.get_args(Row)
 """Which attention rows score a completion (:attr:`AttentionConfig.row`)."""
 
 
@@ -52,7 +54,7 @@ class AttentionConfig(Checked):
 
     enabled: bool | None = None
     """Capture even when no reward reads ``asm`` (for the overlay callback); None = only when one does."""
-    grid: str | None = None
+    grid: Literal["base", "tiles", "all"] | None = None
     """Patch grid(s) the ASM uses: ``base`` (LLaVA-NeXT's base grid, Idefics3's global image), ``tiles``
     (high-resolution tiles), ``all``; None = the family's default (``base``; ``all`` for Idefics3/SmolVLM). The
     paper reads one grid per image: "Attention over image tokens is reshaped into a 2D grid (H_img/p x W_img/p),
@@ -60,26 +62,18 @@ class AttentionConfig(Checked):
     that is the base grid (the whole image at one tile's resolution, the default), or the tiles (the image at
     its own resolution, H_img/p x W_img/p patches), or both (each grid's fraction counted with its share of the
     image attention: :func:`grid_fractions`)."""
-    row: str = "own"
+    row: Row = "own"
     """Which attention row scores a completion: ``own`` = each generated token's own row (the token as query),
     scored and averaged over the completion ("we average Equation 7 across all T generated tokens [...] the
     Attention Score Mask"); ``final`` = the row of the completion's last valid token alone ("the resulting
     attention tensor is averaged across all heads, and the final token's attention row is extracted, yielding a
     per-token attention vector over the full input sequence for each rollout"). Both sentences are the paper's;
     they disagree, so the choice is visible (:func:`token_weights`)."""
-    background_threshold: Annotated[int, Range(ge=0, le=256, note="256 = no pixel is background")] = BACKGROUND
-    """A pixel is background when all RGB channels are >= this."""
-    chunk_scores: Annotated[int, Range(ge=1)] = 2 ** 22
+    background_threshold: Annotated[int, Ge(0), Le(256)] = BACKGROUND
+    """A pixel is background when all RGB channels are >= this (256 = no pixel is background)."""
+    chunk_scores: Annotated[int, Ge(1)] = 2 ** 22
     """Attention scores (rows x heads x queries x keys) the reconstruction makes per step (16 MiB in
     float32, twice that with their softmax); it sets how many query rows each step covers."""
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.row not in ROWS:
-            raise ValueError(f"attention.row must be one of {list(ROWS)}, got {self.row!r}")
-        if self.grid is not None and self.grid not in GRIDS:
-            raise ValueError(f"attention.grid must be one of {list(GRIDS)} (or null: the family's default), "
-                             f"got {self.grid!r}")
 
 
 class AttentionCapture:

@@ -8,7 +8,6 @@ byte-level BPE tokenizer trained locally, so nothing is downloaded. The result i
 ``save_pretrained`` and reloaded by path like any real checkpoint.
 """
 
-from __future__ import annotations
 
 import dataclasses
 import string
@@ -26,9 +25,10 @@ from transformers import (
     SiglipVisionConfig,
 )
 from transformers.models.llava_next import LlavaNextImageProcessorPil
+from annotated_types import Ge, Gt
 
-from lit_grpo.ranges import Checked, Range
 from lit_grpo.registry import OPTION_GROUPS
+from lit_grpo.settings import Checked, Finite
 
 SPECIAL_TOKENS = ["<|end_of_text|>", "<|system|>", "<|user|>", "<|assistant|>", "<image>"]
 
@@ -75,31 +75,31 @@ class EmbeddedModelConfig(Checked):
 
     seed: int = 0
     """Seed of the tokenizer-free parts: weights are ``torch.manual_seed(seed)`` initialised."""
-    hidden_size: Annotated[int, Range(ge=1)] = 64
+    hidden_size: Annotated[int, Ge(1)] = 64
     """Language model width."""
-    num_hidden_layers: Annotated[int, Range(ge=1)] = 2
+    num_hidden_layers: Annotated[int, Ge(1)] = 2
     """Language model depth."""
-    num_attention_heads: Annotated[int, Range(ge=1)] = 4
+    num_attention_heads: Annotated[int, Ge(1)] = 4
     """Query heads of the language model."""
-    num_key_value_heads: Annotated[int, Range(ge=1)] = 2
+    num_key_value_heads: Annotated[int, Ge(1)] = 2
     """Key/value heads (grouped-query attention when fewer than the query heads)."""
-    intermediate_size: Annotated[int, Range(ge=1)] = 128
+    intermediate_size: Annotated[int, Ge(1)] = 128
     """MLP width of the language model."""
-    vision_hidden_size: Annotated[int, Range(ge=1)] = 32
+    vision_hidden_size: Annotated[int, Ge(1)] = 32
     """SigLIP width."""
-    vision_layers: Annotated[int, Range(ge=1)] = 2
+    vision_layers: Annotated[int, Ge(1)] = 2
     """SigLIP depth (``vision_feature_layer`` takes the last layers by negative index)."""
-    image_size: Annotated[int, Range(ge=1)] = 56
+    image_size: Annotated[int, Ge(1)] = 56
     """SigLIP input resolution (one tile); with ``patch_size`` 14 the base grid is 4 x 4."""
-    patch_size: Annotated[int, Range(ge=1)] = 14
+    patch_size: Annotated[int, Ge(1)] = 14
     """SigLIP patch size in pixels."""
-    attention_multiplier: Annotated[float, Range(gt=0)] | None = None
+    attention_multiplier: Annotated[float, Gt(0), Finite] | None = None
     """Granite's attention scale (replaces ``1/sqrt(head_dim)``); None = ``1/sqrt(head_dim)``."""
-    logits_scaling: Annotated[float, Range(gt=0)] = 8.0
+    logits_scaling: Annotated[float, Gt(0), Finite] = 8.0
     """Granite's ``logits_scaling``; the LLaVA-NeXT class never applies it (as in the real model)."""
-    vocab_size: Annotated[int, Range(ge=1)] = 448
+    vocab_size: Annotated[int, Ge(1)] = 448
     """Target size of the trained BPE vocabulary (special tokens included)."""
-    grid_pinpoints: list[list[Annotated[int, Range(ge=1)]]] | None = None
+    grid_pinpoints: list[list[Annotated[int, Ge(1)]]] | None = None
     """LLaVA-NeXT ``image_grid_pinpoints`` (height, width) for the high-resolution tiles; None = 1-3 tiles
     of ``image_size`` in each direction. ``[[image_size, image_size]]`` gives one tile."""
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Any
+from annotated_types import Ge
 
 from lit_grpo.data.datamodule import GENERATORS, READERS
 from lit_grpo.evaluation import TABLE_GROUPS
-from lit_grpo.ranges import Range
 from lit_grpo.tasks.phyx import equivalence, judged, official  # noqa: F401  (they register the rewards)
 from lit_grpo.tasks.phyx import templates  # noqa: F401  (registers the templates and the SFT reference)
 from lit_grpo.tasks.phyx.physics import write_physics
@@ -23,7 +23,7 @@ TABLE_GROUPS.register("reasoning_type")(REASONING_TYPES)
 
 
 @GENERATORS.register("physics")
-def _generate_physics(path: str, num: Annotated[int, Range(ge=1)] = 256, seed: int = 0, **cfg: Any) -> Path:
+def _generate_physics(path: str, num: Annotated[int, Ge(1)] = 256, seed: int = 0, **cfg: Any) -> Path:
     """Embedded PhyX-like physics problems; the layout follows the file name (``.parquet`` default
     layout, ``.jsonl`` raw layout with ``images/`` beside it)."""
     return write_physics(path, num=num, seed=seed, **cfg)

@@ -15,8 +15,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from typing import Annotated, Any, Literal
+from annotated_types import Ge
 
-from lit_grpo.ranges import Range
 from lit_grpo.tasks.phyx.judge.config import JudgeConfig
 from lit_grpo.tasks.phyx.judge import EQUIVALENCE, Judge, aggregate_votes
 from lit_grpo.tasks.phyx.judged import COLUMNS, _columns, _item, _judge, _open_rows
@@ -58,7 +58,7 @@ class OpenEquivalence:
 
     def __init__(self, judge: Judge | JudgeConfig | dict[str, Any] | None = None,
                  require: list[Literal["answer", "unit", "principle"]] | None = None,
-                 num_judges: Annotated[int, Range(ge=1)] | None = 1):
+                 num_judges: Annotated[int, Ge(1)] | None = 1):
         self.require = list(require or ["answer"])
         unknown = [f for f in self.require if f not in FIELDS]
         if unknown or not self.require:

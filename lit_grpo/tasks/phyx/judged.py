@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import math
 from typing import Annotated, Any
+from annotated_types import Ge, Gt, Le
 
-from lit_grpo.ranges import Range
+from lit_grpo.settings import Finite
 from lit_grpo.rewards.basic import DEFAULT_TAGS, accuracy_reward, format_score
 from lit_grpo.tasks.phyx.judge import ACCURACY, RUBRIC, Judge, JudgeConfig, JudgeItem, aggregate_votes, build_judge
 from lit_grpo.rewards.parsing import extract_tag, tagged_answer
@@ -117,11 +118,11 @@ class RubricReward:
         tags: tag pairs of the format term (default: think, answer, unit, principle).
     """
 
-    def __init__(self, weights: dict[str, Annotated[float, Range(ge=0)]] | None = None, strict: bool = False,
+    def __init__(self, weights: dict[str, Annotated[float, Ge(0), Finite]] | None = None, strict: bool = False,
                  judge: Judge | JudgeConfig | dict[str, Any] | None = None,
-                 absent_factor: Annotated[float, Range(ge=0, le=1)] = 0.6,
-                 length_scale: Annotated[float, Range(gt=0)] = 4000.0,
-                 length_cap: Annotated[float, Range(ge=0)] = 0.05, length_unit: str = "chars",
+                 absent_factor: Annotated[float, Ge(0), Le(1), Finite] = 0.6,
+                 length_scale: Annotated[float, Gt(0), Finite] = 4000.0,
+                 length_cap: Annotated[float, Ge(0), Finite] = 0.05, length_unit: str = "chars",
                  literal_mcq_penalty: bool = False, tags: list[str] | None = None):
         if length_unit not in ("chars", "tokens"):
             raise ValueError(f"rubric length_unit must be 'chars' or 'tokens', got {length_unit!r}")

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Any, Callable
+from annotated_types import Ge
 
 from lit_grpo.data.datamodule import GENERATORS, READERS
-from lit_grpo.ranges import Range
 from lit_grpo.tasks.visualsphinx import templates  # noqa: F401  (registers the templates)
 from lit_grpo.tasks.visualsphinx.puzzles import PuzzleConfig, write_puzzles
 from lit_grpo.tasks.visualsphinx.reader import read_visualsphinx
@@ -18,7 +18,7 @@ READERS.register("visualsphinx")(read_visualsphinx)
 
 
 @GENERATORS.register("puzzles")
-def _generate_puzzles(path: str, num: Annotated[int, Range(ge=1)] = 1000, seed: int = 0,
+def _generate_puzzles(path: str, num: Annotated[int, Ge(1)] = 1000, seed: int = 0,
                       progress: Callable[[int], None] | None = None, **cfg: Any) -> Path:
     return write_puzzles(path, num=num, seed=seed, cfg=PuzzleConfig(**cfg), progress=progress)
 

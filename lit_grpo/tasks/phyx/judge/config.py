@@ -13,13 +13,13 @@ credential under ``extra_body``, a value equal to the key or shaped like one) is
 field and never the value (:mod:`lit_grpo.api_keys`).
 """
 
-from __future__ import annotations
 
 import dataclasses
 import difflib
 from typing import Annotated, Any
+from annotated_types import Ge, Gt, Le
 
-from lit_grpo.ranges import Checked, Range
+from lit_grpo.settings import Checked, Finite
 from lit_grpo.api_keys import find_credentials
 from lit_grpo.registry import OPTION_GROUPS
 
@@ -28,11 +28,11 @@ from lit_grpo.registry import OPTION_GROUPS
 class OfflineJudgeConfig(Checked):
     """The offline judge's settings (``judge.offline``); the defaults are our documented choices."""
 
-    rel_tol: Annotated[float, Range(ge=0)] = 0.01
+    rel_tol: Annotated[float, Ge(0), Finite] = 0.01
     """Relative tolerance of a fully correct value."""
-    partial_rel_tol: Annotated[float, Range(ge=0)] = 0.05
+    partial_rel_tol: Annotated[float, Ge(0), Finite] = 0.05
     """Relative tolerance of a partially correct value."""
-    min_reasoning_words: Annotated[int, Range(ge=0)] = 20
+    min_reasoning_words: Annotated[int, Ge(0)] = 20
     """Words in ``<think>`` for a reasoning score of 2."""
 
 
@@ -48,15 +48,15 @@ class JudgeConfig(Checked):
     """Model name sent with each request (the paper's judge: GPT-oss 120B served with vLLM)."""
     api_key_env: str | None = "JUDGE_API_KEY"
     """NAME of the environment variable holding the API key (never the key itself); unset -> no key sent."""
-    num_judges: Annotated[int, Range(ge=1)] = 3
+    num_judges: Annotated[int, Ge(1)] = 3
     """Jury size K: independent calls per completion (the paper: 3)."""
-    min_votes: Annotated[int, Range(ge=1, note="at most num_judges; null = all K")] | None = None
+    min_votes: Annotated[int, Ge(1)] | None = None
     """Successful calls needed to score a completion (default: all K); fewer give NaN."""
-    temperature: Annotated[float, Range(ge=0)] = 0.7
+    temperature: Annotated[float, Ge(0), Finite] = 0.7
     """Judge sampling temperature (not given by the paper)."""
-    top_p: Annotated[float, Range(gt=0, le=1)] = 1.0
+    top_p: Annotated[float, Gt(0), Le(1), Finite] = 1.0
     """Judge nucleus sampling."""
-    max_tokens: Annotated[int, Range(ge=1)] = 2048
+    max_tokens: Annotated[int, Ge(1)] = 2048
     """Reply token limit; a reply cut at this limit is a failed call (reasoning models need room)."""
     seed: int | None = 0
     """Juror k's request carries ``seed + k`` (reproducible, distinct jurors); ``None`` sends no seed."""
@@ -64,33 +64,33 @@ class JudgeConfig(Checked):
     """Ask for the reply schema with ``response_format: json_schema``; turn off for servers that reject it."""
     extra_body: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Extra request fields, e.g. ``{"reasoning_effort": "low"}``."""
-    timeout_s: Annotated[float, Range(gt=0)] = 60.0
+    timeout_s: Annotated[float, Gt(0), Finite] = 60.0
     """Limit of one HTTP attempt (connect, send, wait, read)."""
-    call_deadline_s: Annotated[float, Range(gt=0)] = 300.0
+    call_deadline_s: Annotated[float, Gt(0), Finite] = 300.0
     """Total limit of one call, retries and waits included."""
-    step_deadline_s: Annotated[float, Range(gt=0)] = 900.0
+    step_deadline_s: Annotated[float, Gt(0), Finite] = 900.0
     """Total limit of all the calls of one step; calls still running then are failed."""
-    max_retries: Annotated[int, Range(ge=0)] = 5
+    max_retries: Annotated[int, Ge(0)] = 5
     """Retries after a timeout, a dropped connection, HTTP 429 or 5xx."""
-    backoff_s: Annotated[float, Range(ge=0)] = 1.0
+    backoff_s: Annotated[float, Ge(0), Finite] = 1.0
     """First retry delay without ``Retry-After``; doubles each retry (with jitter)."""
-    backoff_max_s: Annotated[float, Range(ge=0)] = 30.0
+    backoff_max_s: Annotated[float, Ge(0), Finite] = 30.0
     """Largest retry delay without ``Retry-After`` (``Retry-After`` is honoured as given, within the deadline)."""
-    concurrency: Annotated[int, Range(ge=1)] = 64
+    concurrency: Annotated[int, Ge(1)] = 64
     """Requests in flight at once."""
-    max_failure_fraction: Annotated[float, Range(ge=0, le=1)] = 0.25
+    max_failure_fraction: Annotated[float, Ge(0), Le(1), Finite] = 0.25
     """Stop the run when more than this fraction of a step's calls fail."""
-    max_reply_bytes: Annotated[int, Range(ge=1024)] = 4 * 2**20
+    max_reply_bytes: Annotated[int, Ge(1024)] = 4 * 2**20
     """Largest reply body read, after decompression (4 MiB); a longer one is a failed call."""
-    cache_size: Annotated[int, Range(ge=0)] = 200_000
+    cache_size: Annotated[int, Ge(0)] = 200_000
     """Identical requests answered from memory for the run (least recently used evicted)."""
     offline: OfflineJudgeConfig = dataclasses.field(default_factory=OfflineJudgeConfig)
     """Settings of the offline judge (used when ``base_url`` is unset): its tolerances and reasoning proxy."""
 
     def __post_init__(self):
+        super().__post_init__()  # the declared types first: an offline dict's are named under offline.
         if isinstance(self.offline, dict):
             self.offline = _offline_from_dict(self.offline)
-        super().__post_init__()  # the declared ranges
         if self.min_votes is not None and self.min_votes > self.num_judges:
             raise ValueError(f"judge min_votes must be in 1..num_judges={self.num_judges}, got {self.min_votes}")
         _refuse_credentials(dataclasses.asdict(self))

@@ -30,9 +30,10 @@ import math
 import re
 import threading
 from typing import Annotated
+from annotated_types import Ge
 
 from lit_grpo.tasks.phyx.judge.config import OfflineJudgeConfig
-from lit_grpo.ranges import Range
+from lit_grpo.settings import Finite
 from lit_grpo.tasks.phyx.judge.jury import Vote
 from lit_grpo.tasks.phyx.judge.prompts import JudgeItem, JudgeTask
 from lit_grpo.rewards.parsing import extract_answer, extract_boxed, extract_tag
@@ -107,7 +108,7 @@ def _close(a: float, b: float, tol: float) -> bool:
 
 
 def grade_open_answer(answer: str | None, gold: str, *, unit: str | None = None, gold_unit: str | None = None,
-                      rel_tol: Annotated[float, Range(ge=0)] = 0.01, partial_rel_tol: float = 0.05) -> int:
+                      rel_tol: Annotated[float, Ge(0), Finite] = 0.01, partial_rel_tol: float = 0.05) -> int:
     """Correctness 0/1/2 of an open-ended answer against the gold answer text (scale in the module docstring).
 
     ``unit`` is the ``<unit>`` field, used when the answer itself has no unit; ``gold_unit`` is the
