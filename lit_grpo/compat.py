@@ -152,3 +152,23 @@ def argument_groups(parser: Any) -> list[tuple[str | None, list]]:
 def has_option(parser: Any, option: str) -> bool:
     """Whether ``parser`` defines the option string ``option`` (``"--model"``): argparse has no public lookup."""
     return option in parser._option_string_actions
+
+
+# -- jsonargparse's help -----------------------------------------------------------------------------------------
+
+
+from jsonargparse import DefaultHelpFormatter  # noqa: E402
+
+
+class HelpFormatter(DefaultHelpFormatter):
+    """``--help`` names an option's type without its declared bounds (``float``, not ``Annotated[float, Ge(ge=0),
+    ...]``); the bounds are enforced on parse and worded in a refusal."""
+
+    def _get_type_str(self, action) -> str | None:
+        # jsonargparse words an option's type only in this private method, from the private ``_typehint`` it keeps
+        # on the action; no public hook shows a type without its Annotated bounds
+        from lit_grpo.settings import bare_type, type_name
+
+        hint = getattr(action, "_typehint", None)
+        bounded = hint is not None and bare_type(hint) != hint
+        return type_name(hint, None) if bounded else super()._get_type_str(action)

@@ -14,7 +14,7 @@ from annotated_types import Ge, Gt, Le
 
 from lit_grpo.grpo import ADVANTAGE_SCALES, LOSS_OPTIONS
 from lit_grpo.objectives import LOSS_TYPES
-from lit_grpo.registry import option_group
+from lit_grpo.registry import option_slot
 from lit_grpo.settings import Checked, Finite
 from lit_grpo.rewards import RewardSpec
 
@@ -156,9 +156,7 @@ class EvalConfig(Checked):
     second judge call); otherwise the scorer is built with ``scorer_kwargs`` and ``judge``."""
     scorer_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Options of the scorer other than its judge (see its docstring), e.g. ``strict`` of ``rubric``."""
-    # A string, read when the option's type is read (the parser, ``get_type_hints``): by then the command line has
-    # made the tasks' groups typed (lit_grpo.registry.option_group); written as a type it would be fixed at import.
-    judge: "option_group('judge') | None" = None
+    judge: dict[str, Any] | None = None  # the judge group's dataclass once typed (option_slot below)
     """The judge of a judge-backed scorer (``open_equivalence``, ``open_accuracy``, ``rubric``), each option settable on its own
     (``--model.init_args.evaluation.judge.num_judges=5``); ``None``: the configured reward's verdicts when it
     is the scorer, else the scorer's default (the offline judge). Its fields: the PhyX task's ``JudgeConfig``
@@ -173,6 +171,9 @@ class EvalConfig(Checked):
         from lit_grpo.rewards.registry import reward_option_types
 
         return {"scorer_kwargs": reward_option_types(value.get("scorer"))}
+
+
+option_slot(EvalConfig, "judge", "judge")  # typed by the PhyX task's JudgeConfig on the command line
 
 
 @dataclasses.dataclass

@@ -13,7 +13,7 @@ import difflib
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Iterator, Literal
+from typing import Annotated, Any, Iterator, Literal
 
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
@@ -22,7 +22,7 @@ from transformers import AutoModelForImageTextToText, PretrainedConfig
 from annotated_types import Ge, Gt, Lt
 
 from lit_grpo.families import load_processor
-from lit_grpo.registry import built_group, option_group
+from lit_grpo.registry import built_group, option_slot
 from lit_grpo.settings import Checked, Finite
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -67,9 +67,7 @@ class PolicyConfig(Checked):
     (no adapter is put on a vision module; a loaded adapter's vision weights stay frozen)."""
     attn_implementation: str = "sdpa"
     """Attention kernel (``sdpa`` or ``eager``)."""
-    # A string, read when the option's type is read: by then the command line has made the tasks' groups typed
-    # (lit_grpo.registry.option_group); written as a type it would be fixed when this module is imported.
-    embedded: "option_group('embedded') | None" = None
+    embedded: dict[str, Any] | None = None  # the embedded group's dataclass once typed (option_slot below)
     """Build the offline embedded model into ``name_or_path`` first when that folder has no model (the demo task's
     option group: :class:`lit_grpo.tasks.demo.embedded.EmbeddedModelConfig`)."""
     local_files_only: bool = False
@@ -77,6 +75,9 @@ class PolicyConfig(Checked):
     extra_stop_tokens: list[str] = dataclasses.field(default_factory=list)
     """Text that ends a completion besides EOS and the chat template's end-of-turn token; each string must encode
     to one token (``<|end|>``, ``" is"``), a string that encodes to several is refused."""
+
+
+option_slot(PolicyConfig, "embedded", "embedded")  # typed by the demo task's EmbeddedModelConfig
 
 
 def check_model_path(path: str, local_files_only: bool = False, name: str = "model folder",

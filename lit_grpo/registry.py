@@ -15,6 +15,7 @@ editable install made before a task was added working without re-running ``pip i
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.metadata
 import pkgutil
@@ -102,6 +103,10 @@ class Registry(Generic[T]):
             pass
         return dict(self._entries)
 
+    def loaded(self, name: str) -> bool:
+        """Whether ``name`` is registered already, importing no task."""
+        return name in self._entries
+
     def __contains__(self, name: str) -> bool:
         """Whether ``name`` is registered (with ``tasks``: importing tasks one at a time until it is)."""
         while isinstance(name, str) and name not in self._entries and self.tasks and load_next_task():
@@ -125,7 +130,7 @@ def option_group(name: str) -> Any:
     plain mapping: building the settings imports no task, and the group's dataclass checks the mapping when it is
     built (:func:`built_group`).
     """
-    return _group(name) if _typing or name in OPTION_GROUPS._entries else dict[str, Any]
+    return _group(name) if _typing or OPTION_GROUPS.loaded(name) else dict[str, Any]
 
 
 def _group(name: str) -> Any:
@@ -137,11 +142,30 @@ _typing = False
 """Whether :func:`option_group` imports the task that owns a group (set by :func:`load_option_groups`)."""
 
 
+_SLOTS: list[tuple[type, str, str]] = []
+"""``(dataclass, field, group)``: the fields of the core's option dataclasses that a task's group types
+(:func:`option_slot`)."""
+
+
+def option_slot(cls: type, field: str, group: str) -> None:
+    """Declare that ``cls.field`` (a dataclass field annotated ``dict[str, Any] | None``) holds the option group
+    ``group``: :func:`load_option_groups` types it with the group's dataclass. For modules whose annotations are read
+    as they are written (the option dataclasses: jsonargparse keeps a field's ``Annotated`` bounds only then), where
+    ``option_group(...)`` in the annotation would be fixed at import, before any task could register the group."""
+    _SLOTS.append((cls, field, group))
+
+
 def load_option_groups() -> None:
-    """Type the tasks' option groups from now on (:func:`option_group`): what the command line does before it reads
-    its options."""
+    """Type the tasks' option groups from now on (:func:`option_group`, :func:`option_slot`): what the command line
+    does before it reads its options."""
     global _typing
     _typing = True
+    for cls, field, group in _SLOTS:
+        # the three places a dataclass field's type is read: the class's annotations (get_type_hints, pydantic),
+        # the generated __init__'s (inspect.signature: jsonargparse) and the field itself (dataclasses.fields)
+        typed = option_group(group) | None
+        cls.__annotations__[field] = cls.__init__.__annotations__[field] = typed
+        next(f for f in dataclasses.fields(cls) if f.name == field).type = typed
 
 
 def built_group(name: str, value: Any) -> Any:

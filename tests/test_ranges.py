@@ -93,7 +93,8 @@ ANY_INT = {"seed"}
 
 
 def _option_types():
-    from lit_grpo.config import AttentionConfig, EvalConfig, GRPOConfig, PerfConfig
+    from lit_grpo.config import EvalConfig, GRPOConfig, PerfConfig
+    from lit_grpo.tasks.attention.meter import AttentionConfig
     from lit_grpo.data.datamodule import VLMDataModule, generator_option_types
     from lit_grpo.tasks.demo.embedded import EmbeddedModelConfig
     from lit_grpo.policy import LoRAConfig, PolicyConfig

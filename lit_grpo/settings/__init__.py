@@ -32,7 +32,6 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Union
 
 import pydantic
-from jsonargparse import DefaultHelpFormatter
 from annotated_types import Ge, Gt, Le, Lt, Predicate
 
 __all__ = ["Finite", "Checked", "SettingError", "rule", "problems", "check_arguments", "argument_types",
@@ -275,11 +274,4 @@ def _member_name(tp: Any) -> str:
     return tp.__name__ if typing.get_origin(tp) is None and isinstance(tp, type) else str(tp).replace("typing.", "")
 
 
-class HelpFormatter(DefaultHelpFormatter):
-    """``--help`` names an option's type without its declared bounds (``float``, not ``Annotated[float, Ge(ge=0),
-    ...]``); the bounds are enforced on parse and worded in a refusal."""
-
-    def _get_type_str(self, action) -> str | None:
-        hint = getattr(action, "_typehint", None)
-        bounded = hint is not None and bare_type(hint) != hint
-        return type_name(hint, None) if bounded else super()._get_type_str(action)
+from lit_grpo.compat import HelpFormatter  # noqa: E402  (it overrides a private method of jsonargparse's)
