@@ -156,7 +156,7 @@ class EvalConfig(Checked):
     second judge call); otherwise the scorer is built with ``scorer_kwargs`` and ``judge``."""
     scorer_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Options of the scorer other than its judge (see its docstring), e.g. ``strict`` of ``rubric``."""
-    judge: dict[str, Any] | None = None  # the judge group's dataclass once typed (option_slot below)
+    judge: Any = None  # a mapping or the judge group's dataclass; typed on the command line (option_slot)
     """The judge of a judge-backed scorer (``open_equivalence``, ``open_accuracy``, ``rubric``), each option settable on its own
     (``--model.init_args.evaluation.judge.num_judges=5``); ``None``: the configured reward's verdicts when it
     is the scorer, else the scorer's default (the offline judge). Its fields: the PhyX task's ``JudgeConfig``

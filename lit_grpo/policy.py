@@ -67,7 +67,7 @@ class PolicyConfig(Checked):
     (no adapter is put on a vision module; a loaded adapter's vision weights stay frozen)."""
     attn_implementation: str = "sdpa"
     """Attention kernel (``sdpa`` or ``eager``)."""
-    embedded: dict[str, Any] | None = None  # the embedded group's dataclass once typed (option_slot below)
+    embedded: Any = None  # a mapping or the embedded group's dataclass; typed on the command line (option_slot)
     """Build the offline embedded model into ``name_or_path`` first when that folder has no model (the demo task's
     option group: :class:`lit_grpo.tasks.demo.embedded.EmbeddedModelConfig`)."""
     local_files_only: bool = False

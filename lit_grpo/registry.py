@@ -148,7 +148,8 @@ _SLOTS: list[tuple[type, str, str]] = []
 
 
 def option_slot(cls: type, field: str, group: str) -> None:
-    """Declare that ``cls.field`` (a dataclass field annotated ``dict[str, Any] | None``) holds the option group
+    """Declare that ``cls.field`` (a dataclass field annotated ``Any``: a Python caller's mapping or the group's
+    dataclass, built by :func:`built_group`) holds the option group
     ``group``: :func:`load_option_groups` types it with the group's dataclass. For modules whose annotations are read
     as they are written (the option dataclasses: jsonargparse keeps a field's ``Annotated`` bounds only then), where
     ``option_group(...)`` in the annotation would be fixed at import, before any task could register the group."""
