@@ -21,7 +21,6 @@ When the digits differ it prints how this environment differs from the one that 
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -122,14 +121,9 @@ def main() -> int:
     print("\n".join(lines))
     print(f"{verdict}: README's demo table against this run")
     if verdict != "identical":
-        from lit_grpo.environment import differences, record
+        from lit_grpo.environment import against
 
-        if RECORDED.is_file():
-            diffs = differences(json.loads(RECORDED.read_text()), record())
-            print(f"this environment against {RECORDED.relative_to(ROOT)} ({len(diffs)} differences):")
-            print("\n".join(f"  {line}" for line in diffs) or "  none: the same versions, build and hardware")
-        else:
-            print(f"no environment is recorded for README's table ({RECORDED.relative_to(ROOT)})")
+        print("\n".join(against(RECORDED.relative_to(ROOT), "README's demo table")))
     return 0 if verdict != "DIFFERENT" else 1
 
 

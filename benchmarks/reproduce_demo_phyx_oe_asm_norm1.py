@@ -25,7 +25,6 @@ more minutes.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import sys
 import tempfile
@@ -105,14 +104,9 @@ def main() -> int:
     print(f"{verdict}; fit took {took:.0f} s "
           f"(OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '1')})")
     if not same:
-        from lit_grpo.environment import differences, record
+        from lit_grpo.environment import against
 
-        if RECORDED.is_file():
-            lines = differences(json.loads(RECORDED.read_text()), record())
-            print(f"this environment against {RECORDED.relative_to(ROOT)} ({len(lines)} differences):")
-            print("\n".join(f"  {line}" for line in lines) or "  none: the same versions, build and hardware")
-        else:
-            print(f"no environment is recorded beside the shipped checkpoint ({RECORDED.relative_to(ROOT)})")
+        print("\n".join(against(RECORDED.relative_to(ROOT), "the shipped checkpoint")))
         rewards = [line.split("train/reward")[1].split()[0] for line in output.splitlines()
                    if "train/reward" in line and line.startswith("step ")]
         print("train/reward at each progress line:", " ".join(rewards))

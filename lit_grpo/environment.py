@@ -73,6 +73,17 @@ def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
             if a.get(key, "absent") != b.get(key, "absent")]
 
 
+def against(path: str | os.PathLike, what: str) -> list[str]:
+    """The lines a reproduction script prints when a result differs: how this environment differs from the record
+    at ``path`` (``what``: whose record it is), or that there is none."""
+    path = Path(path)
+    if not path.is_file():
+        return [f"no environment is recorded for {what} ({path})"]
+    lines = differences(json.loads(path.read_text()), record())
+    return [f"this environment against {path} ({len(lines)} differences):",
+            *(f"  {line}" for line in lines or ["none: the same versions, build and hardware"])]
+
+
 def write(folder: str | os.PathLike, name: str = "environment.json") -> Path:
     """Write :func:`record` as JSON into ``folder`` (created); returns the file."""
     path = Path(folder) / name

@@ -71,3 +71,19 @@ def test_the_lock_pins_every_requirement_within_its_range():
         assert name in pins, f"requirements/lock.txt does not pin {req.name}"
         assert req.specifier.contains(pins[name], prereleases=True), f"{req.name}=={pins[name]} not in {req.specifier}"
     assert pins["torch"] == "2.13.0" and "lit-grpo" not in pins
+
+
+def test_against_a_record_says_what_differs_or_that_there_is_none(tmp_path):
+    import json
+
+    rec = environment.record()
+    (tmp_path / "same.json").write_text(json.dumps(rec))
+    assert environment.against(tmp_path / "same.json", "x") == [
+        f"this environment against {tmp_path / 'same.json'} (0 differences):",
+        "  none: the same versions, build and hardware"]
+    rec["packages"]["transformers"] = "0.0.1"
+    (tmp_path / "old.json").write_text(json.dumps(rec))
+    lines = environment.against(tmp_path / "old.json", "x")
+    assert lines[0].endswith("(1 differences):") and lines[1].startswith("  packages.transformers: 0.0.1 -> ")
+    assert environment.against(tmp_path / "none.json", "README's table") == [
+        f"no environment is recorded for README's table ({tmp_path / 'none.json'})"]
