@@ -13,8 +13,7 @@ fails every save whatever room the checkpoint folder has. Here:
   temporary file and raises :class:`~lit_grpo.errors.CheckpointWriteError` naming the file, the folder, the
   reason and the room left there; the file of that name from an earlier save is untouched.
 - :func:`atomic_folder`: the same for a checkpoint that is a folder (sharded checkpoints: one file per rank): the
-  writer fills a temporary sibling folder, which then takes the final name by rename (the folder there before is
-  moved aside first and removed after).
+  writer fills a temporary sibling folder, which then takes the final name in one exchange.
 - :func:`temporary_files` / :func:`remove_leftovers`: what a killed save left behind (a temporary file or folder of
   a process of this host that no longer runs), removed when the next run starts.
 - :func:`check_lightning_checkpoint`: a ``--ckpt_path`` file that is a whole ``torch.save`` archive but not a
@@ -24,6 +23,7 @@ fails every save whatever room the checkpoint folder has. Here:
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import logging
 import os
@@ -77,9 +77,9 @@ def temporary_files(folder: str | os.PathLike) -> list[Path]:
 
 
 def _restore_moved_aside(found: list[Path]) -> list[Path]:
-    """Put back a previous checkpoint that :func:`atomic_folder` moved aside (``.<name>.old.<host>.<pid>.tmp``) when
-    the save was killed before the new one took ``<name>``: the name is free, so the old checkpoint is the last whole
-    one. Returns the entries left to remove."""
+    """Put back a previous checkpoint that :func:`atomic_folder` moved aside (``.<name>.old.<host>.<pid>.tmp``, where
+    the filesystem cannot exchange two names) when the save was killed before the new one took ``<name>``: the name
+    is free, so the old checkpoint is the last whole one. Returns the entries left to remove."""
     pattern = re.compile(rf"^\.(.+)\.old\.{re.escape(_HOST)}\.\d+\.tmp$")
     left = []
     for entry in found:
@@ -199,29 +199,46 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Any], None]) -> None:
     _fsync_folder(path.parent)
 
 
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the names ``a`` and ``b`` in one step (Linux ``renameat2(RENAME_EXCHANGE)``); False where unavailable.
+
+    Kept by hand (ctypes) because neither Python nor torch.distributed.checkpoint nor Lightning replaces a non-empty
+    folder in one step: two renames leave the name empty between them, and a run killed there finds no checkpoint at
+    ``last.ckpt`` (``tests/test_ranks_and_nodes.py`` kills a save exactly there)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
 @contextlib.contextmanager
 def atomic_folder(path: str | os.PathLike) -> Iterator[Path]:
     """A checkpoint that is a folder, written atomically: yields an empty temporary sibling folder to fill; when the
-    block ends without an error, what holds the name ``path`` is moved aside (``.<name>.old.<host>.<pid>.tmp``), the
-    new folder is renamed to ``path`` and the old one removed. Two plain renames, which every filesystem has (NFS
-    included), rather than a one-step exchange of the two names that only some have: a kill between them leaves the
-    name empty and the old checkpoint aside, which the next run puts back (:func:`remove_leftovers`). On an error the
-    temporary folder is removed and ``path`` is left as it was. In a multi-process save, one process (rank 0) holds the
-    block and the others write into the folder it yields before it ends.
+    block ends without an error it takes the name ``path`` (exchanged with an existing folder in one step where the
+    system can, else the old one is moved aside first), and the old folder is removed. On an error the temporary
+    folder is removed and ``path`` is left as it was. In a multi-process save, one process (rank 0) holds the block and
+    the others write into the folder it yields before it ends.
 
     Raises:
         CheckpointWriteError: creating or renaming the folder failed; the writer's own error as it is.
     """
     path = Path(path)
-    part, old = temporary_name(path), path.with_name(f".{path.name}.old.{_HOST}.{os.getpid()}.tmp")
+    part = temporary_name(path)
     shutil.rmtree(part, ignore_errors=True)
     try:
         part.mkdir(parents=True)
         yield part
-        if os.path.lexists(path):  # lexists: a link at the name (save_last="link") is moved, never followed
-            os.replace(path, old)
-        os.replace(part, path)
-        _remove_entry(old)
+        if os.path.lexists(path) and _exchange(part, path):  # one step: the name is never empty
+            _remove_entry(part)  # now the old folder (or a single file that held the name)
+        else:
+            old = path.with_name(f".{path.name}.old.{_HOST}.{os.getpid()}.tmp")
+            if os.path.lexists(path):  # a link at the name (save_last="link") is moved, never followed
+                os.replace(path, old)
+            os.replace(part, path)
+            _remove_entry(old)
     except BaseException as exc:
         shutil.rmtree(part, ignore_errors=True)
         if isinstance(exc, OSError) and not isinstance(exc, CheckpointWriteError):

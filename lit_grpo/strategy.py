@@ -13,14 +13,12 @@ A sharded checkpoint is a folder (the checkpoint's own name, e.g. ``last.ckpt/``
   the number of ranks that wrote it.
 
 It is written into a hidden sibling folder (``.last.ckpt.<host>.<pid>.tmp/``,
-:func:`lit_grpo.checkpoint_io.atomic_folder`) and renamed to the checkpoint's name by rank 0 once every rank has
-written its shards (the previous folder moved aside first), so a folder at the checkpoint's name is always a whole
-checkpoint: a run killed while saving leaves the previous one (the next run removes the killed save's folder, and
-puts back a previous one it finds moved aside). Resuming (``--ckpt_path`` on the folder) needs the same number of
-ranks (each rank continues its own data shard and random stream) and the same model and trainable set; either
-difference, or a single-file checkpoint, is refused in one line before anything loads. Evaluation (``validate`` /
-``test`` / ``predict``) reads the weights with any number of ranks, and :mod:`lit_grpo.export` writes a
-``save_pretrained`` folder from it in one process.
+:func:`lit_grpo.checkpoint_io.atomic_folder`) and exchanged with the folder at the name in one step by rank 0 once
+every rank has written its shards, so the folder at the checkpoint's name is always a whole checkpoint: a run killed
+while saving leaves the previous one (the next run removes the killed save's folder). Resuming (``--ckpt_path`` on the folder) needs the same number of ranks (each rank
+continues its own data shard and random stream) and the same model and trainable set; either difference, or a
+single-file checkpoint, is refused in one line before anything loads. Evaluation (``validate`` / ``test`` / ``predict``) reads the weights with any
+number of ranks, and :mod:`lit_grpo.export` writes a ``save_pretrained`` folder from it in one process.
 """
 
 from __future__ import annotations
@@ -91,8 +89,8 @@ def save_sharded(checkpoint: dict[str, Any], path: Path, world_size: int, rank: 
     """Write ``checkpoint`` as the sharded folder ``path`` (see the module docstring); every rank calls it with its
     own shards in ``checkpoint["state_dict"]`` and ``checkpoint["optimizer_states"]``. Rank 0 makes the temporary
     folder (:func:`lit_grpo.checkpoint_io.atomic_folder`) and ``broadcast`` (rank 0's value to every rank) names it
-    to the others; once every rank has written its shards it is renamed to the name, so the name never holds a
-    partial checkpoint."""
+    to the others; once every rank has written its shards it takes the name in one exchange, so the name always
+    holds a whole checkpoint."""
     state = {"state_dict": checkpoint.pop("state_dict")}
     state.update({f"optimizer_{i}": s for i, s in enumerate(checkpoint.pop("optimizer_states", []))})
     with atomic_folder(path) if rank == 0 else contextlib.nullcontext() as made:

@@ -181,9 +181,9 @@ def test_leftovers_of_a_killed_save_are_found_by_their_owner(tmp_path):
     assert temporary_files(tmp_path) == [theirs]
 
 
-def test_a_folder_moved_aside_by_a_killed_save_is_put_back(tmp_path):
-    """A folder save moves the old checkpoint aside and then renames the new one in; a kill between the two leaves no
-    checkpoint at the name. The next run's cleanup puts the
+def test_a_folder_moved_aside_by_a_killed_save_is_put_back_where_names_cannot_be_exchanged(tmp_path, monkeypatch):
+    """Where the filesystem cannot exchange two names (NFS), a folder save moves the old checkpoint aside and then
+    renames the new one in; a kill between the two leaves no checkpoint at the name. The next run's cleanup puts the
     old one back (the last whole checkpoint) and removes the unfinished one; with the name taken, the moved-aside
     copy is an ordinary leftover."""
     from lit_grpo import checkpoint_io
@@ -198,7 +198,8 @@ def test_a_folder_moved_aside_by_a_killed_save_is_put_back(tmp_path):
     assert os.listdir(tmp_path) == ["last.ckpt"] and (tmp_path / "last.ckpt" / "shard_0").read_text() == "step 4"
     aside.mkdir()
     assert remove_leftovers(tmp_path) == [aside] and os.listdir(tmp_path) == ["last.ckpt"]
-    # the save itself: the old folder is replaced, nothing left beside it
+    # the save itself on such a filesystem: the old folder is replaced, nothing left beside it
+    monkeypatch.setattr(checkpoint_io, "_exchange", lambda a, b: False)
     with atomic_folder(tmp_path / "last.ckpt") as part:
         (part / "shard_0").write_text("step 8")
     assert os.listdir(tmp_path) == ["last.ckpt"] and (tmp_path / "last.ckpt" / "shard_0").read_text() == "step 8"
