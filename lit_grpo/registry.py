@@ -102,6 +102,10 @@ class Registry(Generic[T]):
             pass
         return dict(self._entries)
 
+    def loaded(self, name: str) -> bool:
+        """Whether ``name`` is registered already, importing no task."""
+        return name in self._entries
+
     def __contains__(self, name: str) -> bool:
         """Whether ``name`` is registered (with ``tasks``: importing tasks one at a time until it is)."""
         while isinstance(name, str) and name not in self._entries and self.tasks and load_next_task():
@@ -125,7 +129,7 @@ def option_group(name: str) -> Any:
     plain mapping: building the settings imports no task, and the group's dataclass checks the mapping when it is
     built (:func:`built_group`).
     """
-    return _group(name) if _typing or name in OPTION_GROUPS._entries else dict[str, Any]
+    return _group(name) if _typing or OPTION_GROUPS.loaded(name) else dict[str, Any]
 
 
 def _group(name: str) -> Any:
