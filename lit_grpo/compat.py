@@ -161,14 +161,16 @@ from jsonargparse import DefaultHelpFormatter  # noqa: E402
 
 
 class HelpFormatter(DefaultHelpFormatter):
-    """``--help`` names an option's type without its declared bounds (``float``, not ``Annotated[float, Ge(ge=0),
-    ...]``); the bounds are enforced on parse and worded in a refusal."""
+    """jsonargparse's help formatter with one seam: :meth:`type_text` words an option's type, or returns None to
+    keep jsonargparse's wording. A subclass outside this module overrides it (``lit_grpo.settings``), so that the
+    private method stays here and this module imports nothing of the package's."""
+
+    def type_text(self, hint: Any) -> str | None:
+        return None
 
     def _get_type_str(self, action) -> str | None:
         # jsonargparse words an option's type only in this private method, from the private ``_typehint`` it keeps
         # on the action; no public hook shows a type without its Annotated bounds
-        from lit_grpo.settings import bare_type, type_name
-
         hint = getattr(action, "_typehint", None)
-        bounded = hint is not None and bare_type(hint) != hint
-        return type_name(hint, None) if bounded else super()._get_type_str(action)
+        text = None if hint is None else self.type_text(hint)
+        return text if text is not None else super()._get_type_str(action)

@@ -25,9 +25,11 @@ def _config(tmp_path: Path, logs: Path, callbacks: list | None = None) -> list[s
 
 
 def test_a_full_log_disk_is_one_line_naming_the_log_folder_and_the_finished_step_is_saved(tmp_path, disk):
-    """The log disk (its own 1 MiB tmpfs) fills up after step 2: a later write fails (step 2's, or step 3's: the
-    writer's thread writes behind); one line naming the log folder, no traceback of the writer thread on stderr, and
-    the last finished step saved as last.ckpt (none was due)."""
+    """The log disk (its own 1 MiB tmpfs) fills up after step 2: a later write fails (step 2's, 3's or 4's: the
+    writer's thread writes behind, and tmpfs allocates whole pages, so the event file's last page takes up to 4 KiB
+    more after the disk is full: as many steps as fit in what that page had left); one line naming the log folder,
+    no traceback of the writer thread on stderr, and the last finished step saved as last.ckpt (none was due) and
+    named in the line."""
     logs = disk("disk", 1 << 20) / "logs"
     fill = {"class_path": "test_atomic_checkpoints.FillDisk", "init_args": {"folder": str(logs), "step": 2, "leave": 0}}
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}", "HF_HUB_OFFLINE": "1",
@@ -39,7 +41,7 @@ def test_a_full_log_disk_is_one_line_naming_the_log_folder_and_the_finished_step
     errors = [line for line in done.stderr.splitlines() if "rror" in line]
     last = tmp_path / "ckpt" / "last.ckpt"
     step = torch.load(last, weights_only=False)["global_step"]
-    assert len(errors) == 1 and step in (2, 3) and errors[0].startswith(
+    assert len(errors) == 1 and step in (2, 3, 4) and errors[0].startswith(
         f"error: TensorBoard log {logs / 't' / 'version_0'} could not be written (No space left on device; 0 bytes "
         f"free there): make room there or point trainer.logger's save_dir at another disk. Step {step}, the last "
         f"finished step, is saved in {last}; resume")

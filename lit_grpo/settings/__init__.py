@@ -274,4 +274,12 @@ def _member_name(tp: Any) -> str:
     return tp.__name__ if typing.get_origin(tp) is None and isinstance(tp, type) else str(tp).replace("typing.", "")
 
 
-from lit_grpo.compat import HelpFormatter  # noqa: E402  (it overrides a private method of jsonargparse's)
+from lit_grpo import compat  # noqa: E402
+
+
+class HelpFormatter(compat.HelpFormatter):
+    """``--help`` names an option's type without its declared bounds (``float``, not ``Annotated[float, Ge(ge=0),
+    ...]``); the bounds are enforced on parse and worded in a refusal."""
+
+    def type_text(self, hint: Any) -> str | None:
+        return type_name(hint, None) if bare_type(hint) != hint else None
