@@ -23,6 +23,7 @@ from lit_grpo.rewards import RewardSpec
 class GRPOConfig(Checked):
     """The policy-gradient objective."""
 
+    # a TRL recipe's option name gets a pointer to ours instead of a bare unknown-key error
     renamed: ClassVar[dict[str, str]] = {
         "vllm_importance_sampling_correction": "sampler_correction (TRL's vllm_importance_sampling_correction; "
                                                "here it applies to every sampler that is not the policy)",
@@ -37,19 +38,26 @@ class GRPOConfig(Checked):
                                               "vllm_server_timeout", "vllm_group_port")}}
     """TRL's names of options this group names otherwise -> ours (a config that sets one is refused, naming it)."""
 
+    # 0 by default (TRL's default, and DAPO drops the KL): no reference model is loaded, a model's memory saved
     beta: Annotated[float, Ge(0), Finite] = 0.0
     """Weight of the k3 KL to the reference policy; 0 loads no reference at all."""
+    # at most 1: the lower bound 1 - epsilon_low of a ratio stays >= 0
     epsilon_low: Annotated[float, Ge(0), Le(1), Finite] = 0.2
     """Lower clip range of the importance ratio (``1 - epsilon_low``)."""
+    # no upper bound: loss_type cispo uses epsilon_high itself as the ratio's cap, which must be >= 1 there
     epsilon_high: Annotated[float, Ge(0), Finite] = 0.2
     """Upper clip range (``1 + epsilon_high``; DAPO's clip-higher uses 0.28)."""
+    # a str, not a Literal: loss types are registered (objectives.py, a task may add one); check_settings reads the
+    # registry when the groups are built
     loss_type: str = "dapo"
     """The objective (docs/objectives.md): TRL's ``grpo`` | ``bnpo`` | ``dr_grpo`` | ``dapo`` | ``luspo`` (the
     clipped surrogate, aggregated as ``seq-mean-token-mean`` | ``micro-batch-token-mean`` |
     ``seq-mean-token-sum-norm`` | ``token-mean`` | ``seq-mean-token-sum``, names also accepted) or ``cispo`` |
     ``sapo`` | ``vespo`` (their own per-token terms); see ``lit_grpo.objectives``."""
+    # a str for the same reason: the scalings are registered, each under its formula name and TRL's alias
     scale_rewards: str = "group"
     """Advantage scaling: ``group`` (``group-std``) | ``batch`` (``batch-std``) | ``none`` (``no-std``)."""
+    # TRL's 1e-4: a group with equal rewards divides 0 by eps, not by 0
     advantage_eps: Annotated[float, Ge(0), Finite] = 1e-4
     """Added to the std before dividing."""
     multi_objective_aggregation: Literal["sum_then_normalize", "normalize_then_sum"] = "sum_then_normalize"
@@ -63,10 +71,13 @@ class GRPOConfig(Checked):
     one where it does not divide N), one update each (TRL's ``steps_per_generation`` = this times the micro-batches of an update); > 1 stores the sampling
     policy's log-probs. A training step is still one rollout: it makes ``num_iterations * steps_per_generation``
     updates and ``global_step`` counts rollouts."""
+    # None: one forward per update; set it when N rows do not fit in memory
     micro_batch_size: Annotated[int, Ge(1)] | None = None
     """Completions per forward/backward (gradient accumulation inside an update); None = all at once."""
     importance_sampling_level: Literal["token", "sequence"] = "token"
     """``token``: one importance ratio per token; ``sequence``: the sequence's geometric-mean ratio (GSPO)."""
+    # Gt(1): a cap at or below 1 would clip every ratio above 1, even on-policy; the > 1 + epsilon_high rule is
+    # cross-field, in objective_problems
     delta: Annotated[float, Gt(1), Finite] | None = None
     """Two-sided clipping (INTELLECT-2): the ratio of the clipped surrogate is capped at ``delta`` (> 1 +
     ``epsilon_high``, e.g. 4); None = off."""
@@ -106,6 +117,7 @@ class GRPOConfig(Checked):
     sampler_correction: bool = True
     """Weight the loss by ``pi_old / mu`` when the engine's sampler ``mu`` is not the policy itself (another engine or
     stale weights; the built-in engines sample from the policy, and their correction is exactly 1)."""
+    # sequence_mask and a cap of 3 are TRL's defaults (vllm_importance_sampling_*): kept so a TRL run compares
     sampler_correction_mode: Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"] = \
         "sequence_mask"
     """``token_truncate`` | ``token_mask`` | ``sequence_truncate`` | ``sequence_mask``: per token or per sequence,
@@ -116,7 +128,7 @@ class GRPOConfig(Checked):
     """Upper bound (the cap) of the sampler weight."""
     mask_truncated_completions: bool = False
     """Exclude completions that hit ``max_completion_length`` without a stop token from the loss."""
-    max_grad_norm: Annotated[float, Gt(0), Finite] | None = 1.0
+    max_grad_norm: Annotated[float, Gt(0), Finite] | None = 1.0  # transformers' TrainingArguments default
     """Gradient-norm clip (None = off)."""
 
     def loss_options(self) -> dict[str, Any]:
@@ -140,6 +152,7 @@ class EvalConfig(Checked):
     """Sampled completions per prompt at ``temperature`` (``<stage>/sampled/...``); 0 = off."""
     temperature: Annotated[float, Gt(0), Finite] | None = None
     """Sampling temperature of evaluation (None = the training temperature)."""
+    # one seed for every evaluation: the sampled curve then differs between checkpoints by the policy, not the noise
     seed: int | None = 0
     """Sampling seed of evaluation (batch ``i`` uses ``seed + i``), so curves compare like with like; None = no reseeding."""
     metrics: list[RewardSpec] = dataclasses.field(default_factory=list)
@@ -189,6 +202,7 @@ class PerfConfig(Checked):
     cache_image_features: bool = True
     """With the ``shared`` engine: encode each prompt's images once per rollout and reuse them in every pass, when
     the vision tower and projector are frozen; they are re-encoded in every pass when any of them trains."""
+    # 0.3 is TRL's default: the training process shares the device with vLLM (colocate) and keeps the rest
     vllm_gpu_memory_utilization: Annotated[float, Gt(0), Le(1), Finite] = 0.3
     """With ``engine: vllm``: the share of the device's memory the process may fill before vLLM sizes its KV cache
     with the rest of that share (TRL's option of the same name; on a CPU, a share of the machine's memory)."""
@@ -204,6 +218,7 @@ class PerfConfig(Checked):
     """With ``engine: vllm_server``: its HTTP port (the server's ``--port``)."""
     vllm_server_timeout: Annotated[float, Gt(0), Finite] = 240.0
     """With ``engine: vllm_server``: seconds to wait for the server to be up, and for each of its answers."""
+    # TRL's default group port, so a TRL server setup keeps working
     vllm_group_port: Annotated[int, Ge(1), Le(65535)] = 51216
     """With ``engine: vllm_server``: the port on the server's machine of the weight group (the trainer pushes the
     weights through it after every update; TRL's option of the same name)."""
@@ -232,6 +247,7 @@ def check_settings(grpo: GRPOConfig, sampling) -> None:
     Raises:
         ValueError: naming the setting, its value and what it must be.
     """
+    # every combination problem in one message: a config is fixed in one go, not one refusal at a time
     problems = objective_problems(grpo)
     if problems:
         raise ValueError("; ".join(problems))
@@ -254,9 +270,11 @@ def objective_problems(grpo: GRPOConfig) -> list[str]:
     need(grpo.loss_type in LOSS_TYPES, "loss_type", _either(LOSS_TYPES.names()))
     need(grpo.scale_rewards in ADVANTAGE_SCALES, "scale_rewards", _either(ADVANTAGE_SCALES.names()))
     if grpo.multi_objective_aggregation == "normalize_then_sum":
+        # GDPO's batch-level normalisation of the weighted sum is its own scaling; a second one would be applied twice
         need(grpo.scale_rewards in ("group", "group-std", "grpo"), "scale_rewards",
              "group with multi_objective_aggregation normalize_then_sum (each reward is scaled by its group's std "
              "and the sum by the batch's; no other scaling applies)")
+    # an unknown loss_type counts as clipped here: only the loss_type problem is then reported, not a delta one
     clipped = grpo.loss_type not in LOSS_TYPES or LOSS_TYPES.get(grpo.loss_type).policy == "clip"
     need(grpo.delta is None or clipped, "delta", f"null with loss_type {grpo.loss_type} (it caps the ratio of the "
          f"clipped surrogate, which {grpo.loss_type} does not use)")

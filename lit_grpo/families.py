@@ -60,6 +60,8 @@ class RowLayout:
             ValueError: naming the sample, its image count and the model type.
         """
         counts = set(images_per_prompt.values())
+        # all-one or all-none only: the per-row default indexes pixel_values by row, which is right only when a batch's
+        # image count equals its row count; a mixed batch would hand rows another prompt's image
         if counts <= {1} or counts <= {0}:
             return
         sample, n = next((k, v) for k, v in images_per_prompt.items() if v != 1)
@@ -74,6 +76,8 @@ class RowLayout:
 
 def select_rows(inputs: dict[str, Any], idx: Tensor, num_rows: int) -> dict[str, Any]:
     """Rows ``idx`` of every per-row tensor (first dim == ``num_rows``); other entries pass through."""
+    # judged per row by the first dim alone: a tensor of another kind whose length equals the row count would be
+    # indexed as rows, which is why the default layout admits one image per prompt only
     return {k: (v[idx.to(v.device)] if isinstance(v, Tensor) and v.dim() and v.shape[0] == num_rows else v)
             for k, v in inputs.items()}
 
@@ -87,6 +91,7 @@ def images_by_tokens(tokens_per_row: list[int], tokens_per_image: list[int]) -> 
     out, k = [], 0
     for row, want in enumerate(tokens_per_row):
         start, got = k, 0
+        # images fill the rows in order, so a row takes images until its image tokens are covered
         while got < want and k < len(tokens_per_image):
             got, k = got + tokens_per_image[k], k + 1
         if got != want:
@@ -102,6 +107,7 @@ Box = tuple[float, float, float, float]
 FULL: Box = (0.0, 0.0, 1.0, 1.0)
 
 
+# eq=False: a dataclass __eq__ would compare the tensor fields, whose truth value is ambiguous
 @dataclasses.dataclass(frozen=True, eq=False)
 class ImageGrid:
     """One image's tokens laid on a 2-D patch grid.
@@ -155,6 +161,7 @@ def unwrap(model: nn.Module) -> nn.Module:
 def runs(ids: Tensor, token_id: int) -> list[tuple[int, int]]:
     """``(start, length)`` of each maximal run of ``token_id`` in the 1-D ``ids``."""
     hit = (ids == token_id).long()
+    # padded with 0 at both ends so a run touching either end still has a rising and a falling edge
     edges = torch.diff(torch.cat([hit.new_zeros(1), hit, hit.new_zeros(1)]))
     starts, ends = (edges == 1).nonzero().flatten(), (edges == -1).nonzero().flatten()
     return [(int(s), int(e - s)) for s, e in zip(starts, ends)]
@@ -183,8 +190,11 @@ class Family(RowLayout):
             raise ValueError(f"grid must be one of {GRIDS}, got {grid!r}")
 
     def language_model(self, model: nn.Module) -> nn.Module:
+        # the ForConditionalGeneration class keeps its backbone at .model; resolving by attribute, never by a name
+        # suffix, keeps the vision tower's layers out
         inner = getattr(unwrap(model), "model", None)
         lm = getattr(inner, self.language_model_attr, None)
+        # the capture recomputes queries and keys with the rotary embedding, so both parts must be there
         if lm is None or not hasattr(lm, "layers") or not hasattr(lm, "rotary_emb"):
             raise AttributeError(f"{type(unwrap(model)).__name__} has no model.{self.language_model_attr} with "
                                  "layers and rotary_emb; is it a supported family?")
@@ -198,6 +208,7 @@ class Family(RowLayout):
         """
         lm = self.language_model(model)
         attn = lm.layers[-1].self_attn
+        # a windowed final layer may not see image tokens far back: full-attention scores would not be the model's
         if getattr(attn, "sliding_window", None):
             raise NotImplementedError("the final layer uses sliding-window attention, which the ASM does not model")
         return AttentionParts(attn.q_proj, attn.k_proj, lm.rotary_emb, float(attn.scaling), int(attn.head_dim))
@@ -215,6 +226,7 @@ class Family(RowLayout):
         out = select_rows({k: v for k, v in inputs.items() if k not in per_image}, idx, num_rows)
         if not per_image:
             return out
+        # prefix sums of the images per row: row n's images are first[n]:first[n + 1] of the per-image tensors
         first = [0, *itertools.accumulate(self.images_per_row(inputs))]
         images = torch.tensor([i for n in idx.tolist() for i in range(first[n], first[n + 1])], dtype=torch.long)
         if len(images):  # rows without images: a text-only forward
@@ -295,6 +307,7 @@ class LlavaNextFamily(Family):
             if self.grid in ("base", "all"):
                 grids.append(ImageGrid(_square(start, side), k))
             if self.grid in ("tiles", "all"):
+                # a stride of tw + 1 skips the newline token that ends each tile row
                 tiles = start + side * side + torch.arange(th)[:, None] * (tw + 1) + torch.arange(tw)[None, :]
                 grids.append(ImageGrid(tiles, k))
         return grids
@@ -306,6 +319,7 @@ class LlavaNextFamily(Family):
         cfg = self.config
         side = cfg.vision_config.image_size // cfg.vision_config.patch_size
         nh, nw = get_anyres_image_grid_shape((height, width), cfg.image_grid_pinpoints, cfg.vision_config.image_size)
+        # an empty tensor of the padded shape: unpad_image needs only its shape, so no pixels are made
         return tuple(unpad_image(torch.empty(0, nh * side, nw * side), (height, width)).shape[1:])
 
 
@@ -321,15 +335,18 @@ class QwenVLFamily(Family):
     per_image_keys = ("pixel_values", "image_grid_thw")
 
     def images_per_row(self, inputs):
+        # one contiguous run of the image token per image, so the runs count the images
         return [len(runs(row.cpu(), self.config.image_token_id)) for row in inputs["input_ids"]]
 
     def row_grids(self, ids, row, inputs, sizes):
+        # image_grid_thw is flattened over the batch: this row's images start after every earlier row's
         first = sum(self.images_per_row(inputs)[:row])
         merge = self.config.vision_config.spatial_merge_size
         grids = []
         for k, (start, length) in enumerate(runs(ids, self.config.image_token_id)):
             t, gh, gw = (int(v) for v in inputs["image_grid_thw"][first + k])
             h, w = gh // merge, gw // merge
+            # t > 1 is a video's temporal axis; an image has t == 1 and h x w merged tokens
             if t != 1 or length != h * w:
                 raise ValueError(f"row {row}, image {k}: {length} image tokens, image_grid_thw says {t}x{h}x{w}")
             grids.append(ImageGrid(start + torch.arange(h * w).view(h, w), k))
@@ -337,6 +354,7 @@ class QwenVLFamily(Family):
 
     def select_images(self, per_image, images):
         thw, pixels = per_image["image_grid_thw"], per_image["pixel_values"]  # pixels: patches of every image
+        # pixel_values has t * h * w patch rows per image (before the merge): the offsets split it by image
         offsets = [0] + thw.prod(-1).cumsum(0).tolist()
         return {"image_grid_thw": thw[images.to(thw.device)],
                 "pixel_values": torch.cat([pixels[offsets[i]:offsets[i + 1]] for i in images.tolist()])}
@@ -344,6 +362,7 @@ class QwenVLFamily(Family):
     def extend(self, inputs: dict[str, Any], completion_mask: Tensor) -> dict[str, Any]:
         if "mm_token_type_ids" in inputs:
             tt = inputs["mm_token_type_ids"]
+            # the model reads it beside input_ids, so it must cover the completion too; completion tokens are text (0)
             inputs = dict(inputs, mm_token_type_ids=torch.cat([tt, tt.new_zeros(completion_mask.shape)], 1))
         return inputs
 
@@ -373,6 +392,7 @@ class Idefics3Family(Family):
         grids, tiles, image = [], [], 0
         for pos in ((ids == global_id) | torch.isin(ids, torch.tensor(list(tile_ids)))).nonzero().flatten().tolist():
             following = runs(ids[pos + 1:], self.config.image_token_id)
+            # the image tokens must start right after the marker; a run further on belongs to another marker
             n = following[0][1] if following and following[0][0] == 0 else 0
             side = math.isqrt(n)
             if n == 0 or side * side != n:
@@ -381,9 +401,11 @@ class Idefics3Family(Family):
                 tiles.append((tile_ids[int(ids[pos])], _square(pos + 1, side)))
                 continue
             if tiles and self.grid in ("tiles", "all"):
+                # the grid's shape is read from the largest row and column markers the tiles carried
                 rows, cols = max(i for (i, _), _ in tiles), max(j for (_, j), _ in tiles)
                 grids += [ImageGrid(p, image, ((j - 1) / cols, (i - 1) / rows, j / cols, i / rows))
                           for (i, j), p in tiles]
+            # an image too small to be split has only the global image: taken whatever the grid choice
             if self.grid in ("base", "all") or not tiles:
                 grids.append(ImageGrid(_square(pos + 1, side), image))
             tiles, image = [], image + 1
@@ -414,6 +436,7 @@ class LlavaFamily(Family):
     def crop_box(self, width: int, height: int) -> Box:
         """Fractions of a ``width`` x ``height`` image that the resize + centre crop keeps."""
         ip = getattr(self.processor, "image_processor", None)
+        # without the centre crop the grid covers the whole image
         if ip is None or not getattr(ip, "do_center_crop", False):
             return FULL
         short, crop = ip.size["shortest_edge"], ip.crop_size
@@ -439,6 +462,7 @@ def family_for(model: nn.Module, processor: Any = None, grid: str | None = None)
         ValueError: unsupported family; the message lists the supported ones.
     """
     config = unwrap(model).config
+    # the class name when a config has no model_type: the error still names it
     model_type = getattr(config, "model_type", type(config).__name__)
     if model_type not in FAMILIES:
         raise ValueError(f"model type {model_type!r} is not supported by the attention capture; supported: "
@@ -450,6 +474,7 @@ def row_layout(model: nn.Module, processor: Any = None) -> RowLayout:
     """How ``model``'s processor tensors are indexed by row: its family's layout, or the per-row default
     for a model outside the supported families (rollouts work for any model; only the ASM needs a family)."""
     model_type = getattr(unwrap(model).config, "model_type", None)
+    # outside the families the rollout still works on the per-row default; only the ASM needs a family
     if model_type not in FAMILIES:
         return RowLayout(model_type)
     return FAMILIES.get(model_type)(unwrap(model).config, processor)
@@ -459,6 +484,7 @@ def load_processor(path: str, **kwargs: Any):
     """The processor saved at ``path``; Qwen-VL and SmolVLM ones are rebuilt image-only (no torchvision)."""
     from transformers import AutoConfig, AutoProcessor
 
+    # the type is read first: AutoProcessor would build the video processor, which imports torchvision
     model_type = getattr(AutoConfig.from_pretrained(path, **kwargs), "model_type", None)
     cls = FAMILIES.get(model_type).processor_class if model_type in FAMILIES else None
     return (cls or AutoProcessor).from_pretrained(path, **kwargs)

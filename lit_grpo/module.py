@@ -72,16 +72,18 @@ class PolicyModule(ShardingHooks, EvaluationHooks, L.LightningModule):
                  optimizer: OptimizerCallable = torch.optim.AdamW, lr_scheduler: LRSchedulerCallable | None = None):
         """Arguments as documented on :class:`GRPOModule`."""
         super().__init__()
-        self.save_hyperparameters(logger=False)
+        self.save_hyperparameters(logger=False)  # logger=False: on_fit_start logs them flattened
+        # checked before load_policy: a refused option combination costs seconds, not a model load
         check_settings(grpo, sampling)
         self.cfg, self.sampling, self.evaluation, self.perf = grpo, sampling, evaluation, perf
         self.optimizer_factory, self.scheduler_factory = optimizer, lr_scheduler
         self.reward_specs = list(rewards)
-        self.reward_fns = build_rewards(self.reward_specs, training=True)
+        self.reward_fns = build_rewards(self.reward_specs, training=True)  # warns of a gameable reward
         self.reward_weights = {s.label: s.weight for s in self.reward_specs}
         self.eval_stats = PromptStats()
         self.evaluator = Evaluator(evaluation, self.reward_specs, self.reward_fns, self.eval_stats)
         self.policy, self.processor = load_policy(policy)
+        # dropout would make the update's forward differ from the log-prob pass's, so no ratio would start at 1
         if self.dropout_free:
             disable_dropout(self.policy, policy)
         self.layout = row_layout(self.policy, self.processor)
@@ -89,9 +91,10 @@ class PolicyModule(ShardingHooks, EvaluationHooks, L.LightningModule):
         providers = build_providers(self.policy, self.processor, read, {"attention": attention})
         self.pass_columns = sorted(read & providers.keys())  # what the rewards read from the log-prob pass
         self.read_columns = read - providers.keys()  # the samples' task fields the rewards read
+        # a sampled image placeholder would make the next forward expect image features no prompt gave: never emit one
         suppress = image_token_ids(self.policy, self.processor)
         self.stop_ids = stop_token_ids(self.policy, self.processor, policy.extra_stop_tokens, set(suppress))
-        self.register_buffer("suppress_ids", torch.tensor(suppress), persistent=False)
+        self.register_buffer("suppress_ids", torch.tensor(suppress), persistent=False)  # rebuilt from the processor
         engine = build_engine(self.processor, self.layout, sampling, self.stop_ids, suppress, perf)
         self.passes = PolicyPasses(engine, grpo, sampling.max_completion_length, providers=providers)
         self.strict_loading = False  # checkpoints hold only trainable weights; on_load_checkpoint checks them
@@ -109,8 +112,10 @@ class PolicyModule(ShardingHooks, EvaluationHooks, L.LightningModule):
     def rollout(self, batch: PromptBatch, group_size: int, greedy: bool = False,
                 temperature: float | None = None) -> Rollout:
         """``group_size`` completions of every prompt of ``batch`` from the engine."""
+        # checked before encoding: a family's image limit is a clear error here, a shape mismatch in the model later
         self.layout.check_images({s.id: len(s.images) for s in batch.samples})
         enc = self.encode(batch.messages, batch.samples)
+        # an over-long prompt: a bad row naming its sample
         check_prompt_lengths(enc, batch.samples, prompt_limit(self.policy, self.sampling))
         enc = enc.to(self.device)
         return self.passes.engine.sample(self.policy, enc, group_size, greedy=greedy, temperature=temperature)
@@ -123,6 +128,7 @@ class PolicyModule(ShardingHooks, EvaluationHooks, L.LightningModule):
         None there (the reward's "does not apply")."""
         per_sample = [s.columns() for s in batch.samples]
         names = dict.fromkeys([k for c in per_sample for k in c] + sorted(self.read_columns))
+        # a prompt's G completions are contiguous rows (the rollout's order): each sample column repeats G times
         columns = {k: [c.get(k) for c in per_sample for _ in range(group_size)] for k in names}
         columns["truncated"] = rollout.truncated.tolist()
         columns["completion_length"] = rollout.completion_mask.sum(1).tolist()
@@ -144,6 +150,7 @@ class PolicyModule(ShardingHooks, EvaluationHooks, L.LightningModule):
                                     self.columns(batch, rollout, group_size, extra), metrics)
         except Exception as exc:  # re-raised below, after every rank knows
             error = exc
+        # every rank joins this collective, failed or not: raising first would leave the others in the next one forever
         if D.all_reduce_sum(torch.tensor(float(error is not None), device=self.device)).item() > 0:
             raise error if error is not None else RuntimeError("a reward failed on another rank; see its log")
         return out
@@ -153,6 +160,7 @@ class PolicyModule(ShardingHooks, EvaluationHooks, L.LightningModule):
         return [p for p in self.policy.parameters() if p.requires_grad]
 
     def configure_optimizers(self):
+        # only trainable weights: under LoRA the frozen base gets no optimizer state (AdamW keeps 2 moments a weight)
         opt = self.optimizer_factory(self.trainable_parameters())
         if self.scheduler_factory is None:
             return opt
@@ -161,6 +169,7 @@ class PolicyModule(ShardingHooks, EvaluationHooks, L.LightningModule):
     def setup(self, stage: str) -> None:
         if stage == "fit":  # after the model is built: each rank samples from its own stream (seed + rank)
             seed_rank_stream()
+        # self.trainer raises when none is attached
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         self.check_reward_columns(getattr(datamodule, "datasets", {}).values())
 
@@ -171,6 +180,7 @@ class PolicyModule(ShardingHooks, EvaluationHooks, L.LightningModule):
             InputError: one line per such reward, naming the parameter and the columns there are.
         """
         found = [dataset_columns(ds) for ds in datasets]
+        # checked when a Trainer holds data; a module built alone (tests, notebooks) cannot know its columns yet
         if not found or any(f is None for f in found):  # no data yet, or items that are not samples: nothing to say
             return
         given = {*RECORD_COLUMNS, "truncated", "completion_length", *self.pass_columns, *set().union(*found)}
@@ -190,6 +200,7 @@ class PolicyModule(ShardingHooks, EvaluationHooks, L.LightningModule):
         """Keep only trainable policy weights (just the adapter with LoRA; frozen weights are rebuilt from
         ``name_or_path``) and save every rank's RNG states for resuming."""
         keep = self._trainable_names()
+        # frozen weights leave the checkpoint: reloaded from name_or_path, a LoRA checkpoint is the adapter only
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items()
                                     if not k.startswith("policy.") or k in keep}
         checkpoint["rng_states"] = gather_rank_rng_states()  # every rank's own stream
@@ -198,6 +209,7 @@ class PolicyModule(ShardingHooks, EvaluationHooks, L.LightningModule):
         """Refuse policy weights that are not exactly this run's trainable ones (loading is not strict) and, when
         resuming a fit, another optimizer; restore the RNG states."""
         check_trainable_weights(checkpoint["state_dict"], self._trainable_names(), prefix="policy.")
+        # validate / test / predict from a checkpoint never step its optimizer: only a resumed fit must match it
         if getattr(getattr(self._trainer, "state", None), "fn", "fit") == "fit":  # a resumed fit updates with it
             check_same_optimizer(checkpoint, self.hparams.get("optimizer"), getattr(self._trainer, "ckpt_path", None))
         if "rng_states" in checkpoint:
@@ -249,7 +261,7 @@ class GRPOModule(PolicyModule):
     # ----------------------------------------------------------------- training
     def training_step(self, batch: PromptBatch, batch_idx: int) -> dict[str, Any]:
         """One GRPO step over ``B`` prompts, ``G`` completions each (``N = B * G`` rows on this rank, ``W`` ranks)."""
-        start, g = time.perf_counter(), self.sampling.num_generations
+        start, g = time.perf_counter(), self.sampling.num_generations  # the wall time covers the whole step
         # 1. Rollout: G completions per prompt from the engine, a prompt's G rows contiguous.
         rollout = self.rollout(batch, g)  # completion_ids (N, T), completion_mask (N, T), truncated (N,)
         # 2. Log-prob pass, no grad: old log-probs only when the update is not the rollout's first and only one
@@ -263,8 +275,10 @@ class GRPOModule(PolicyModule):
         # 4. Advantages over every rank's groups (a group's statistics need all G of its completions, and the
         #    "batch" scaling every group); each rank keeps its own rows.
         rank, world = D.world()
+        # gathered in rank order: rank r's rows are the r-th block of N, which the reshape below relies on
         all_total = D.all_gather_cat(total.to(self.device)).cpu()  # (W * N,)
         advantages, extra, signal = self.advantages(per_reward, all_total)  # (W * N,) over every rank's groups
+        # every rank holds the same N = B * G rows
         local_adv = advantages.reshape(world, -1)[rank].to(self.device)  # (N,)
         # 5. Update: num_iterations * steps_per_generation optimizer updates over parts of the rollout, then the
         #    scheduler once; the engine hears of each update (a sampler holding its own weights copies them).
@@ -293,15 +307,17 @@ class GRPOModule(PolicyModule):
         g, eps = self.sampling.num_generations, self.cfg.advantage_eps
         if not self.decoupled:
             return group_advantages(all_total, g, self.advantage_scale, eps), {}, all_total
+        # the reward weights' (config) order: every rank stacks the same terms in the same order
         labels = [k for k in self.reward_weights if k in per_reward]  # the terms of the total
         values = torch.stack([D.all_gather_cat(per_reward[k].to(self.device)).cpu() for k in labels], 1)  # (W*N, K)
         weights = torch.tensor([self.reward_weights[k] for k in labels])
-        unscorable = torch.isnan(all_total)
+        unscorable = torch.isnan(all_total)  # NaN total: some weighted reward cannot score it
         adv, parts = decoupled_advantages(values, weights, g, eps, unscorable=unscorable)
         return adv, advantage_shares(labels, parts), decoupled_sum(values, weights, g, eps, unscorable)[0]
 
     def _backward_sync(self, last: bool):
         strategy = self._trainer.strategy if self._trainer is not None else None
+        # micro-batches before the last skip DDP's gradient all-reduce: one all-reduce per update, not per micro-batch
         if last or not hasattr(strategy, "block_backward_sync"):
             return contextlib.nullcontext()
         return strategy.block_backward_sync()
@@ -316,13 +332,14 @@ class GRPOModule(PolicyModule):
         totals: dict[str, float] = {}
         self.passes.engine.release()  # no sampling until the next step's rollout
         for i, rows in enumerate(updates):
-            opt.zero_grad()
+            opt.zero_grad()  # gradients accumulate over the update's micro-batches
             coef = self._entropy_coef()
             stats = self.passes.accumulate_gradients(
                 self.policy, rollout, advantages, logprobs.old_logps, logprobs.ref_logps, self._backward,
                 self._backward_sync, rows=rows, sampler=logprobs, entropy_coef=coef)
             # an infinite bound still measures the norm: grad_norm is logged with clipping off too
             clip = self.cfg.max_grad_norm if self.cfg.max_grad_norm is not None else math.inf
+            # FSDP1 clips its own shards
             root = getattr(self._trainer.strategy, "model", None) if self._trainer is not None else None
             stats["grad_norm"] = float(D.clip_grad_norm(root, self.trainable_parameters(), clip))
             self._optimizer_step(opt, last=i == len(updates) - 1)
@@ -331,7 +348,7 @@ class GRPOModule(PolicyModule):
             for k, v in stats.items():  # the step logs each figure's mean over its updates
                 totals[k] = totals.get(k, 0.0) + v / len(updates)
         self.passes.engine.resume()
-        if sched is not None:
+        if sched is not None:  # after all updates: stepped once per rollout
             sched.step()
         return totals
 
@@ -360,6 +377,7 @@ class GRPOModule(PolicyModule):
         if last or not isinstance(opt, LightningOptimizer):
             opt.step()
         else:
+            # do_nothing_closure: the gradients are already accumulated above; a closure would only recompute them
             self.trainer.strategy.optimizer_step(opt.optimizer, do_nothing_closure, model=self)
 
     def _backward(self, loss: Tensor) -> None:
