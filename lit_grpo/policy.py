@@ -100,25 +100,31 @@ def check_model_path(path: str, local_files_only: bool = False, name: str = "mod
     from lit_grpo.paths import check_hub, search_roots, wrong_folder
 
     p = Path(path).expanduser()
+    # an existing folder wins over any hub id of the same spelling
     if p.is_dir():
         return
+    # before the hub-shape test: a relative path meant for the clone is the common mistake, and needs no network
     elsewhere = wrong_folder(name, path, search_roots() if roots is None else roots)
     if elsewhere:
         raise FileNotFoundError(elsewhere)
     parts = path.split("/")
+    # a first part that is a folder here makes it a local path (checkpoints/x), whatever its shape
     hub_shaped = (len(parts) == 2 and not path.startswith((".", "/", "~"))
                   and all(re.fullmatch(r"[\w.\-]+", x) for x in parts) and not Path(parts[0]).exists())
     if not hub_shaped:
         raise FileNotFoundError(f"{name} {path!r} does not exist ({p.resolve()}); give a folder saved with "
                                 "save_pretrained (e.g. checkpoints/demo) or a hub id owner/name")
     here = [d.name for d in Path(".").iterdir() if d.is_dir() and not d.name.startswith(".")]
+    # cutoff 0.8: only a near-spelling is taken for a typo; a real owner unlike every folder passes
     near = difflib.get_close_matches(parts[0], here, n=1, cutoff=0.8)
     if near:
         raise FileNotFoundError(f"{name} {path!r} does not exist (did you mean {near[0]}/{parts[1]}?); a hub id "
                                 f"owner/name whose owner is spelt like a folder here is taken for a misspelt folder")
     from huggingface_hub import try_to_load_from_cache
 
+    # the cache first: a cached id needs no request even online
     cached = isinstance(try_to_load_from_cache(path, "config.json"), str)
+    # the spellings huggingface_hub itself reads as true for HF_HUB_OFFLINE
     if local_files_only or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
         if not cached:
             raise FileNotFoundError(f"{name} {path!r} is no folder here ({p.resolve()}), and as a hub id it is not in "
@@ -134,6 +140,7 @@ def load_policy(cfg: PolicyConfig) -> tuple[nn.Module, object]:
         FileNotFoundError: a local model folder that does not exist.
     """
     path = cfg.name_or_path
+    # a folder without config.json is no model yet: the demo's embedded group builds one there
     if cfg.embedded is not None and not (Path(path) / "config.json").is_file():
         built_group("embedded", cfg.embedded).save(path)  # the demo task builds it; a mapping gets its defaults
     check_model_path(path, cfg.local_files_only)
@@ -143,7 +150,9 @@ def load_policy(cfg: PolicyConfig) -> tuple[nn.Module, object]:
     )
     processor = load_processor(path, **kw)  # image-only rebuild for Qwen-VL / SmolVLM (no torchvision)
     tokenizer = getattr(processor, "tokenizer", processor)
+    # generation appends after the last column: right padding would put pads between a short prompt and its completion
     tokenizer.padding_side = "left"
+    # batching needs a pad id; the attention mask hides it, so EOS serves where the tokenizer has none
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     if cfg.lora is not None:
@@ -153,9 +162,13 @@ def load_policy(cfg: PolicyConfig) -> tuple[nn.Module, object]:
             if is_vision_parameter(name):
                 p.requires_grad_(False)
     if cfg.gradient_checkpointing:
+        # use_reentrant=False: the reentrant mode gives no gradient through a segment whose inputs need none (frozen
+        # embeddings under LoRA); enable_input_require_grads covers models that still take the reentrant path
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if hasattr(model, "enable_input_require_grads"):
             model.enable_input_require_grads()
+    # the passes run full forwards and need no KV cache (an engine that wants one asks per call); transformers would
+    # turn it off with a warning under gradient checkpointing anyway
     model.config.use_cache = False
     return model.train(), processor
 
@@ -178,11 +191,14 @@ def disable_dropout(model: nn.Module, cfg: PolicyConfig | None = None) -> None:
                        "(the log-prob pass and the update must see the same policy)")
     for module in model.modules():
         if isinstance(module, DROPOUTS):
+            # p = 0 rather than eval(): the policy stays in train mode, and transformers' checkpointing needs it
             module.p = 0.0
+        # attention kernels read their dropout from a float attribute at forward time (dropout_p=self.attention_dropout)
         for name, value in list(vars(module).items()):
             if "dropout" in name and isinstance(value, float):
                 setattr(module, name, 0.0)
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    # some attention implementations read the config's dropout at forward time; text and vision sub-configs too
     configs = [inner.config]
     while configs:
         config = configs.pop()
@@ -195,6 +211,7 @@ def disable_dropout(model: nn.Module, cfg: PolicyConfig | None = None) -> None:
 
 def is_vision_parameter(name: str) -> bool:
     """Parameters of the vision encoder (not the projector, which maps into the language model)."""
+    # the names the families' vision encoders live under (LLaVA's vision_tower, Idefics3's vision_model, Qwen's visual)
     return any(k in name for k in ("vision_tower", "vision_model", ".visual.", "vision_encoder"))
 
 
@@ -202,6 +219,7 @@ def _targeted(name: str, targets: str | list[str]) -> bool:
     """Whether PEFT's ``target_modules`` rule picks module ``name`` (a regex: full match; a list: the name or its
     last parts)."""
     if isinstance(targets, str):
+        # PEFT's own rule for a str target: a full match on the module's name
         return re.fullmatch(targets, name) is not None
     return any(name == t or name.endswith(f".{t}") for t in targets)
 
@@ -213,13 +231,16 @@ def apply_lora(model: nn.Module, cfg: LoRAConfig, freeze_vision_tower: bool = Tr
     from peft import LoraConfig, PeftModel, get_peft_model
 
     if cfg.adapter_path:
+        # is_trainable=True: PEFT loads an adapter frozen, for inference, by default
         return PeftModel.from_pretrained(model, cfg.adapter_path, is_trainable=True)
+    # n + ".": a module name has no trailing dot, and ".visual." must match Qwen's vision module itself
     vision = [n for n, _ in model.named_modules() if n and is_vision_parameter(n + ".")] if freeze_vision_tower else []
     matched = [n for n in vision if _targeted(n, cfg.target_modules)]
     if matched:
         rank_zero_warn(f"policy.lora.target_modules matches {len(matched)} modules of the vision tower (e.g. "
                        f"{matched[0]}); they get no adapter, since policy.freeze_vision_tower is true")
     config = LoraConfig(r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules=cfg.target_modules,
+                        # exclude_modules keeps the vision modules adapter-free even where the target regex matches them
                         exclude_modules=vision or None, bias="none")
     return get_peft_model(model, config)
 
@@ -237,15 +258,19 @@ class ReferencePolicy:
     """
 
     def __init__(self, policy: nn.Module, from_existing_adapter: bool):
+        # a fresh adapter's B matrices start at 0, so the policy with adapters off is exactly the initial policy
         if is_peft(policy) and not from_existing_adapter:
             self.mode, self.frozen = "adapter_off", None
         else:
             self.mode = "copy"
+            # a loaded adapter or a full fine-tune has no such off switch: a frozen copy, at a model's memory
             self.frozen = copy.deepcopy(policy).eval().requires_grad_(False)
 
     @contextlib.contextmanager
     def model_context(self, policy: nn.Module) -> Iterator[nn.Module]:
         if self.mode == "copy":
+            # the copy is no submodule of the LightningModule (not in its state_dict): Lightning never moves it, so it
+            # follows the policy's device here
             if next(self.frozen.parameters()).device != next(policy.parameters()).device:
                 self.frozen.to(next(policy.parameters()).device)
             yield self.frozen
@@ -262,6 +287,7 @@ class ReferencePolicy:
 def _token_id(tokenizer, token: str) -> int | None:
     ids = tokenizer.convert_tokens_to_ids([token])
     tid = ids[0] if ids else None
+    # convert_tokens_to_ids gives the unknown token's id for a token the vocabulary lacks
     return None if tid is None or tid == tokenizer.unk_token_id else int(tid)
 
 
@@ -283,10 +309,11 @@ def stop_token_ids(model: nn.Module, processor, extra: list[str] | tuple = (), n
     if tok.eos_token_id is not None:
         ids.add(int(tok.eos_token_id))
     gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    ids.update([gen_eos] if isinstance(gen_eos, int) else list(gen_eos or []))
+    ids.update([gen_eos] if isinstance(gen_eos, int) else list(gen_eos or []))  # an int or a list, by model
     template = getattr(processor, "chat_template", None) or getattr(tok, "chat_template", None) or ""
     for token in END_OF_TURN_TOKENS:
         tid = _token_id(tok, token)
+        # only an end-of-turn token the chat template writes ends this model's turn
         if tid is not None and token in str(template):
             ids.add(tid)
     return sorted(ids)
@@ -334,6 +361,7 @@ def image_token_ids(model: nn.Module, processor) -> list[int]:
         if isinstance(v, int) and v >= 0:
             ids.add(v)
     names = list(IMAGE_TOKEN_NAMES) + [getattr(processor, "image_token", None) or ""]
+    # Idefics3 / SmolVLM tile markers are sequence structure the processor writes, never text to sample
     names += [t for t in tok.get_vocab() if t.startswith("<row_") or t.startswith("<tile_")]
     for name in names:
         tid = _token_id(tok, name) if name else None

@@ -98,6 +98,7 @@ class DatasetSpec(Checked):
     def generated(self) -> bool:
         """Whether this split reads the file its ``generate`` block writes."""
         target = (self.generate or {}).get("path")
+        # compared as paths, so "./data/x" and "data/x" are the same file
         return target is not None and (self.path is None or Path(self.path) == Path(target))
 
     def check(self, name: str = "data", roots: list[Path] | None = None) -> None:
@@ -119,24 +120,28 @@ class DatasetSpec(Checked):
                 rows = parse_slice(str(self.rows))
             except ValueError as exc:
                 raise ValueError(f"{name}.{exc}") from None
+            # step 0 would raise only when the rows are sliced, after loading: refused here, with an example
             if rows.step == 0:
                 raise ValueError(f"{name}.rows {self.rows!r} has step 0; e.g. '1000:3000' or '::2'")
             start, stop = rows.start or 0, rows.stop
+            # only non-negative bounds can be judged now: a negative one counts from an end not known before loading
             if stop is not None and start >= 0 and stop >= 0 and stop <= start:
                 raise ValueError(f"{name}.rows {self.rows!r} keeps no row (stop <= start); e.g. '1000:3000'")
         if self.path is None and self.generate is None:
             raise ValueError(f"{name}.path is not set (a file, a folder or a hub id)")
         if self.reader not in READERS:
             raise ValueError(f"{name}.reader: unknown reader {self.reader!r}; registered: {READERS.listing()}")
+        # a generated file need not exist yet: load writes it first
         if self.generated() or Path(self.path).expanduser().exists():
             return
         elsewhere = wrong_folder(f"{name}.path", self.path, search_roots() if roots is None else roots)
         if elsewhere:
             raise FileNotFoundError(elsewhere)
+        # a missing path shaped like a local one is never tried as a hub id: the typo is named, no network call
         if is_local(self.path):
             made = f" (this config generates only {self.generate['path']}, its generate.path)" if self.generate else ""
             raise FileNotFoundError(f"{name}.path {self.path} does not exist{made}")
-        if hub_dataset_cached(self.path):
+        if hub_dataset_cached(self.path):  # a cached dataset needs no request, even online
             return
         if offline():
             raise FileNotFoundError(f"{name}.path {self.path!r} is no file or folder here, and as a hub dataset id it "
@@ -147,11 +152,12 @@ class DatasetSpec(Checked):
     def load(self, on_bad_row: str = "raise") -> Dataset:
         """The reader's dataset; ``on_bad_row`` (``raise`` | ``skip``) unless ``reader_args`` sets it. The
         generated file is written first when missing or stale (:func:`ensure_generated`)."""
+        # checked again: load is also called outside the CLI, which ran the startup check
         self.check()
         path = self.path or self.generate["path"]
         if self.generated():
             ensure_generated(self.generate)
-        args = {"on_bad_row": on_bad_row, **self.reader_args}
+        args = {"on_bad_row": on_bad_row, **self.reader_args}  # reader_args may set on_bad_row for its split
         return READERS.get(self.reader)(path, split=self.split, rows=self.rows, **args)
 
 
@@ -205,6 +211,7 @@ def ensure_generated(generate: dict[str, Any]) -> Path:
     path, want = Path(generate["path"]), generation_record(generate)
     record = path.with_name(path.name + ".generate.json")
     have = json.loads(record.read_text()) if record.is_file() else None
+    # compared after a JSON round trip: the record on disk has lists for tuples and str keys
     if path.exists() and have == json.loads(json.dumps(want)):
         return path
     if path.exists():
@@ -212,8 +219,10 @@ def ensure_generated(generate: dict[str, Any]) -> Path:
         log.warning("%s was generated with other settings (%s): generating it again",
                     path, ", ".join(changed) if have is not None else "no record of them")
     args = dict(want)
+    # the pid in the name: ranks that generate at once each write their own file and swap it in
     partial = path.with_name(f".{path.stem}.{os.getpid()}.partial{path.suffix}")  # the suffix picks the layout
     kind = args.pop("kind")
+    # the generator's default num, for the progress line
     num = int(args.get("num", inspect.signature(GENERATORS.get(kind)).parameters["num"].default))
     settings = ", ".join(f"{k}: {v}" for k, v in sorted(args.items()) if k != "num")
     progress = CountProgress(f"generating {num:,} rows ({kind} generator) into {path}", num, settings, write=log.info)
@@ -244,6 +253,7 @@ def resumed_epoch(trainer: L.Trainer | None) -> int:
         return 0
     loop = trainer.fit_loop
     batches = loop.epoch_loop.batch_progress
+    # a checkpoint at an epoch's last batch resumes into the next epoch: its saved iterator is finished
     ended = loop.restarting and batches.is_last_batch
     return loop.epoch_progress.current.processed + int(ended)
 
@@ -303,6 +313,7 @@ class VLMDataModule(L.LightningDataModule):
         if found:
             raise SettingError(found)
         self.template_fn = TEMPLATES.get(template)  # looked up once: a typo fails here, no sample looks it up again
+        # test falls back to val, predict to test then val: a config with one evaluation split serves every stage
         self.specs = {"train": train, "val": val, "test": test or val, "predict": predict or test or val}
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.template, self.system_prompt = template, system_prompt
@@ -319,8 +330,10 @@ class VLMDataModule(L.LightningDataModule):
         such a row when its batch is encoded)."""
 
     def setup(self, stage: str | None = None) -> None:
+        # an unknown stage (None) loads every split
         wanted = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("predict",)}
         loaded = {split: self.specs[split].load(self.on_bad_row) for split in wanted.get(stage, self.specs)
+                  # setup runs per stage (fit, then test): a split is read once
                   if self.specs[split] is not None and split not in self.datasets}
         if "train" in loaded:
             loaded["train"] = self._without_overlap(loaded["train"], loaded)
@@ -333,6 +346,7 @@ class VLMDataModule(L.LightningDataModule):
         evals = {}
         for split in ("val", "test"):
             spec = self.specs[split]
+            # the same spec object as val (test falls back to it): one check covers both
             if spec is None or (split == "test" and spec is self.specs["val"]):
                 continue
             if split not in loaded and split not in self.datasets:
@@ -348,6 +362,7 @@ class VLMDataModule(L.LightningDataModule):
         if self.on_overlap == "allow":
             log.warning("%s; kept for training (on_overlap: allow)", what)
             return train
+        # dropping every row would leave an empty loader, which would only fail later and less clearly
         if len(found) == len(train):
             raise InputError(f"{what}: nothing is left to train on (on_overlap: drop); choose other training rows")
         log.warning("%s; dropped from training (on_overlap: drop)", what)
@@ -368,10 +383,11 @@ class VLMDataModule(L.LightningDataModule):
         measure = self.prompt_length
         if not limits or measure is None:
             return ds
-        limit, label = min(limits)
+        limit, label = min(limits)  # the tighter limit decides, and is named
         keep, refused = [], []
         for i in range(len(ds)):
             try:
+                # measured on the rendered messages, as the rollout encodes them: image tokens and template included
                 if measure(self.render(ds[i]), ds[i]) <= limit:
                     keep.append(i)
             except BadRowError as exc:  # the processor refuses the sample: under skip, a bad row like the others
@@ -410,10 +426,13 @@ class VLMDataModule(L.LightningDataModule):
             else None
         loader = StatefulDataLoader(self.datasets[split], batch_size=batch_size, shuffle=shuffle and sampler is None,
                                     sampler=sampler, collate_fn=self.collate, num_workers=self.num_workers,
-                                    generator=torch.Generator().manual_seed(seed))
+                                    generator=torch.Generator().manual_seed(seed))  # the worker seeds' generator
         if shuffle and sampler is None:
+            # the shuffle's generator, not the loader's: one generator for both would replay the wrong draws on resume
             loader.sampler.generator = torch.Generator().manual_seed(seed)
         if sampler is not None:
+            # the loader of a resumed run is made before Lightning
+            # sets the epoch: set it here (resumed_epoch's docstring)
             sampler.set_epoch(resumed_epoch(self.trainer))
         return loader
 
@@ -429,6 +448,7 @@ class VLMDataModule(L.LightningDataModule):
         """
         trainer = getattr(self, "trainer", None)
         ranks = getattr(trainer.strategy, "distributed_sampler_kwargs", None) if trainer is not None else None
+        # one rank: the loader shuffles on its own; a DistributedSampler would only add a wrapper
         return dict(ranks) if ranks and ranks.get("num_replicas", 1) > 1 else {}
 
     def train_dataloader(self) -> StatefulDataLoader:
