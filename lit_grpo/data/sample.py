@@ -56,6 +56,7 @@ class Sample:
     meta: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
+        # a task field named like a record column would silently replace it in columns(): refused at construction
         clash = sorted(set(self.fields) & set(RECORD_COLUMNS))
         if clash:
             raise ValueError(f"sample {self.id!r}: task field(s) {clash} are named like the record's own columns "
@@ -63,6 +64,7 @@ class Sample:
 
     def columns(self) -> dict[str, Any]:
         """The sample as reward columns: the record's own (images included) and each task field by its name."""
+        # task fields last: the clash check above keeps them from hiding a record column
         return {**{name: getattr(self, name) for name in RECORD_COLUMNS}, **self.fields}
 
 
@@ -74,14 +76,16 @@ def dataset_columns(ds: Any) -> set[str] | None:
     """The reward columns a dataset's samples give (:meth:`Sample.columns`), read from the first sample of each of its
     parts (a ``ConcatDataset``'s datasets, a ``Subset``'s dataset); ``None`` when a part's items are not samples or its
     first row is bad (then nothing can be said)."""
+    # a ConcatDataset: the union of its parts' columns, or nothing when any part cannot say
     parts = getattr(ds, "datasets", None)
     if parts is not None:
         found = [dataset_columns(p) for p in parts]
         return None if any(f is None for f in found) else set().union(*found)
     inner = getattr(ds, "dataset", None)
+    # a Subset (after the overlap or length filters) is looked through; a SampleDataset's own .dataset is no wrapper
     if inner is not None and not isinstance(ds, SampleDataset):
         return dataset_columns(inner)
-    if not len(ds):
+    if not len(ds):  # an empty part adds no column and hides none
         return set()
     try:
         first = ds[0]
@@ -118,6 +122,7 @@ class SampleDataset(Dataset):
                  image_sources: Callable[[Any, int], list] | None = None, known: dict[int, dict] | None = None):
         self.rows, self.to_sample, self.name = rows, to_sample, name
         self.indices = indices
+        # reported by readers as the rows the bad-row policy dropped
         self.skipped = 0 if indices is None else len(rows) - len(indices)
         self.text_rows, self.text_fields = text_rows if text_rows is not None else rows, text_fields
         self.image_sources, self.known = image_sources, known or {}
@@ -126,12 +131,14 @@ class SampleDataset(Dataset):
         return len(self.rows) if self.indices is None else len(self.indices)
 
     def __getitem__(self, i: int) -> Sample:
+        # errors name the original row j, not the position i after skipped rows
         j = i if self.indices is None else self.indices[i]
         return self.to_sample(self.rows[j], j)
 
     def fields(self, i: int) -> dict[str, Any]:
         """The text fields of sample ``i`` (``id``, ``question``, ...), images left undecoded when possible."""
         j = i if self.indices is None else self.indices[i]
+        # the loader read this row's id and question already: no second read of the file
         if j in self.known:
             return self.known[j]
         return self.text_fields(self.text_rows[j], j) if self.text_fields else self[i].columns()
@@ -143,8 +150,10 @@ class SampleDataset(Dataset):
         h = hashlib.sha1()
         for src in self.image_sources(self.rows[j], j) if self.image_sources else self[i].images:
             if isinstance(src, dict):
+                # an HF image dict: its bytes when stored inline, else the file it points at
                 src = src.get("bytes") or src.get("path")
             if isinstance(src, Image.Image):
+                # the size is hashed too: equal pixel bytes at another shape are another image
                 h.update(f"{src.size}".encode() + src.convert("RGB").tobytes())
             else:
                 h.update(bytes(src) if isinstance(src, (bytes, bytearray)) else Path(str(src)).read_bytes())
@@ -163,6 +172,7 @@ def text_row(row: dict[str, Any], where: str, images: Sequence[str] = IMAGE_COLU
         BadRowError: a bytes field that is not UTF-8, naming ``where`` (source, row, id) and the field."""
     out = dict(row)
     for key, value in row.items():
+        # memoryview too: Arrow's large_binary can arrive as one
         if key in images or not isinstance(value, (bytes, bytearray, memoryview)):
             continue
         try:
@@ -208,6 +218,7 @@ def load_rows(rows: Sequence[Any], to_sample: Callable[[Any, int], Sample], *, n
 
     fields = text if check_text is not None else None
     known: dict[int, dict] = {}
+    # raise: only the cheap text rows are read now, so setup stays fast; a bad image fails on its first read
     if on_bad_row == "raise":
         for i, row in enumerate(text_rows if text_rows is not None else rows):
             found = text(row, i)
@@ -243,9 +254,11 @@ def encode_samples(encode: Callable[[list, list], Any], messages: list, samples:
         BadRowError: naming the sample's id, its image sizes and the processor's reason."""
     try:
         return encode(messages, [s.images for s in samples])
+    # an InputError (a bad row already named) is passed on as is: no second encoding
     except InputError:
         raise
     except Exception as exc:  # a processor raises ValueError, IndexError, RuntimeError... for what it cannot take
+        # the batch's error does not say which sample: each is encoded alone until one fails
         for m, sample in zip(messages, samples):
             try:
                 encode([m], [sample.images])
@@ -256,6 +269,7 @@ def encode_samples(encode: Callable[[list, list], Any], messages: list, samples:
                 raise BadRowError(f"sample {sample.id}: the model's processor refuses it (image {sizes}; "
                                   f"{type(exc).__name__}: {reason}); drop the row, or set data.on_bad_row: skip to "
                                   "drop every such row before training") from None
+        # every sample passes alone: the batch's failure is not any one row's, so it is raised as it was
         raise
 
 
@@ -264,11 +278,13 @@ def prompt_limit(policy: Any, sampling: Any = None) -> int | None:
     ``max_completion_length`` when that leaves room (a completion is written after the prompt); ``None`` when the
     config gives no limit."""
     config = policy.config
+    # a VLM keeps its position limit in the text config; get_text_config finds it in either layout
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     positions = getattr(text, "max_position_embeddings", None)
     if not isinstance(positions, int) or positions <= 0:
         return None
     completion = getattr(sampling, "max_completion_length", 0) or 0
+    # a context no longer than the completion length: subtracting would leave no room, so the whole context is the limit
     return positions - completion if positions > completion else positions
 
 
@@ -282,6 +298,7 @@ def check_prompt_lengths(encoded: dict[str, Any], samples: Sequence[Sample], lim
     Raises:
         BadRowError: the first such sample, with its id, its length and the limit.
     """
+    # attention_mask counts real tokens: left padding excluded
     for n, sample in zip(encoded["attention_mask"].sum(1).tolist(), samples):
         if limit is not None and n > limit:
             raise BadRowError(f"row id {sample.id}: its prompt is {n} tokens (image tokens included), longer than the "
@@ -304,7 +321,9 @@ def render_messages(sample: Sample, template: str | Callable[[Sample], tuple[str
     looks it up once): ``system_prompt`` (if given) replaces the template's default."""
     default_system, text = (TEMPLATES.get(template) if isinstance(template, str) else template)(sample)
     system = system_prompt if system_prompt is not None else default_system
+    # "" removes the system turn (data.system_prompt), rather than sending an empty one
     messages: Messages = [{"role": "system", "content": [{"type": "text", "text": system}]}] if system else []
+    # one image part per image, before the text: the chat template turns each into the processor's image placeholder
     content = [{"type": "image"} for _ in sample.images] + [{"type": "text", "text": text}]
     messages.append({"role": "user", "content": content})
     return messages
