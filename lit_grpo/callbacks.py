@@ -21,6 +21,7 @@ from lit_grpo.loggers import log_images, log_table, log_text, masked_text
 
 def _code(text: str) -> str:
     """Render ``text`` verbatim in TensorBoard's Markdown: every line indented as a code block."""
+    # indented, not fenced: a completion holding ``` cannot end the block early
     return "\n".join("    " + line for line in str(text).splitlines() or [""])
 
 
@@ -41,12 +42,14 @@ class CompletionSamples(L.Callback):
     @rank_zero_only
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
+        # the summary the training step returns; another module's outputs, or a step off the period, log nothing
         if not isinstance(outputs, dict) or "completions" not in outputs or trainer.global_step % self.every_n_steps:
             return
         step, g = trainer.global_step, outputs["group_size"]
         blocks, images, rows = [], {}, []
         columns = ["step", "prompt", "image", "gold", "completion", "total", *outputs["rewards"], "advantage"]
         for p in range(min(self.num_prompts, len(outputs["prompts"]))):
+            # the batch's own images, so the logged picture is exactly what the policy saw for prompt p
             pictures = (getattr(batch.samples[p], "images", None) or []) if hasattr(batch, "samples") else []
             image = side_by_side(pictures, self.image_side) if pictures else None
             if image is not None:
@@ -54,6 +57,7 @@ class CompletionSamples(L.Callback):
             seen = f"; the image it saw: `train/rollout/image/{p}` (Images)" if image is not None else ""
             blocks.append(f"**prompt {p}** (gold `{outputs['answers'][p]}`{seen})\n\n"
                           f"{_code(prompt_text(outputs['prompts'][p]))}")
+            # a prompt's G completions are contiguous rows: prompt p's are p * G .. p * G + G - 1
             for j in range(p * g, p * g + min(self.num_completions, g)):
                 rewards = ", ".join(f"{k}={v[j]:.3f}" for k, v in outputs["rewards"].items())
                 blocks.append(f"completion {j - p * g}: total={outputs['total'][j]:.3f} ({rewards}), "
@@ -61,6 +65,7 @@ class CompletionSamples(L.Callback):
                 rows.append([step, prompt_text(outputs["prompts"][p]), image, str(outputs["answers"][p]),
                              outputs["completions"][j], float(outputs["total"][j]),
                              *(float(v[j]) for v in outputs["rewards"].values()), float(outputs["advantages"][j])])
+        # the text and the picture go to TensorBoard, the table to W&B: each backend gets the form it shows best
         log_text(trainer, "train/completions", "\n\n".join(blocks), step, to_wandb=False)
         log_images(trainer, images, step, to_wandb=False)
         log_table(trainer, "train/completions", columns, rows, step, to_tensorboard=False)
@@ -72,7 +77,7 @@ def side_by_side(images: list, side: int) -> np.ndarray:
     from PIL import Image
 
     rgb = [im.convert("RGB") for im in images]
-    gap = 4
+    gap = 4  # white gaps so adjacent puzzle panels stay apart
     width, height = sum(im.width for im in rgb) + gap * (len(rgb) - 1), max(im.height for im in rgb)
     row = Image.new("RGB", (width, height), "white")
     x = 0
@@ -81,6 +86,7 @@ def side_by_side(images: list, side: int) -> np.ndarray:
         x += im.width + gap
     scale = side / max(width, height)
     size = (max(1, round(width * scale)), max(1, round(height * scale)))
+    # nearest when enlarging keeps a drawn figure's lines hard; bicubic when shrinking avoids aliasing
     return np.asarray(row.resize(size, Image.NEAREST if scale >= 1 else Image.BICUBIC))
 
 
@@ -93,11 +99,13 @@ class FinalValidation(L.Callback):
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
+        # 0 < max_steps: Lightning's -1 means no step limit
         last_step = 0 < trainer.max_steps <= trainer.global_step
         last_epoch = (trainer.max_epochs is not None and trainer.max_epochs > 0
                       and trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
                       and trainer.current_epoch + 1 >= trainer.max_epochs)
         if last_step or last_epoch:
+            # should_stop after this batch makes Lightning run its end-of-fit validation, as for early stopping
             trainer.should_stop = True
 
 
@@ -120,6 +128,7 @@ class ExportPretrained(L.Callback):
         (:func:`lit_grpo.export.check_not_source`)."""
         from lit_grpo.export import check_merge, check_not_source, policy_config
 
+        # only fit exports; a module without policy hparams (a test double) has nothing to check
         if stage == "fit" and "policy" in pl_module.hparams:
             cfg = policy_config(pl_module.hparams["policy"])
             check_merge(cfg, self.merge)
@@ -131,6 +140,7 @@ class ExportPretrained(L.Callback):
 
         model, processor = pl_module.policy, pl_module.processor
         cfg = policy_config(pl_module.hparams["policy"])
+        # gathering is a collective: every rank calls it, rank 0 alone writes the folder
         if is_sharded(model):
             weights = trainable_state(pl_module)  # every rank takes part; rank 0 gets the weights
             if trainer.is_global_zero:
@@ -138,6 +148,7 @@ class ExportPretrained(L.Callback):
         if trainer.is_global_zero:
             save_pretrained(model, processor, self.dirpath, self.merge)
             generation_config(model, processor, cfg, pl_module.hparams.get("sampling")).save_pretrained(self.dirpath)
+            # the environment beside the weights: which versions trained them, readable without the run folder
             environment.write(self.dirpath)  # what trained these weights
             readable(self.dirpath)
 
@@ -167,16 +178,20 @@ class EvalSummary(L.Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         logdir = getattr(trainer.logger, "log_dir", None)
+        # a continued run folder: validations after the checkpoint was written are in the CSV but not in the checkpoint
         if trainer.ckpt_path and logdir and (Path(logdir) / "eval_curves.csv").is_file():
             have = {r["step"] for r in self.rows}
             earlier = [r for r in read_curves(Path(logdir) / "eval_curves.csv")
+                       # only rows up to the checkpoint's step: a later row belongs to the training that is being redone
                        if r["step"] <= trainer.global_step and r["step"] not in have]
             self.rows = sorted(self.rows + earlier, key=lambda r: r["step"])
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # the sanity check's figures are of a couple of batches, not a validation: kept out of the curves
         if trainer.sanity_checking:
             return
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+        # a validation repeated at the same step (a resume) replaces the earlier row instead of doubling it
         self.rows = [r for r in self.rows if r["step"] != trainer.global_step] + [{"step": trainer.global_step,
                                                                                    **metrics}]
         self._save(trainer)
@@ -198,6 +213,7 @@ class EvalSummary(L.Callback):
         """The curves the summary and the files show: rewards and accuracy (not completion length or judge
         statistics), or those matching ``keys``."""
         found = sorted({k for r in self.rows for k in r if k != "step" and not k.endswith("_se")})
+        # judge statistics are figures of the judge, not curves of the policy
         curves = [k for k in found if ("/reward" in k or k.endswith("/accuracy")) and "/judge/" not in k]
         return [k for k in curves if self.keys is None or any(p in k for p in self.keys)]
 
@@ -224,6 +240,7 @@ class EvalSummary(L.Callback):
     def _write(self, folder: Path, keys: list[str]) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         cols = ["step"] + [c for k in keys for c in (k, k + "_se")]
+        # rewritten whole each time: a replaced row or rows read back on resume land in it as they are now
         with open(folder / "eval_curves.csv", "w") as f:
             f.write(",".join(cols) + "\n")
             for r in self.rows:
@@ -236,6 +253,7 @@ def read_curves(path: Path) -> list[dict[str, float]]:
     import csv
 
     with open(path, newline="") as f:
+        # a cell left empty is a figure that validation did not have
         return [{k: int(float(v)) if k == "step" else float(v) for k, v in row.items() if v not in ("", None)}
                 for row in csv.DictReader(f)]
 
@@ -268,6 +286,7 @@ class PredictionsJSONL(BasePredictionWriter):
     """
 
     def __init__(self, filename: str = "predictions.jsonl", path: str | None = None):
+        # batch interval: each batch's records are written as they come, so a killed predict keeps what it had
         super().__init__(write_interval="batch")
         self.filename, self.path = filename, path
         self.file: Path | None = None
@@ -276,8 +295,10 @@ class PredictionsJSONL(BasePredictionWriter):
         path = Path(self.path) if self.path else _run_dir(trainer) / self.filename
         rank, world = D.world()
         if world > 1:
+            # one file per rank: ranks appending to one file would interleave half-lines
             path = path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
         path.parent.mkdir(parents=True, exist_ok=True)
+        # truncated at the start: a rerun does not append to the previous run's predictions
         path.write_text("", encoding="utf-8")
         self.file = path
 
