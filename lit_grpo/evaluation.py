@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 def extracted_answer(scorer: str | None, text: str, answer_format: str) -> str | None:
     """The answer ``scorer`` reads from ``text`` (the extractor its registration names); other scorers: the final
     answer (``<answer>``, else the last box), as an option letter for MCQ."""
+    # the scorer's own extractor, so the record shows the answer that was actually scored
     extractor = reward_info(scorer).extractor if scorer in REWARDS else None
     if extractor is not None:
         return extractor(text, answer_format)
@@ -51,11 +52,13 @@ def build_scorer(scorer: str | None, kwargs: dict[str, Any], configured: list[Re
     """
     if scorer is None:
         return None
+    # the top-level judge option joins the kwargs only here: given in both places it would be ambiguous which applies
     if judge is not None:
         if "judge" in kwargs:
             raise ValueError("the scorer's judge is given twice: in evaluation.scorer_kwargs and evaluation.judge")
         kwargs = {**kwargs, "judge": judge}
     same = [s for s in configured if s.label == scorer]
+    # reused only with equal settings: another judge or option would make the accuracy a different measurement
     if same and (kwargs == {} or _comparable(kwargs) == _comparable(same[0].kwargs)):
         return None
     return build_reward(RewardSpec(scorer, kwargs=kwargs))
@@ -63,6 +66,7 @@ def build_scorer(scorer: str | None, kwargs: dict[str, Any], configured: list[Re
 
 def _comparable(kwargs: dict[str, Any]) -> dict[str, Any]:
     """``kwargs`` with a ``judge`` dict as the judge's option group (defaults filled in)."""
+    # a judge given as a mapping and one as the typed group compare equal once both have their defaults
     return {**kwargs, "judge": built_group("judge", kwargs["judge"])} if "judge" in kwargs else dict(kwargs)
 
 
@@ -76,7 +80,9 @@ def correctness(scores: list[float | None], pass_threshold: float | None = None)
     """
     out = []
     for v in scores:
+        # a judge that failed (None, NaN, inf) cannot score: never counted as wrong, which would bias accuracy down
         v = math.nan if v is None or not math.isfinite(float(v)) else float(v)
+        # NaN stays NaN: no threshold turns "cannot score" into 0
         out.append(v if math.isnan(v) or pass_threshold is None else float(v >= pass_threshold))
     return out
 
@@ -98,6 +104,7 @@ def table_fields(sample: Sample, fields: Iterable[str] | None = None) -> dict[st
     out = {}
     for field in TABLE_GROUPS.entries() if fields is None else fields:
         value = sample.fields.get(field, sample.meta.get(field))
+        # lists copied: the record is JSON, never the sample's own object
         out[field] = list(value) if isinstance(value, (list, tuple)) else value
     return out
 
@@ -108,7 +115,7 @@ def build_records(samples: list[Sample], messages: list[list[dict]], completions
     """One record per completion; completion ``i`` belongs to sample ``i // group_size``."""
     records, groups = [], list(TABLE_GROUPS.entries())
     for i, text in enumerate(completions):
-        s = samples[i // group_size]
+        s = samples[i // group_size]  # a sample's G completions are contiguous rows
         records.append({
             "id": s.id, "mode": mode, "prompt": prompt_text(messages[i // group_size]), "completion": text,
             "extracted": extracted_answer(scorer, text, s.answer_format), "answer": s.answer,
@@ -136,11 +143,13 @@ class Evaluator:
 
     def __init__(self, cfg, specs: list[RewardSpec], fns: dict[str, RewardFn], stats):
         self.cfg, self.stats = cfg, stats
+        # the training rewards are reported in evaluation too, so train/ and val/ curves of a reward compare
         self.fns = {**fns, **build_rewards(list(cfg.metrics))}
         self.scorer_fn = build_scorer(cfg.scorer, cfg.scorer_kwargs, [*specs, *cfg.metrics], cfg.judge)
 
     def modes(self) -> list[tuple[str, int, bool, float | None]]:
         """``(prefix, completions per prompt, greedy, temperature)`` of each configured evaluation mode."""
+        # greedy is deterministic: one completion per prompt says all it can
         modes = [("greedy", 1, True, None)] if self.cfg.greedy else []
         if self.cfg.num_samples > 0:
             modes.append(("sampled", self.cfg.num_samples, False, self.cfg.temperature))
@@ -165,11 +174,16 @@ class Evaluator:
         ``logprob_pass`` and ``rewards``; a fixed sampling seed per batch), accumulate the statistics, return the records."""
         records = []
         for mode, n, greedy, temp in self.modes():
+            # forked RNG: evaluation's reseeding must not move the training sampler's stream, or a run with validation
+            # would sample other training completions than one without
             with torch.random.fork_rng(devices=[module.device] if module.device.type == "cuda" else []):
                 if self.cfg.seed is not None:
+                    # the same seed per batch at every validation: curves compare like with like
                     torch.manual_seed(self.cfg.seed + batch_idx)
                 rollout = module.rollout(batch, n, greedy=greedy, temperature=temp)
             extra = module.passes.logprob_pass(module.policy, rollout, [s.images for s in batch.samples],
+                                               # the log-prob pass only when a reward or metric reads
+                                               # its column (ASM): otherwise no forward is spent
                                                train=False).columns() if module.pass_columns else {}
             reward_metrics, call_metrics = {}, {}
             per_reward, total = module.rewards(batch, rollout, n, self.fns, metrics=reward_metrics, extra=extra)
@@ -188,10 +202,13 @@ class Evaluator:
         for label, values in per_reward.items():
             self.stats.update(f"{prefix}/reward/{label}", values, n)
         for key, value in call_metrics.items():
+            # call statistics are one value per batch, not per prompt
             self.stats.update(f"{prefix}/{key}", torch.tensor([float(value)]), 1)
         self.stats.update(f"{prefix}/reward", total, n)
         self.stats.update(f"{prefix}/completion_length", rollout.completion_mask.sum(1).float(), n)
         if correct is not None:
+            # correctness is averaged per prompt first, so a prompt's
+            # sampled completions weigh as one prompt (SE over prompts)
             self.stats.update(f"{prefix}/accuracy", correct, n)
 
 
