@@ -106,10 +106,13 @@ def tensorboard_scalars(metrics: Mapping[str, float]) -> dict[str, float]:
     out = {}
     for key, value in metrics.items():
         mean_key = key[: -len(SE_SUFFIX)]
+        # the band needs the mean of the same call: an SE logged without its mean has nothing to sit around
         if key.endswith(SE_SUFFIX) and key.split("/", 1)[0] in EVAL_STAGES and mean_key in metrics:
             lower, upper = band_tags(mean_key)
             out[lower], out[upper] = metrics[mean_key] - value, metrics[mean_key] + value
         elif key == "epoch":
+            # epoch 0 says nothing during the first pass over the data;
+            # from the second pass on it is a figure worth a card
             if value > 0:
                 out[EPOCH_TAG] = value
         else:
@@ -136,6 +139,7 @@ def _multiline(title: str, regex: str) -> dict[str, Any]:
 
 TRAIN_CHARTS = [
     _multiline("train/reward (total, weighted sum)", r"^train/reward$"),
+    # the lookbehind keeps each reward's _std companion out of the rewards chart
     _multiline("train/reward/<name> (each reward, before weighting)", r"^train/reward/[^/]+(?<!_std)$"),
     _multiline("signal: within-group reward std, fraction of groups with zero std",
                r"^train/(reward_std|rollout/frac_reward_zero_std)$"),
@@ -184,6 +188,7 @@ class _Guarded:
         self.writer, self._logger = writer, logger
 
     def __getattr__(self, name: str) -> Any:
+        # plain attributes pass through; only calls can write, so only calls are guarded
         attr = getattr(self.writer, name)
         if not callable(attr):
             return attr
@@ -192,6 +197,7 @@ class _Guarded:
             try:
                 return attr(*args, **kwargs)
             except OSError as exc:
+                # from None: the writer's own traceback adds nothing to the one-line reason
                 raise self._logger.write_failed(exc) from None
 
         return call
@@ -205,6 +211,7 @@ def _quiet_writer_thread(hook: Callable) -> Callable:
         if not (isinstance(args.exc_value, OSError) and is_tensorboard_writer_thread(args.thread)):
             hook(args)
 
+    # a marker, so a second logger in the process does not wrap the hook twice
     excepthook.quiet_writer = True
     return excepthook
 
@@ -222,11 +229,13 @@ class TensorBoardLogger(_LightningTensorBoardLogger):
         self._layout_written = False
         self._guarded: _Guarded | None = None
         self.error: LogWriteError | None = None
+        # process-wide: the writer thread's traceback would otherwise print before the logger's one-line error
         if not getattr(threading.excepthook, "quiet_writer", False):
             threading.excepthook = _quiet_writer_thread(threading.excepthook)
 
     @property
     def experiment(self) -> Any:
+        # Lightning's property makes the writer lazily; it is wrapped whenever the writer object changes (a new version)
         writer = _LightningTensorBoardLogger.experiment.fget(self)
         if self._guarded is None or self._guarded.writer is not writer:
             self._guarded = _Guarded(writer, self)
@@ -234,6 +243,7 @@ class TensorBoardLogger(_LightningTensorBoardLogger):
 
     def write_failed(self, exc: OSError) -> LogWriteError:
         """The run's :class:`LogWriteError` (the first failure's, named once)."""
+        # the first failure names the disk state as it was then; later calls raise the same error, not new ones
         if self.error is None:
             free = free_space(self.log_dir)
             room = f"; {human_size(free)} free there" if free is not None else ""
@@ -243,17 +253,21 @@ class TensorBoardLogger(_LightningTensorBoardLogger):
 
     @rank_zero_only
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        # keys are masked before any other use: a curve's name must never carry a credential into the event file
         metrics = masked_names(metrics)
         scalars = tensorboard_scalars(metrics)
+        # the curves seen for the first time: the layout is rewritten only when one appears
         new = [k[: -len(SE_SUFFIX)] for k in metrics if k.endswith(SE_SUFFIX) and k[: -len(SE_SUFFIX)] in metrics
                and k.split("/", 1)[0] in EVAL_STAGES and k[: -len(SE_SUFFIX)] not in self.curves]
         if scalars:
             try:
                 super().log_metrics(scalars, step)
+            # Lightning wraps a failed write in a ValueError ("you tried to log ..."); the real cause is unwrapped here
             except ValueError as exc:  # Lightning reports any failure of a write as a value it cannot log
                 if isinstance(exc.__cause__, LogWriteError):
                     raise exc.__cause__ from None
                 raise
+        # also written once at the first scalars: the training charts are in the layout from the start
         if new or (scalars and not self._layout_written):
             self.curves += new
             self.write_layout(step or 0)
@@ -262,6 +276,7 @@ class TensorBoardLogger(_LightningTensorBoardLogger):
     def write_layout(self, step: int) -> None:
         """(Re)write the Custom Scalars layout for the curves seen so far (TensorBoard shows the latest)."""
         try:
+            # add_custom_scalars cannot write closed categories or several series per margin chart
             summary_file_writer(self.experiment).add_summary(layout_summary(custom_scalars_layout(self.curves)), step)
         except OSError as exc:
             raise self.write_failed(exc) from None
@@ -281,6 +296,7 @@ class TensorBoardLogger(_LightningTensorBoardLogger):
         try:
             super().finalize(status)
         except OSError as exc:
+            # a failed run says why already; a write error on closing would only hide that reason
             if status == "success":
                 raise self.write_failed(exc) from None
             # a run that failed already says why; its log's own failure is not a second error
@@ -299,6 +315,7 @@ def layout_summary(layout: dict[str, Any]):
     from tensorboard.plugins.custom_scalar import layout_pb2, metadata
 
     proto = json_format.ParseDict(layout, layout_pb2.Layout())
+    # the plugin reads one serialised Layout proto as a scalar string tensor under its config tag
     tensor = TensorProto(dtype="DT_STRING", string_val=[proto.SerializeToString()], tensor_shape=TensorShapeProto())
     return Summary(value=[Summary.Value(tag=metadata.CONFIG_SUMMARY_TAG, tensor=tensor,
                                         metadata=metadata.create_summary_metadata())])
@@ -322,11 +339,13 @@ def remove_if_unused(folder: Path) -> bool:
             continue
         if path.name.startswith("events.out.tfevents."):
             for event in EventFileLoader(str(path)).Load():
+                # the hparams plugin's summaries are written at start too: a folder holding only them has no run in it
                 if any(not v.tag.startswith("_hparams_/") and v.tag != "hp_metric" for v in event.summary.value):
                     return False
         elif not path.name.endswith(START_FILES):
             return False
     shutil.rmtree(folder)
+    # only empty parents: a folder with another run or another file is never touched
     for parent in (folder.parent, folder.parent.parent):  # logs/<name>, logs: only when nothing else is there
         if parent.is_dir() and not any(parent.iterdir()):
             parent.rmdir()
@@ -345,6 +364,7 @@ class RunFolder(L.Callback):
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
         logger = trainer.logger
         if isinstance(logger, _LightningTensorBoardLogger):
+            # enough to reopen the same version and rebuild its layout on resume
             checkpoint[RUN_FOLDER_KEY] = {"root_dir": logger.root_dir, "version": logger.version,
                                           "log_dir": logger.log_dir, "curves": list(getattr(logger, "curves", []))}
         elif isinstance(logger, _LightningWandbLogger):
@@ -359,7 +379,9 @@ def checkpoint_entry(path: str | os.PathLike, key: str) -> Any:
     if not os.path.isfile(path):
         return None
     try:
+        # memory-mapped and to CPU: only one small entry is read, never the tensors into memory
         return torch.load(path, map_location="cpu", mmap=True, weights_only=False).get(key)
+    # weights_only=False: a Lightning checkpoint's hparams may hold objects the safe loader refuses
     except Exception:  # not a zip checkpoint: the run's own checks say what is wrong with it
         return None
 
@@ -382,12 +404,15 @@ def continue_run_folder(trainer: L.Trainer, ckpt_path: str | os.PathLike | None)
         return None
     step = int(checkpoint_entry(ckpt_path, "global_step") or 0)
     if isinstance(logger, _LightningWandbLogger):
+        # a set id or another project: the user asked for another run, which is respected
         if logger.version is not None or record.get("wandb_project") != logger.name or not record.get("wandb_id"):
             return None
         resume_wandb_run(logger, record["wandb_id"])  # W&B resumes that run ("resume": "allow")
+    # the same save_dir/name only: a checkpoint copied to another logger setup starts a new folder
     elif isinstance(logger, _LightningTensorBoardLogger) and tensorboard_version_unset(logger) \
             and "root_dir" in record and os.path.normpath(logger.root_dir) == os.path.normpath(record["root_dir"]) \
             and os.path.isdir(record["log_dir"]):
+        # purge_step = step + 1: what the earlier process logged after the checkpoint is hidden, as training redoes it
         continue_tensorboard_version(logger, record["version"], purge_step=step + 1)
         if isinstance(logger, TensorBoardLogger):
             logger.curves = list(record.get("curves", []))
@@ -395,6 +420,7 @@ def continue_run_folder(trainer: L.Trainer, ckpt_path: str | os.PathLike | None)
         return None
     for callback in trainer.callbacks:
         if isinstance(callback, SaveConfigCallback):
+            # the first start's config.yaml is kept; this resume's config sits beside it
             callback.config_filename = f"config_resumed_at_step_{step}.yaml"
     return getattr(logger, "log_dir", None) or logger.save_dir
 
@@ -414,6 +440,7 @@ class WandbLogger(_LightningWandbLogger):
 
     @property
     def log_dir(self) -> str:
+        # a local folder per run for the callbacks' files: W&B keeps only what is uploaded
         return os.path.join(self.save_dir or ".", wandb_display_name(self) or self.name or "wandb", str(self.version))
 
 
@@ -441,6 +468,7 @@ def log_text(trainer: L.Trainer, tag: str, markdown: str, step: int, to_tensorbo
 def as_uint8(image: np.ndarray) -> np.ndarray:
     """An HWC float image in [0, 1] (or uint8) as HWC uint8."""
     image = np.asarray(image)
+    # clipped before the cast: a value just over 1 would wrap around in uint8
     return image if image.dtype == np.uint8 else (np.clip(image, 0, 1) * 255).round().astype(np.uint8)
 
 
@@ -491,6 +519,7 @@ def log_table(trainer: L.Trainer, tag: str, columns: list[str], rows: list[list[
 def markdown_table(columns: list[str], rows: list[list[Any]]) -> str:
     """A Markdown pipe table (array cells written as ``(image)``)."""
     def cell(value: Any) -> str:
+        # pipes and newlines escaped: a completion holding either would break the table's rows
         return "(image)" if isinstance(value, np.ndarray) else str(value).replace("|", "\\|").replace("\n", " ")
 
     return "\n".join(["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns),
@@ -505,6 +534,7 @@ def logger_lines(trainer: L.Trainer) -> list[str]:
     lines = []
     for logger in trainer.loggers:
         if isinstance(logger, _LightningTensorBoardLogger):
+            # the parent of the run folder: TensorBoard then lists this run beside the others under the same name
             lines.append(f"  tensorboard --logdir {os.path.dirname(logger.log_dir.rstrip('/'))}"
                          f"     (TensorBoard; this run: {logger.log_dir})")
         elif isinstance(logger, CSVLogger):
