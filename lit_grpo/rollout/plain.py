@@ -26,11 +26,14 @@ class WarpLogits(LogitsProcessor):
     def __init__(self, temperature: float, top_k: int, top_p: float, suppress_ids: Tensor | None,
                  record: bool = False):
         self.temperature, self.top_k, self.top_p, self.suppress_ids = temperature, top_k, top_p, suppress_ids
+        # previous: the last call's distribution, held until the next call shows which token was drawn from it
         self.record, self.previous, self.logps = record, None, []
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        # the very function the log-probs use: the sampler's distribution equals the loss's, so the first ratio is 1
         warped = warp(scores, self.temperature, self.top_k, self.top_p, self.suppress_ids)  # (N, V)
         if self.record:
+            # generate calls the processor before each draw: the token drawn from the previous distribution is now last
             self._read(input_ids[:, -1])
             self.previous = warped.log_softmax(-1)
         return warped
@@ -41,9 +44,11 @@ class WarpLogits(LogitsProcessor):
 
     def sampled_logps(self, completion_ids: Tensor) -> Tensor:
         """``[N, T]``: the log-prob of each of ``completion_ids`` under the step that drew it."""
+        # the last drawn token meets no further processor call: it is read from the finished ids
         self._read(completion_ids[:, -1])
         self.previous = None
         if not self.logps:
+            # nothing drawn: no distribution was recorded
             return torch.zeros(completion_ids.shape, device=completion_ids.device)
         return torch.stack(self.logps, 1)
 
@@ -54,6 +59,8 @@ def plain_generation_config(model: nn.Module) -> Iterator[None]:
     unset from it: repetition penalty, ``min_p``, bad words, forced tokens...) behind a default one."""
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     saved = inner.generation_config
+    # generate fills every unset setting from the checkpoint's config (repetition penalty, min_p...): tokens would be
+    # drawn from another distribution than warp's, and the importance ratio would start away from 1
     inner.generation_config = GenerationConfig()
     try:
         yield
@@ -72,12 +79,18 @@ def sample_completions(model: nn.Module, processor, prompt: dict[str, Tensor], c
     """
     tok = getattr(processor, "tokenizer", processor)
     suppress = torch.tensor(list(suppress_ids), dtype=torch.long) if len(suppress_ids) else None
+    # greedy: temperature 1 and no top-k / top-p, so only the suppression acts and the argmax is the policy's
     processor_ = WarpLogits(1.0, 0, 1.0, suppress) if greedy else WarpLogits(cfg.temperature, cfg.top_k, cfg.top_p,
                                                                                 suppress, record=True)
+    # a list of stop ids: generate ends a row at any of them and pads the rest of it
     config = GenerationConfig(max_new_tokens=cfg.max_completion_length, eos_token_id=list(stop_ids),
                               pad_token_id=tok.pad_token_id, use_cache=True, do_sample=not greedy,
+                              # generate's own warpers are neutral (temperature 1, top_k
+                              # 0, top_p 1): WarpLogits applies them, exactly once
                               **({} if greedy else dict(temperature=1.0, top_k=0, top_p=1.0)))
     was_training = model.training
+    # eval mode: in train mode under gradient checkpointing transformers turns the KV cache off, and every new
+    # token would recompute the whole prefix
     model.eval()
     try:
         with plain_generation_config(model):
@@ -85,7 +98,9 @@ def sample_completions(model: nn.Module, processor, prompt: dict[str, Tensor], c
                                  logits_processor=LogitsProcessorList([processor_]))
     finally:
         model.train(was_training)
+    # prompts are left-padded, so every row's completion starts at the same column P
     ids = out[:, prompt["input_ids"].shape[1]:]
+    # greedy has no sampled distribution to record
     sampled = None if greedy or ids.shape[1] == 0 else processor_.sampled_logps(ids)
     return build_rollout(prompt, None, ids, tok, stop_ids, layout, image_ids=suppress_ids, sampling_logps=sampled)
 
@@ -95,11 +110,13 @@ class PlainEngine(RolloutEngine):
 
     def sample(self, model: nn.Module, prompts: dict, group_size: int, *, greedy: bool = False,
                temperature: float | None = None) -> Rollout:
+        # the G copies of a prompt are contiguous rows, as the contract requires (row n completes prompt n // G)
         rows = repeat_rows(prompts, group_size, self.layout)
         return sample_completions(model, self.processor, rows, self.settings(temperature), self.stop_ids,
                                   self.suppress_ids.tolist(), greedy=greedy, layout=self.layout)
 
     def logps(self, model: nn.Module, rollout: Rollout, rows: slice = slice(None), *, grad: bool = False,
               entropy: bool | str = False) -> tuple[Tensor, Tensor | None]:
+        # one full forward of prompt + completion per row: any model generate supports, at the cost of G prompt copies
         with grad_mode(grad):
             return completion_logps(model, rollout.rows(rows), with_entropy=entropy, **self.warped())
