@@ -51,25 +51,30 @@ class RewardRegistry(Registry):
     """
 
     def __contains__(self, name: object) -> bool:
+        # a dotted path is imported on first lookup: a config can name a reward of any installed module, no wrapper
         return super().__contains__(name) or (isinstance(name, str) and "." in name and self._import(name))
 
     def _import(self, path: str) -> bool:
         """Register the object at dotted ``path`` under that path; ``False`` when the module or its attribute does
         not exist."""
         module, _, attr = path.rpartition(".")
-        if not module or not attr or module.startswith("."):
+        if not module or not attr or module.startswith("."):  # a relative path has no package to resolve against
             return False
         try:
             obj = getattr(importlib.import_module(module), attr)
         except AttributeError:
             return False
         except ModuleNotFoundError as exc:
+            # only the missing module itself makes the name unknown;
+            # a module that exists but fails on a missing import of
+            # its own is a real error, reported as one
             if exc.name is not None and (module == exc.name or module.startswith(exc.name + ".")):
                 return False  # no such module: the name is unknown
             raise InputError(f"reward {path!r}: importing {module} failed: {exc} (install it, or fix the module)") \
                 from None
         if not callable(obj):
             raise InputError(f"reward {path!r}: {module}.{attr} is a {type(obj).__name__}, not a function or class")
+        # the same object registered already: the path is a second name for it, keeping its registration's columns
         known = next((n for n, e in self._entries.items() if e is obj), None)
         if known is not None:
             self.register(path)(obj)
@@ -78,6 +83,7 @@ class RewardRegistry(Registry):
         params = inspect.signature(obj.__call__ if inspect.isclass(obj) else obj).parameters.values()
         plain = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
         skip = ("self", "completions")
+        # parameters without a default are the columns: the same rule unmet_columns and the startup check apply
         columns = [p.name for p in params if p.kind in plain and p.default is p.empty and p.name not in skip]
         register_reward(path, columns=tuple(columns))(obj)
         return True
@@ -120,7 +126,7 @@ def register_reward(name: str, *, columns: tuple[str, ...] = (), extractor: Call
 
 def reward_info(name: str) -> RewardInfo:
     """The :class:`RewardInfo` of the reward registered as ``name`` (an unknown name raises, listing them)."""
-    REWARDS.get(name)
+    REWARDS.get(name)  # raises, listing the names, for an unknown one
     return INFO.get(name, RewardInfo())
 
 
@@ -130,6 +136,7 @@ def reward_options(name: str) -> list[str]:
     entry, info = REWARDS.get(name), reward_info(name)
     params = inspect.signature(entry.__init__ if inspect.isclass(entry) else entry).parameters.values()
     plain = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    # columns are filled by the step, not the config: they are no options even when they have no default
     skip = {"self", "completions", *info.columns}
     return [p.name for p in params if p.kind in plain and p.name not in skip]
 
@@ -171,6 +178,7 @@ def check_options(spec: "RewardSpec") -> None:
         raise ValueError(f"reward {who} has no option {', '.join(map(repr, unknown))}{hint}; "
                          f"its options: {', '.join(valid) or 'none'}")
     declared = reward_option_types(spec.name)
+    # only config-shaped values are type-checked: a Python caller may pass an object the annotation cannot judge
     found = [p for key, value in spec.kwargs.items() if config_value(value)
              for p in problems(value, declared.get(key, Any), key)]
     if found:  # out of its declared type or range (lit_grpo.settings)
@@ -277,6 +285,7 @@ def _number(value: Any) -> float | None:
         raise TypeError(type(value).__name__)
     try:
         return float(value)
+    # a Python int can exceed float's range; as a score it is unusable, so it counts as failed, not as an error
     except OverflowError:  # an int beyond float range: a value beyond float32, so a failed score
         return math.inf if value > 0 else -math.inf
 
@@ -291,6 +300,7 @@ def _column(label: str, values, n: int, warn: bool = True,
     Raises:
         RewardError: not a sequence of ``n`` values, or a value that is not a number or None (names the first).
     """
+    # a str has a len too: refused first, or every character would count as one value
     if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__len__"):
         raise RewardError(f"reward {label!r} returned {type(values).__name__} {values!r:.60}, not a list: "
                           f"{VALUES_RULE}")
@@ -305,6 +315,7 @@ def _column(label: str, values, n: int, warn: bool = True,
                               f"{_row(columns, i)}: {VALUES_RULE}") from None
     applies = torch.tensor([v is not None for v in numbers], dtype=torch.bool)
     raw = torch.tensor([math.nan if v is None else v for v in numbers], dtype=torch.float32)
+    # None is "does not apply"; NaN or inf where it applied is "failed": the two mean different things in the total
     failed = applies & ~torch.isfinite(raw)
     if warn and failed.any():
         _warn_failures(label, raw, failed)
@@ -317,6 +328,7 @@ def _warn_failures(label: str, raw: torch.Tensor, failed: torch.Tensor) -> None:
     if infinite:
         log.warning("reward %r returned %d infinite value(s) (or beyond float32) for %d completions; they count as "
                     "failed scores (total NaN, advantage 0), never as numbers: fix the reward", label, infinite, n)
+    # one NaN warning per reward per process: a judge failing on some calls every step would flood the log
     elif label not in _WARNED_NAN:
         _WARNED_NAN.add(label)
         log.warning("reward %r failed (NaN) on %d of %d completions: their totals cannot be scored (advantage 0, "
@@ -332,6 +344,7 @@ def build_reward(spec: RewardSpec) -> RewardFn:
     entry = REWARDS.get(spec.name)
     check_options(spec)
     if inspect.isclass(entry):
+        # a partial keeps .func: call_reward tells a plain function from a stateful object by it
         return entry(**spec.kwargs)
     return functools.partial(entry, **spec.kwargs)
 
@@ -344,6 +357,7 @@ def build_rewards(specs: list[RewardSpec], training: bool = False) -> dict[str, 
     """
     out: dict[str, RewardFn] = {}
     for spec in specs:
+        # two specs under one label would overwrite each other's values and weights in the step's dicts
         if spec.label in out:
             raise ValueError(f"reward {spec.label!r} appears twice; give one an alias")
         out[spec.label] = build_reward(spec)
@@ -363,6 +377,7 @@ def required_columns(specs: list[RewardSpec]) -> set[str]:
     rollout (``truncated``, ``completion_length``) gives: a task's sample fields (``unit``) and the log-prob pass's
     columns (``asm``, :mod:`lit_grpo.columns`)."""
     given = set(RECORD_COLUMNS) | {"truncated", "completion_length"}
+    # the record's and the rollout's columns are always there: only the rest needs a provider or a task field
     return {c for spec in specs for c in reward_info(spec.name).columns if c not in given}
 
 
@@ -375,6 +390,7 @@ def unmet_columns(fns: dict[str, RewardFn], given: set[str]) -> list[str]:
     for label, fn in fns.items():
         try:
             params = inspect.signature(fn).parameters.values()
+        # no readable signature (some builtins): nothing can be said about the columns it takes
         except (TypeError, ValueError):
             continue
         plain = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
@@ -416,6 +432,7 @@ def score_completions(
         per[label], applies, failed = _column(label, values, n, columns=columns)
         weight = float(weights[label])
         ok = applies & ~failed
+        # nan_to_num on top of the mask: 0 * NaN would still be NaN in the sum
         total += torch.where(ok, weight * torch.nan_to_num(per[label]), torch.zeros_like(total))
         if weight != 0:  # an evaluation-only metric neither makes a row scorable nor unscorable
             applied |= applies
@@ -430,6 +447,7 @@ def score_completions(
     if overflow.any():
         log.warning("the weighted total overflowed float32 on %d of %d completions; they count as unscorable",
                     int(overflow.sum()), n)
+    # no weighted term applied at all: there is nothing to score, which is "cannot score", not a 0 reward
     total[unscorable | ~applied | overflow] = math.nan
     per.update(extra)
     return per, total
@@ -446,9 +464,11 @@ def call_reward(label: str, fn: RewardFn, completions: list[str], columns: dict[
     Raises:
         RewardError: a reward function raised (its error's type and message, one line).
     """
+    # each reward gets its own copy: a reward that edits a column (a judge normalising answers) changes no later one
     columns, completions = own_copy(taken_columns(fn, columns)), list(completions)
     try:
         return fn(completions, **columns)
+    # a UserError is already a one-line message for the user: passed on untouched
     except UserError:
         raise
     except SystemExit as exc:  # not an exit of the run: the run saves its last finished step and says why
@@ -457,6 +477,8 @@ def call_reward(label: str, fn: RewardFn, completions: list[str], columns: dict[
         raise RewardError(f"reward {label!r} called sys.exit({exc.code!r}) while scoring a batch of {len(completions)} "
                           "completions: a reward returns values (None or NaN where it cannot score)") from exc
     except Exception as exc:
+        # a plain function (or a partial of one) is retried row by row to name the failing completion; an object may
+        # hold state (a judge's calls, its budget), so it is never called again
         if not callable(getattr(fn, "func", None)) and not inspect.isfunction(fn):
             if hasattr(exc, "add_note"):
                 exc.add_note(f"(in reward {label!r})")
@@ -475,6 +497,7 @@ def own_copy(columns: dict[str, list]) -> dict[str, list]:
         for image in value if isinstance(value, (list, tuple)) else [value]:
             if isinstance(image, Image.Image) and id(image) not in memo:
                 memo[id(image)] = image.copy()  # PIL's copy: pixels and info, without deepcopy's pickling
+    # deepcopy with the memo: each image is copied once and the copy shared, as the original rows shared it
     return copy.deepcopy(columns, memo)
 
 
