@@ -52,6 +52,7 @@ def check_writable(folder: str | os.PathLike, what: str = "checkpoint folder",
     folder = Path(folder)
     try:
         folder.mkdir(parents=True, exist_ok=True)
+        # a real file, not os.access: the check fails exactly where the save would (read-only mount, ownership, ACLs)
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".write_test_"):
             pass
     except OSError as exc:
@@ -66,6 +67,7 @@ def checkpoint_folder(trainer: L.Trainer, cb: ModelCheckpoint) -> str:
         return str(cb.dirpath)
     if trainer.loggers:
         logger = trainer.loggers[0]
+        # a str version is a run id (W&B) or a name given in the config; an int is TensorBoard's version_N
         version = logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
         return os.path.join(logger.save_dir or trainer.default_root_dir, str(logger.name), version, "checkpoints")
     return os.path.join(trainer.default_root_dir, "checkpoints")
@@ -86,6 +88,7 @@ def earlier_checkpoints(folder: str | os.PathLike, cb: ModelCheckpoint) -> list[
     found = [p for p in folder.iterdir() if p.name.endswith(cb.FILE_EXTENSION) and not p.name.startswith(".")
              and p.exists()]
     last = cb.CHECKPOINT_NAME_LAST + cb.FILE_EXTENSION
+    # last.ckpt first: it is what a resume reads; then the newest step file
     return sorted(found, key=lambda p: (p.name != last, -p.stat().st_mtime, p.name))
 
 
@@ -102,6 +105,7 @@ def check_new_run_folders(trainer: L.Trainer, ckpt_path: str | None, command: li
         return
     for cb in trainer.checkpoint_callbacks:
         folder = checkpoint_folder(trainer, cb) if isinstance(cb, ModelCheckpoint) else None
+        # a remote folder (s3://...) cannot be listed here: left to the run
         found = earlier_checkpoints(folder, cb) if folder is not None and "://" not in folder else []
         if not found:
             continue
@@ -133,6 +137,7 @@ def check_checkpoint_folders(trainer: L.Trainer, lock: RunLock | None = None) ->
         UnwritableFolderError: a folder cannot be written.
         FolderInUseError: another live run holds a folder.
     """
+    # remote folders are left to their filesystem: nothing local to create or lock
     folders = [f for f in checkpoint_folders(trainer) if "://" not in f]
     if lock is not None:  # each folder and the parents made for it, before any is made
         lock.created += [(made, "checkpoint folder") for folder in folders for made in missing_folders(Path(folder))]
@@ -178,6 +183,7 @@ def check_checkpoint_file(path: str | os.PathLike | None) -> None:
         FileNotFoundError: no such file.
         ValueError: the file is empty or truncated, naming the file and its size.
     """
+    # Lightning resolves these names itself (last, best, hpc, a registry entry) and reads remote URLs itself
     if path is None or str(path) in ("last", "best", "hpc") or str(path).startswith("registry") \
             or "://" in str(path):
         return
@@ -205,8 +211,10 @@ def check_whole_archive(path: Path, what: str = "checkpoint") -> None:
     try:
         with zipfile.ZipFile(path) as archive:
             members = archive.infolist()
+    # not a zip at all, or unreadable: no members, refused below in the same words
     except (zipfile.BadZipFile, OSError, EOFError):
         members = []
+    # a member whose bytes would end past the file's end: the copy or the save was cut short
     if not members or any(m.header_offset + m.compress_size > size for m in members):
         raise InputError(f"{what} {path} ({size} bytes) is truncated or not a checkpoint: a checkpoint is a zip "
                          "archive written by torch.save, and this file holds no complete one (a copy cut short, a "
@@ -238,6 +246,7 @@ def check_sharded_checkpoint(path: Path) -> None:
         raise InputError(f"checkpoint folder {path} is not a whole sharded checkpoint (it has no "
                          f"{' and no '.join(missing)}); use an earlier checkpoint or copy it again")
     try:
+        # torch's distributed checkpoint records where each tensor's bytes lie: enough to check the shards' sizes
         storage = dcp.FileSystemReader(path).read_metadata().storage_data or {}
     except Exception as exc:  # a pickle cut short: torch's own error names no file
         raise InputError(f"checkpoint file {path / '.metadata'} cannot be read ({type(exc).__name__}): it is cut "
@@ -245,6 +254,7 @@ def check_sharded_checkpoint(path: Path) -> None:
                          "again") from None
     ends: dict[str, int] = {}  # shard file -> the end of the last bytes the metadata records in it
     for info in storage.values():
+        # several tensors share one shard file: its recorded end is the furthest of theirs
         ends[info.relative_path] = max(ends.get(info.relative_path, 0), info.offset + info.length)
     for name, end in sorted(ends.items()):
         shard = path / name
@@ -274,6 +284,7 @@ def check_trainable_weights(state_dict: dict[str, Any], trainable: set[str] | di
     if not missing and not unexpected:
         shapes = trainable if isinstance(trainable, dict) else {}
         for name in sorted(shapes):
+            # a saved entry without a shape has nothing to compare
             have = tuple(getattr(state_dict[name], "shape", shapes[name]))
             if have != tuple(shapes[name]):
                 raise InputError(f"checkpoint weight {name} has shape {list(have)} where this run's model has "
@@ -299,6 +310,7 @@ def check_same_optimizer(checkpoint: dict[str, Any], optimizer: Any, path: Any =
     saved = ((checkpoint.get("hyper_parameters") or {}).get("optimizer") or {})
     saved = saved.get("class_path") if isinstance(saved, dict) else None
     run = optimizer.get("class_path") if isinstance(optimizer, dict) else None
+    # compared by class name too: torch.optim.AdamW and torch.optim.adamw.AdamW are one class under two paths
     if saved and run and saved != run and saved.rsplit(".", 1)[-1] != run.rsplit(".", 1)[-1]:
         where = f"checkpoint {path}" if path else "the checkpoint"
         raise InputError(f"{where} was written with optimizer {saved}, and this run uses {run}: its optimizer state "
@@ -334,6 +346,7 @@ def resume_where_stopped(checkpoint: dict[str, Any]) -> None:
     """
     loop = checkpoint.get("loops", {}).get("fit_loop", {})
     batches, epochs = loop.get("epoch_loop.batch_progress"), loop.get("epoch_progress")
+    # saved before a batch of this epoch ran: nothing to reopen or mark
     if not batches or not epochs or not batches["current"]["ready"]:  # saved before a batch of this epoch
         return
     current = epochs["current"]
@@ -348,6 +361,7 @@ def resume_where_stopped(checkpoint: dict[str, Any]) -> None:
                 progress["completed"] = progress["processed"]      # counts the epoch completed: count it here
     elif ended:
         for progress in (epochs["current"], epochs["total"]):
+            # reopened: one epoch less started-and-finished; the loader's saved position continues inside it
             progress["processed"] = progress["completed"] = progress["started"] - 1
         checkpoint["epoch"] = current["started"] - 1
 
@@ -374,7 +388,7 @@ def stop_grace_s() -> float:
     try:
         value = float(text)
     except ValueError:
-        value = -1.0
+        value = -1.0  # refused below, in the same words as a non-positive number
     if not value > 0:
         raise InputError(f"LIT_GRPO_STOP_GRACE_S={text!r} is not a number of seconds > 0: set it to how long a stop "
                          f"signal waits for the current step (default {STOP_GRACE_S:g}), or unset it")
@@ -389,7 +403,7 @@ def resume_command(command: list[str], ckpt_path: str) -> str:
             skip = False
         elif a == "--ckpt_path":
             skip = True
-        elif not a.startswith("--ckpt_path="):
+        elif not a.startswith("--ckpt_path="):  # the --ckpt_path=x spelling too
             args.append(a)
     return shlex.join([*args, "--ckpt_path", ckpt_path])
 
@@ -413,6 +427,7 @@ class _SignalWatch:
         import torch.distributed as dist
 
         while True:
+            # one collective carries both flags: the signal (any rank's, by max) and whether any rank is done
             state = torch.tensor([int(self.owner.signum or 0), int(self._done.is_set())])
             try:
                 dist.all_reduce(state, op=dist.ReduceOp.MAX, group=self.group)
@@ -611,7 +626,9 @@ class StopAndResume(L.Callback):
         import torch
         import torch.distributed as dist
 
+        # on the root device: the default group may be NCCL, which reduces only device tensors
         flag = torch.tensor([int(self.signum or 0)], device=trainer.strategy.root_device)
+        # every rank reaches this at the same step's end, so the collective never waits on a rank still training
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         if int(flag.item()):
             self.signum = self.signum or int(flag.item())
@@ -687,13 +704,17 @@ class StopAndResume(L.Callback):
                       f"(exit status {self.exit_code}).")
             return
         path = self.stop_path(trainer)
+        # a stop during the validation after the last step: the resumed run must validate first (_validate_then)
         last = trainer.validating and (trainer.should_stop or 0 < trainer.max_steps <= trainer.global_step)
         self.final_validation_left = last  # kept in the checkpoint: the resumed run validates first
         try:
+            # weights_only=False: a resume needs the optimizer, the
+            # loops and the callbacks' state, not the weights alone
             trainer.save_checkpoint(path, weights_only=False)
         except CheckpointWriteError as exc:  # one line: the file, the reason, the room left, what is still there
             self._say(f"Stopped by {name} after step {trainer.global_step}, but the {exc}. " + self._newest(trainer))
             return
+        # Lightning's save can swallow a PermissionError: only the file on disk proves the checkpoint exists
         if not os.path.exists(path):
             self._say(f"Stopped by {name} after step {trainer.global_step}, but the checkpoint {path} could not "
                       "be written. " + self._newest(trainer))
@@ -720,6 +741,7 @@ class StopAndResume(L.Callback):
             written = [p for p in written_checkpoints(trainer) if os.path.basename(p) == "last.ckpt"]
             if not written or not self.command:
                 return ""
+            # twice the steps as the example: the same max_steps again would train 0 steps
             more = resume_command([*self.command, "--trainer.max_steps", str(2 * trainer.max_steps)], written[0])
             return (f"\nFinished trainer.max_steps ({trainer.max_steps}). To train further, continue the run with a "
                     f"higher max_steps:\n  {more}\n")
@@ -753,6 +775,7 @@ class StopAndResume(L.Callback):
         else in the trainer's default checkpoint folder."""
         for cb in trainer.checkpoint_callbacks:
             if isinstance(cb, ModelCheckpoint) and cb.dirpath is not None:
+                # the first ModelCheckpoint's folder: where the run's own saves, and so its resume command, point
                 path = os.path.join(cb.dirpath, cb.CHECKPOINT_NAME_LAST + cb.FILE_EXTENSION)
                 if cb.save_last:  # the checkpoint's own record of the last file, for the resumed run
                     cb.last_model_path = path
