@@ -55,6 +55,7 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any]
     import torch.distributed.checkpoint as dcp
 
     path = Path(path)
+    # a model folder has config.json and no meta.pt: the common mix-up, named before any checkpoint check
     if path.is_dir() and (path / "config.json").is_file() and not (path / SHARDED_META).exists():
         raise InputError(f"{path} is a model folder (save_pretrained), not a training checkpoint: it already loads as "
                          "model.init_args.policy.name_or_path; export takes a checkpoint, e.g. "
@@ -63,13 +64,15 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any]
     if path.is_dir():
         meta = torch.load(path / SHARDED_META, weights_only=False)
         stored = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
+        # empty tensors of the recorded sizes and dtypes: dcp.load fills them in place
         weights = {k.removeprefix("state_dict."): torch.empty(v.size, dtype=v.properties.dtype)
                    for k, v in stored.items() if k.startswith("state_dict.")}
         with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
             warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+            # no_dist: one process reads every rank's shards, so no process group is needed
             dcp.load({"state_dict": weights}, checkpoint_id=path, no_dist=True)
     else:
-        meta = torch.load(path, map_location="cpu", weights_only=False)
+        meta = torch.load(path, map_location="cpu", weights_only=False)  # onto the CPU: the export needs no GPU
         weights = meta["state_dict"]
     if "policy" not in meta.get("hyper_parameters", {}):
         raise InputError(f"checkpoint {path} does not record its policy settings (hyper_parameters.policy): it was "
@@ -84,8 +87,11 @@ def unsharded_policy(cfg: PolicyConfig, weights: dict[str, Tensor], prefix: str 
     Raises:
         InputError: naming weights the model does not have.
     """
+    # gradient checkpointing off: the export runs no backward, so it would only slow a forward down
     model, processor = load_policy(dataclasses.replace(cfg, gradient_checkpointing=False))
     own = {k.removeprefix(prefix): v for k, v in weights.items() if k.startswith(prefix)}
+    # non-strict: the checkpoint holds only trainable weights, the frozen rest comes from name_or_path; an unexpected
+    # name is refused, a missing one is a frozen weight
     unexpected = model.load_state_dict(own, strict=False).unexpected_keys
     if unexpected:
         raise InputError(f"{len(unexpected)} checkpoint weights are not in {cfg.name_or_path}'s model, e.g. "
@@ -100,9 +106,11 @@ def untie_adapted(model: nn.Module) -> list[str]:
     which the adapter never changed during training (a LoRA on ``lm_head`` would move every input embedding).
     Returns the names of the weights given their own copy (none: ``model`` is left as it is)."""
     shared: dict[int, list[str]] = {}
+    # remove_duplicate=False lists every name of a shared tensor: a tie shows as one id under several names
     for name, p in model.named_parameters(remove_duplicate=False):
         shared.setdefault(id(p), []).append(name)
     copied = []
+    # only ties in which an adapted layer takes part: untying anything else would change nothing but the file size
     for names in (n for n in shared.values() if len(n) > 1 and any(".base_layer." in x for x in n)):
         for name in names[1:]:
             owner, _, attr = name.rpartition(".")
@@ -110,6 +118,7 @@ def untie_adapted(model: nn.Module) -> list[str]:
             setattr(module, attr, nn.Parameter(getattr(module, attr).detach().clone(), requires_grad=False))
             copied.append(name)
     configs = [m.config for m in model.modules() if hasattr(m, "config")] if copied else []
+    # the text config too: a VLM keeps tie_word_embeddings there, and a reload would tie the copies again
     for config in configs + [getattr(c, "get_text_config", lambda: None)() for c in configs]:
         if config is not None and getattr(config, "tie_word_embeddings", False):
             config.tie_word_embeddings = False
@@ -121,6 +130,7 @@ def save_pretrained(model: nn.Module, processor, out: str | Path, merge: bool = 
     A merge unties the weights an adapter changes (:func:`untie_adapted`), so the merged model computes what the
     adapted one did."""
     if merge and hasattr(model, "merge_and_unload"):
+        # deep-copied: merge_and_unload changes the model in place, and the callback's model may still be in use
         model = copy.deepcopy(model)
         untie_adapted(model)
         model = model.merge_and_unload()
@@ -162,9 +172,11 @@ def generation_config(model: nn.Module, processor, cfg: PolicyConfig, sampling: 
     never = image_token_ids(model, processor)
     gen = copy.deepcopy(model.generation_config)
     gen.eos_token_id = stop_token_ids(model, processor, cfg.extra_stop_tokens, set(never))
+    # suppress_tokens: generate from the folder never emits an image token, as the rollouts never did
     gen.suppress_tokens = list(never) or None
     if sampling is not None:
         get = (lambda k: sampling.get(k)) if isinstance(sampling, dict) else (lambda k: getattr(sampling, k, None))
+        # do_sample: the rollouts sampled, so the folder's default generate does too
         gen.do_sample, gen.temperature, gen.top_p = True, get("temperature"), get("top_p")
         top_k = get("top_k")  # 0 (off, the default) written as 0: left out, transformers would sample with 50
         gen.top_k, gen.max_new_tokens = 0 if top_k is None else top_k, get("max_completion_length")
@@ -178,6 +190,7 @@ def check_merge(cfg: PolicyConfig, merge: bool) -> None:
 
     Raises:
         InputError: naming the dtype and what to do instead."""
+    # float32 keeps W + BA close enough to W x + BA x; in a 16-bit dtype the rounding moves the logits
     if merge and cfg.lora is not None and cfg.dtype != "float32":
         raise InputError(f"a merged export of a policy.dtype {cfg.dtype} LoRA run is not the trained policy: "
                          f"merging rounds W + BA to {cfg.dtype}, which moves the logits (by about 0.008 in bfloat16); "
@@ -193,6 +206,7 @@ def check_not_source(out: Path, cfg: PolicyConfig) -> None:
         InputError: naming the folder."""
     sources = [cfg.name_or_path, cfg.lora.adapter_path if cfg.lora else None]
     for source in filter(None, sources):
+        # resolved paths: a symlink or a relative spelling of the source folder is still the source folder
         if Path(source).exists() and Path(out).exists() and Path(out).resolve() == Path(source).resolve():
             raise InputError(f"{out} is the folder the run started from (its policy's {source}): exporting there "
                              "would replace that model, and every checkpoint of the run would then resume on "
@@ -214,6 +228,7 @@ def check_export(path: Path, out: Path, cfg: PolicyConfig, weights: dict[str, Te
                          "or empty folder (nothing was written)")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise InputError(f"{out} is not an empty folder: export into a new or empty folder (nothing was written)")
+    # a NaN or inf weight means the run diverged: an export of it would only fail later, on its first generate
     for name, tensor in weights.items():
         if tensor.is_floating_point() and not torch.isfinite(tensor).all():
             bad = int((~torch.isfinite(tensor)).sum())
@@ -233,6 +248,7 @@ def export_checkpoint(path: str | Path, out: str | Path, merge: bool = False) ->
     check_export(path, out, cfg, weights, merge)
     model, processor = unsharded_policy(cfg, weights)
     written = save_pretrained(model, processor, out, merge)
+    # a generation config is written beside an adapter too
     generation_config(model, processor, cfg, hparams.get("sampling")).save_pretrained(written)  # beside an adapter too
     if trained_in is not None:  # what trained these weights, for whoever cites them
         (written / "environment.json").write_text(json.dumps(trained_in, indent=1) + "\n")
@@ -242,11 +258,12 @@ def export_checkpoint(path: str | Path, out: str | Path, merge: bool = False) ->
 def readable(folder: Path) -> Path:
     """Give the files under ``folder`` the modes the user's umask allows: some writers make private files (0600),
     and a model folder is for others to read. Returns ``folder``."""
+    # os.umask can only be read by setting it: set to 0 and restored at once
     umask = os.umask(0)
     os.umask(umask)
     for file in Path(folder).rglob("*"):
         if file.is_file():
-            file.chmod(0o666 & ~umask)
+            file.chmod(0o666 & ~umask)  # no execute bits: a model folder holds data files only
     return Path(folder)
 
 
