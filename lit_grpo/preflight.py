@@ -33,6 +33,7 @@ def check_config(config: dict[str, Any], subcommand: str | None, config_files: l
     for (:func:`lit_grpo.paths.search_roots`)."""
     from lit_grpo.paths import search_roots, wrong_folder
 
+    # credentials first: a later refusal may quote the config, and must never print a key
     held = find_credentials(config)
     if held:
         raise ConfigError(f"{held[0]}: an API key never goes into a config (it would be printed and saved); "
@@ -42,17 +43,19 @@ def check_config(config: dict[str, Any], subcommand: str | None, config_files: l
         raise ConfigError(first_and_more(problems))
     ckpt = config.get("ckpt_path")
     roots = search_roots(config_files)
-    if ckpt and ckpt not in SPECIAL_CKPT and not os.path.exists(ckpt):
+    if ckpt and ckpt not in SPECIAL_CKPT and not os.path.exists(ckpt):  # Lightning resolves these names itself
         problems.append(wrong_folder("ckpt_path", ckpt, roots)
                         or f"ckpt_path {ckpt} does not exist (a checkpoint file, or a sharded checkpoint's folder)")
     model = config.get("model") or {}
     init = model.get("init_args") or {} if isinstance(model, dict) else {}
+    # every check runs and each problem is kept: one start shows them all, not one per attempt
     for check, arg in ((_check_rewards, init), (_check_evaluation, init), (_check_settings, init),
                        (_check_data, (config.get("data") or {}, subcommand, roots)), (_check_policy, (init, roots)),
                        (_check_trainer, config.get("trainer") or {}), (_check_loggers, config.get("trainer") or {})):
         try:
             check(arg)
         except (ValueError, KeyError, FileNotFoundError, TypeError) as exc:
+            # a KeyError's str() adds quotes around its message: its argument is the message itself
             problems.append(str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc))
     if problems:
         raise ConfigError(first_and_more(problems))
@@ -67,8 +70,10 @@ def check_ranges(config: dict[str, Any]) -> list[str]:
     model = config.get("model") or {}
     init = model.get("init_args") or {} if isinstance(model, dict) else {}
     path = model.get("class_path") if isinstance(model, dict) else None
+    # the model class the config names, else the default model: the same constructor the parser will call
     problems = check_arguments(path or "lit_grpo.GRPOModule", init, "model.init_args")
     problems += check_arguments(VLMDataModule, config.get("data") or {}, "data")
+    # the optimizer is built only once every number is in range: torch would refuse them less clearly
     return problems or _optimizer_problems(init)
 
 
@@ -81,11 +86,14 @@ def _optimizer_problems(init: dict[str, Any]) -> list[str]:
     for key in ("optimizer", "lr_scheduler"):
         spec, where = init.get(key), f"model.init_args.{key}"
         cls = _import(spec["class_path"]) if isinstance(spec, dict) and spec.get("class_path") else None
+        # a scheduler needs the optimizer built just before; without one there is nothing to build it on
         if cls is None or (key == "lr_scheduler" and built is None):
             continue
+        # one dummy parameter: torch checks lr, betas, eps... in the constructor, no model needed
         first = [torch.nn.Parameter(torch.zeros(1))] if key == "optimizer" else built
         try:
             built = cls(first, **(spec.get("init_args") or {}))
+        # what constructors raise for a bad value; any other error is left to the real build
         except (ValueError, TypeError, ZeroDivisionError) as exc:
             return [f"{where}: {spec['class_path']} refuses its init_args: {exc}"]
     return []
@@ -116,6 +124,7 @@ def _check_reward(spec: dict[str, Any], where: str) -> None:
         # (without options there is nothing to check: what it does on an empty batch says nothing of real ones)
         required = [p.name for p in inspect.signature(fn).parameters.values()  # columns it did not declare
                     if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        # every column an empty list: the same call shape as a real batch, with nothing in it
         columns = {c: [] for c in [*reward_info(name).columns, *required] if c != "completions" and c not in kwargs}
         try:
             fn([], **columns, **kwargs)
@@ -143,6 +152,7 @@ def _check_evaluation(init: dict[str, Any]) -> None:
     evaluation = init.get("evaluation") or {}
     where = "model.init_args.evaluation"
     if "judge" in (evaluation.get("scorer_kwargs") or {}):
+        # the scorer's judge has one place to be set; two places could disagree
         raise ValueError(f"{where}.scorer_kwargs.judge: the scorer's judge is set with {where}.judge")
     if evaluation.get("scorer") is not None:
         _check_reward({"name": evaluation["scorer"], "kwargs": evaluation.get("scorer_kwargs") or {}},
@@ -158,10 +168,12 @@ def _check_settings(init: dict[str, Any]) -> None:
     from lit_grpo.config import GRPOConfig, check_settings
     from lit_grpo.rollout import SamplingConfig
 
+    # a group the config leaves out takes its defaults later; the module runs check_settings again when built
     if "grpo" in init and "sampling" in init:
         try:
             check_settings(GRPOConfig(**init["grpo"]), SamplingConfig(**init["sampling"]))
         except ValueError as exc:
+            # the message names the full config key, as every other refusal here does
             raise ValueError(re.sub(r"(^|; )(grpo|sampling)\.", r"\1model.init_args.\2.", str(exc))) from None
 
 
@@ -174,6 +186,7 @@ def _check_policy(arg: tuple[dict[str, Any], list]) -> None:
         raise ValueError("model.init_args.policy.dtype: float16 is not supported (no loss scaling: sampling and the "
                          "updates overflow to inf / NaN within a few steps); use bfloat16, or float32 weights with "
                          "trainer.precision bf16-mixed")
+    # with embedded set, the folder is built at load time: there is nothing to check yet
     if policy.get("name_or_path") and policy.get("embedded") is None:
         check_model_path(policy["name_or_path"], policy.get("local_files_only", False),
                          "model.init_args.policy.name_or_path", roots)
@@ -196,6 +209,7 @@ def _check_trainer(trainer: dict[str, Any]) -> None:
     if str(trainer.get("accelerator")) in ("gpu", "cuda") and not torch.cuda.is_available():
         raise ValueError(f"trainer.accelerator: {trainer['accelerator']} but this machine has no CUDA GPU; on CPU "
                          "processes set --trainer.accelerator cpu (with --trainer.devices N for N processes)")
+    # a name starting fsdp covers Lightning's registered variants (fsdp, fsdp_cpu_offload...)
     fsdp1 = name.lower().startswith("fsdp") or name.endswith(".FSDPStrategy")
     if fsdp1 and not torch.cuda.is_available():
         raise ValueError(f"trainer.strategy: {name} needs CUDA GPUs (torch's first FSDP refuses a CPU) and none is "
@@ -234,6 +248,7 @@ def _check_loggers(trainer: dict[str, Any]) -> None:
                  if isinstance(s, dict)}
     for path, cls in logger_classes(trainer):
         for base in cls.__mro__:
+            # Lightning's own loggers only: a subclass inherits its base's package need through the MRO
             needs = LOGGER_PACKAGES.get(base.__name__) if base.__module__.startswith("lightning.") else None
             if needs and importlib.util.find_spec(needs[0]) is None:
                 raise ValueError(f"trainer.logger: {path} needs the {needs[0]} package, which is not installed: "
@@ -261,9 +276,11 @@ def check_wandb_login(path: str, init_args: dict[str, Any]) -> None:
     import urllib.parse
 
     mode = str(os.environ.get("WANDB_MODE") or init_args.get("mode") or "").lower()
+    # any of these: offline needs no login, and a key or token file is a login
     if init_args.get("offline") or mode in WANDB_LOCAL_MODES or os.environ.get("WANDB_API_KEY") \
             or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
         return
+    # the host comes from WANDB_BASE_URL: a private W&B server has its own .netrc entry
     host = urllib.parse.urlsplit(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname or ""
     files = [os.environ["NETRC"]] if os.environ.get("NETRC") else \
         [os.path.expanduser(f"~/{name}") for name in (".netrc", "_netrc")]
@@ -271,7 +288,7 @@ def check_wandb_login(path: str, init_args: dict[str, Any]) -> None:
         try:
             if os.path.isfile(file) and netrc.netrc(file).authenticators(host):
                 return
-        except (netrc.NetrcParseError, OSError):
+        except (netrc.NetrcParseError, OSError):  # an unreadable file counts as no login there
             continue
     raise ValueError(f"trainer.logger: {path} logs to W&B online, but there is no W&B login here (no WANDB_API_KEY, "
                      f"no {host} entry in {files[0]}): run `wandb login` first, or set WANDB_MODE=offline to log "
@@ -288,9 +305,11 @@ def _check_data(arg: tuple[dict[str, Any], str | None, list]) -> None:
                          f"registered: {TEMPLATES.listing()}")
     specs = {k: DatasetSpec(**data[k]) if isinstance(data.get(k), dict) else None
              for k in ("train", "val", "test", "predict")}
+    # the same fallbacks as the DataModule: test falls back to val, predict to test
     specs["test"] = specs["test"] or specs["val"]
     specs["predict"] = specs["predict"] or specs["test"]
     wanted = SPLITS.get(subcommand or "", tuple(specs))
+    # validation is optional: a run without it trains all the same
     missing = [k for k in wanted if specs[k] is None and k != "val"]
     if missing:
         raise ValueError(f"data.{missing[0]} is not set: {subcommand} reads it")
