@@ -59,17 +59,19 @@ class GRPOArgumentParser(LightningArgumentParser):
     of every registered reward (:func:`lit_grpo.cli_help.extra_help`)."""
 
     def __init__(self, *args, model_class: type | None = None, **kwargs):
-        kwargs.setdefault("formatter_class", HelpFormatter)
+        kwargs.setdefault("formatter_class", HelpFormatter)  # a caller's own formatter wins
         super().__init__(*args, **kwargs)
         self.model_class = model_class
 
     def format_help(self) -> str:
         text = super().format_help()
+        # only a subcommand's parser has --model: the top-level help stays Lightning's own
         if self.model_class is not None and has_option(self, "--model"):  # a subcommand's parser
             text += extra_help(type(self), self.model_class) + "\n"
         return text
 
     def error(self, message: str, ex: Exception | None = None):
+        # JSONARGPARSE_DEBUG keeps jsonargparse's whole report, for debugging the parser itself
         if not self.exit_on_error or os.environ.get("JSONARGPARSE_DEBUG"):
             return super().error(message, ex)
         fail(short_error(message, ex, self.model_class))
@@ -92,6 +94,7 @@ class RunConfig(SaveConfigCallback):
     checkpoint). Same arguments."""
 
     def __init__(self, *args, **kwargs):
+        # save_to_log_dir=False: save_config below picks the folder itself, the logger's run folder
         super().__init__(*args, **{**kwargs, "save_to_log_dir": False})
         self._environment = None
 
@@ -100,6 +103,7 @@ class RunConfig(SaveConfigCallback):
         folder = (getattr(trainer.logger, "log_dir", None) or getattr(trainer.logger, "save_dir", None)
                   or trainer.default_root_dir)
         os.makedirs(folder, exist_ok=True)
+        # skip_none=False: an option set to null is saved as null, so the saved config rebuilds the same run
         self.parser.save(self.config, os.path.join(folder, self.config_filename), skip_none=False,
                          overwrite=self.overwrite, multifile=self.multifile)
         # what made the run, beside its config (environment_resumed_at_step_<s>.json beside a resumed config)
@@ -107,6 +111,7 @@ class RunConfig(SaveConfigCallback):
                           + ".json")
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        # recorded once per process: the installed versions do not change during a run
         if self._environment is None:
             self._environment = environment.record()
         checkpoint[environment.CHECKPOINT_KEY] = self._environment
@@ -136,10 +141,12 @@ class GRPOCLI(LightningCLI):
         (:class:`~lit_grpo.checkpoint_io.AtomicCheckpointIO`); a ``fit`` resumed from a checkpoint logs into the run
         folder the checkpoint names (:func:`continue_run_folder`)."""
         trainer = self._get(self.config_init, "trainer", default={})
+        # setdefault: callbacks or plugins a caller passes itself are used as given
         kwargs.setdefault("callbacks", with_progress_bar(trainer.get("callbacks"), trainer.get("enable_progress_bar")))
         kwargs.setdefault("plugins", with_atomic_io(trainer.get("plugins")))
         built = super().instantiate_trainer(**kwargs)
         if self.subcommand == "fit":
+            # before anything is logged: the logger must point at the continued folder from its first write
             continue_run_folder(built, self._ckpt_path())
         return built
 
@@ -153,11 +160,13 @@ class GRPOCLI(LightningCLI):
             super().instantiate_classes()
         except Exception as exc:
             root = construction_error(exc)
+            # these are configuration mistakes a constructor reports: one error line, not a traceback
             if isinstance(root, (ValueError, KeyError, FileNotFoundError)):
                 fail(str(root.args[0]) if isinstance(root, KeyError) and root.args else str(root))
             if root is exc:
                 raise
             raise root from None
+        # a DataModule of the user's own may not measure prompts: it is left as it is
         if getattr(self, "datamodule", None) is not None and hasattr(self.datamodule, "prompt_length"):
             self.datamodule.prompt_length = self.model.prompt_length  # the data's over-long filter measures with it
             self.datamodule.prompt_limit = prompt_limit(self.model.policy, getattr(self.model, "sampling", None))
@@ -175,9 +184,11 @@ class GRPOCLI(LightningCLI):
         # ``args`` from Python: tests, notebooks)
         from jsonargparse import Namespace
 
+        # parse_object for a config given from Python as a dict or a Namespace, parse_args for a list of arguments
         self.config = parser.parse_object(args) if isinstance(args, (dict, Namespace)) else parser.parse_args(args)
         sub = self.config.get("subcommand")
         given = sys.argv[1:] if args is None else args if isinstance(args, list) else []
+        # the --config files, beside which a path written relative to the config is also looked for
         files = [value for key, value, _ in iter_options(given) if key in ("config", "c") and value]
         config = (self.config[sub] if sub else self.config).as_dict()
         check_config(config, sub, files)
@@ -192,6 +203,7 @@ class GRPOCLI(LightningCLI):
         check_checkpoint_file(path)
         from lit_grpo.strategy import FSDP2Strategy
 
+        # a folder is a sharded checkpoint; only the sharded strategy reads it, any other fails deep in torch.load
         if path is not None and Path(path).is_dir() and not isinstance(self.trainer.strategy, FSDP2Strategy):
             raise InputError(f"checkpoint {path} is a sharded checkpoint folder (FSDP2): {self.subcommand} it with "
                              "the sharded strategy, --config configs/fsdp.yaml after the run's config (fit: the same "
@@ -200,6 +212,7 @@ class GRPOCLI(LightningCLI):
 
     def before_fit(self) -> None:
         self._check_checkpoint()
+        # the lock on rank 0 only: one process owns a run's lock files
         check_checkpoint_folders(self.trainer, self.run_lock if self.trainer.is_global_zero else None)
         command = next((cb.command for cb in self.trainer.callbacks if isinstance(cb, StopAndResume)), None)
         check_new_run_folders(self.trainer, self._ckpt_path(), command)  # every rank: all of them refuse
@@ -237,6 +250,7 @@ class GRPOCLI(LightningCLI):
 def construction_error(exc: BaseException) -> BaseException:
     """The error a constructor raised, under the reports jsonargparse wraps it in (each of which repeats the
     parsed configuration)."""
+    # jsonargparse may chain its wrappers by cause or by context: followed until a constructor's own error
     while _is_wrapper(exc) and (exc.__cause__ or exc.__context__) is not None:
         exc = exc.__cause__ or exc.__context__
     return exc
@@ -244,6 +258,7 @@ def construction_error(exc: BaseException) -> BaseException:
 
 def _is_wrapper(exc: BaseException) -> bool:
     text = str(exc)
+    # besides its own classes, jsonargparse raises plain errors whose text names the wrapping
     return type(exc).__module__.startswith("jsonargparse") or "Does not validate against any of the" in text \
         or "Problem with given class_path" in text
 
@@ -267,6 +282,7 @@ def run_command(args: list[str] | None) -> list[str]:
     if args is not None:
         return ["python", "-m", "lit_grpo", *args]
     script = Path(sys.argv[0])
+    # under python -m lit_grpo, argv[0] is the package's __main__.py: the resume command is written the same way
     head = ["python", "-m", "lit_grpo"] if (script.name, script.parent.name) == ("__main__.py", "lit_grpo") \
         else ["python", sys.argv[0]]
     return [*head, *sys.argv[1:]]
@@ -279,6 +295,7 @@ def masked_excepthook(kind, value, tb) -> None:
 
     from lit_grpo.api_keys import redact
 
+    # the whole traceback text is masked: a key may sit in a message or in a frame's repr
     sys.stderr.write(redact("".join(traceback.format_exception(kind, value, tb))))
 
 
@@ -325,6 +342,7 @@ def _loader_without_base_key() -> None:
         load = get_loader("omegaconf+")
     except KeyError:  # registered by jsonargparse on first use: its YAML loader
         load = get_loader("yaml")
+    # idempotent: main() runs many times in one process (tests, notebooks) and must not stack wrappers
     if getattr(load, "drops_base_key", False):
         return
 
