@@ -52,12 +52,14 @@ SUBCOMMANDS = ("fit", "validate", "test", "predict")
 OPTIMIZER_HINT = ("the optimizer and its scheduler are part of the model: set them with "
                   "--model.init_args.optimizer (e.g. --model.init_args.optimizer torch.optim.SGD "
                   "--model.init_args.optimizer.init_args.lr 0.5) and --model.init_args.lr_scheduler")
+# a sentinel type that options_of finds no options in: the keys below it are left to jsonargparse
 _OPAQUE = object()
 """A type whose sub-keys are not checked here (a ``class_path`` value, a union, a list, ...)."""
 
 
 def _without_none(tp: Any) -> Any:
     if typing.get_origin(tp) in (Union, types.UnionType):
+        # Optional[X] is checked as X; any other union could hold either shape, so its keys are not judged
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         return args[0] if len(args) == 1 else _OPAQUE
     return tp
@@ -74,6 +76,7 @@ def options_of(tp: Any, root: bool = False) -> dict[str, Any] | None:
     """Sub-options of ``tp`` and their types: a dataclass's fields, or (``root``) a class's ``__init__``
     parameters; ``None`` when ``tp`` has none that can be checked."""
     tp = _without_none(tp)
+    # isinstance(tp, type): is_dataclass is also true of a dataclass instance, which has no options to list
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         hints = _hints(tp)
         return {f.name: hints.get(f.name, _OPAQUE) for f in dataclasses.fields(tp)}
@@ -81,6 +84,7 @@ def options_of(tp: Any, root: bool = False) -> dict[str, Any] | None:
         hints = _hints(tp.__init__)
         params = inspect.signature(tp.__init__).parameters.values()
         return {p.name: hints.get(p.name, _OPAQUE) for p in params
+                # *args / **kwargs name no option a config could set
                 if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
     return None
 
@@ -99,6 +103,7 @@ def _unknown(where: str, key: str, valid: list[str], tp: Any = None) -> ConfigEr
         return ConfigError(f"{where}: {key} is now {_without_none(tp).renamed[key]}")
     close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]}?)" if close else ""
+    # a long list is noise on one error line; --help shows it
     listed = ", ".join(sorted(valid)) if len(valid) <= 16 else "see --help"
     return ConfigError(f"{where}: unknown option {key!r}{hint}; valid: {listed}")
 
@@ -116,11 +121,13 @@ def check_key(root_type: Any, parts: list[str], where: str) -> None:
         if options is None:
             if _is_dict(tp) and len(parts) - i > 1:
                 dict_key = ".".join(done)
+                # the scorer's judge has one place, evaluation.judge: named here before the dict check's generic wording
                 if parts[i] == "judge" and dict_key.endswith("scorer_kwargs"):
                     raise ConfigError(f"{where}: the scorer's judge is set with "
                                       f"{where.replace('scorer_kwargs.judge', 'judge')}")
                 raise ConfigError(f"{where}: {dict_key} is a dict: set one of its keys (--{dict_key}.{parts[i]}=...) "
                                   f"or give it whole (--{dict_key}='{{...}}')")
+            # below a class_path value, a union or a list nothing can be checked here; jsonargparse checks it
             return
         if part not in options:
             raise _unknown(where, part, list(options), tp)
@@ -131,7 +138,8 @@ def check_key(root_type: Any, parts: list[str], where: str) -> None:
 def _import(class_path: str) -> Any:
     module, _, name = class_path.rpartition(".")
     try:
-        return getattr(importlib.import_module(module or "lit_grpo"), name)
+        return getattr(importlib.import_module(module or "lit_grpo"), name)  # a bare name is looked up in lit_grpo
+    # any failure means "no class here": the caller falls back to the model class it had
     except (ImportError, AttributeError, ValueError):
         return None
 
@@ -151,12 +159,14 @@ def check_override(key: str, model_class: Any, value: str | None = None) -> None
     Raises:
         ConfigError: an unknown key, or a top-level ``--optimizer`` / ``--lr_scheduler``.
     """
-    key = key.rstrip("+")
+    key = key.rstrip("+")  # "--key+" appends to a list option in jsonargparse
     head, *rest = key.split(".")
     if head in ("optimizer", "lr_scheduler"):
         raise ConfigError(f"--{key}: {OPTIMIZER_HINT}")
     given = _mapping(value)
+    # a mapping given whole is checked key by key, as a config file's keys are; dict_kwargs takes any keys
     if given is not None and head in ("model", "data", "trainer") and not key.endswith(".dict_kwargs"):
+        # nested back to the root so _check_tree sees it as a config file would hold it
         for part in reversed(key.split(".")):
             given = {part: given}
         _check_tree(given, model_class, "--")
@@ -168,7 +178,7 @@ def check_override(key: str, model_class: Any, value: str | None = None) -> None
     if head == "model":
         if rest[0] in ("class_path", "dict_kwargs"):
             return
-        rest = rest[1:] if rest[0] == "init_args" else rest
+        rest = rest[1:] if rest[0] == "init_args" else rest  # model.init_args.x and model.x name the same option
         if model_class is None:
             return
     check_key(root_type, rest, f"--{key}")
@@ -187,10 +197,12 @@ def _check_group_file(key: str, value: str) -> None:
             folder, or a file path (a config suffix, or a ``/``) where no file is.
     """
     path = Path(value).expanduser()
+    # what jsonargparse reads as YAML text itself (a mapping, a "key: value" string, several lines) is left to it
     if path.is_file() or _mapping(value) is not None or ":" in value or "\n" in value:
         return
     if path.is_dir():
         raise ConfigError(f"--{key}: {value!r} is a folder, not a config file")
+    # a dotted name ending in a capitalised part looks like a class path, unless it ends like a config file
     if re.fullmatch(r"([A-Za-z_]\w*\.)+[A-Z]\w*", value) and not value.lower().endswith(CONFIG_SUFFIXES):
         raise ConfigError(f"--{key}: {value!r} is a class path, but {key} is one class here, not a class to choose: "
                           f"set its options (--{key}.<option>=...; fit --help lists them) or give a YAML file of them")
@@ -221,6 +233,7 @@ def check_config_file(path: str, model_class: Any) -> Any:
     Raises:
         ConfigError: the file is missing or not valid YAML (naming line and column), or holds an unknown key.
     """
+    # text that starts with "{" and names no file is inline YAML, as jsonargparse accepts it
     inline = not Path(path).is_file() and path.lstrip().startswith("{") or "\n" in path
     try:
         tree = yaml.safe_load(path if inline else Path(path).read_text(encoding="utf-8"))
@@ -230,6 +243,7 @@ def check_config_file(path: str, model_class: Any) -> Any:
         raise ConfigError(wrong_folder("config file", path, search_roots())
                           or f"config file {path} does not exist") from None
     except UnicodeDecodeError as exc:
+        # the line of the bad byte: counted from the raw bytes, the text never decoded
         line = Path(path).read_bytes()[:exc.start].count(b"\n") + 1
         raise ConfigError(f"{path}, line {line}: byte {exc.object[exc.start:exc.start + 1]!r} is not UTF-8; "
                           "save the config as UTF-8") from None
@@ -241,10 +255,12 @@ def check_config_file(path: str, model_class: Any) -> Any:
         return model_class
     if not isinstance(tree, dict):
         raise ConfigError(f"{path}: a config is a mapping of {', '.join(ROOT_KEYS)}")
+    # inline text has no folder for its bases' relative paths to start from
     if BASE_KEY in tree and inline:
         raise ConfigError(f"{BASE_KEY} needs a config file (its paths are relative to the file's folder), "
                           "not config text")
     tree = {k: v for k, v in tree.items() if k != BASE_KEY}  # the bases: expand_bases
+    # a config may nest its keys under a subcommand (fit: ...): each such part is checked as a whole config
     if set(tree) & set(SUBCOMMANDS):
         for sub in set(tree) & set(SUBCOMMANDS):
             model_class = _check_tree(tree[sub] or {}, model_class, f"{path}: {sub}.")
@@ -262,6 +278,7 @@ def _check_tree(tree: dict, model_class: Any, where: str) -> Any:
     if isinstance(model, dict):
         if isinstance(model.get("class_path"), str):
             model_class = _import(model["class_path"]) or model_class
+        # a model without class_path or init_args is the init_args themselves (the default model's options)
         body = model.get("init_args") if "init_args" in model or "class_path" in model else model
         if model_class is not None and isinstance(body, dict):
             _check_mapping(body, model_class, True, f"{where}model.init_args")
@@ -298,11 +315,13 @@ def config_with_bases(path: str, _seen: tuple[str, ...] = ()) -> list[str]:
         ConfigError: a ``_base_`` that is not a path or a list of paths, names a file that does not exist, or
             names a file that extends the file naming it (a cycle).
     """
+    # a file already on the path from the first config: its bases would loop forever
     if path in _seen:
         raise ConfigError(f"{path}: {BASE_KEY} makes a cycle: {' -> '.join([*_seen, path])}")
     try:
         tree = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        # an unreadable file is returned alone: check_config_file names the problem with its line and column
         return [path]
     bases = tree.get(BASE_KEY) if isinstance(tree, dict) else None
     if bases is None:
@@ -312,11 +331,13 @@ def config_with_bases(path: str, _seen: tuple[str, ...] = ()) -> list[str]:
         raise ConfigError(f"{path}: {BASE_KEY} must be a config file's path or a list of them, got {bases!r}")
     out: list[str] = []
     for base in bases:
+        # a base's path is relative to the file naming it, so a config tree moves as one folder
         full = os.path.normpath(os.path.join(os.path.dirname(path), base))
         if not Path(full).is_file():
             raise ConfigError(f"{path}: {BASE_KEY} {base} does not exist ({full}; a base's path is relative to "
                               "the folder of the file naming it)")
         out += config_with_bases(full, (*_seen, path))
+    # bases first, in order: a later file overrides an earlier one, so the file itself wins
     return out + [path]
 
 
