@@ -26,8 +26,9 @@ def world() -> tuple[int, int]:
 def all_gather_cat(x: Tensor) -> Tensor:
     """Concatenate ``x`` (same shape on every rank) along dim 0 in rank order."""
     _, size = world()
-    if size == 1:
+    if size == 1:  # one process (tests, notebooks): no process group
         return x
+    # all_gather needs one shape on every rank: a caller with unequal counts pads first (PolicyPasses.entropy_mask)
     parts = [torch.empty_like(x) for _ in range(size)]
     dist.all_gather(parts, x.contiguous())
     return torch.cat(parts)
@@ -38,7 +39,7 @@ def all_reduce_sum(x: Tensor) -> Tensor:
     _, size = world()
     if size == 1:
         return x.clone()
-    y = x.clone()
+    y = x.clone()  # a copy on one process too: callers may change the result freely
     dist.all_reduce(y, op=dist.ReduceOp.SUM)
     return y
 
@@ -51,6 +52,7 @@ def gather_objects(items: list) -> list:
     parts: list = [None] * size
     dist.all_gather_object(parts, list(items))
     return [x for part in parts for x in part]
+# pickled: items of any type and size, at the cost of a round trip through pickle
 
 
 def weighted_mean(values: dict[str, float], weight: float) -> dict[str, float]:
@@ -59,12 +61,14 @@ def weighted_mean(values: dict[str, float], weight: float) -> dict[str, float]:
     _, size = world()
     if size == 1 or not values:
         return dict(values)
+    # float64: token counts and weighted sums stay exact beyond float32's 2**24
     sums = all_reduce_sum(torch.tensor([*(v * weight for v in values.values()), weight], dtype=torch.float64,
                                        device=_device()))
     total = sums[-1].item()
     return {k: (sums[i].item() / total if total > 0 else 0.0) for i, k in enumerate(values)}
 
 
+# NCCL reduces only CUDA tensors; gloo takes CPU ones
 def _device() -> torch.device:
     """Where this rank's collectives run: its GPU under NCCL, else the CPU."""
     if dist.get_backend() == "nccl":

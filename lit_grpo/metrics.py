@@ -31,6 +31,7 @@ def train_metrics(per_reward: dict[str, Tensor], total: Tensor, advantages: Tens
     ``train/reward_std`` and ``frac_reward_zero_std`` are of ``signal`` ``[N]``, what the advantages were computed
     from (default: ``total``; GDPO's sum of normalised terms under ``normalize_then_sum``,
     :func:`lit_grpo.grpo.decoupled_sum`), so a group counted as having no signal is one whose advantages are 0."""
+    # float(): the statistics are taken in float32 whatever the signal's dtype
     group_std = nan_group_stats((total if signal is None else signal).float().reshape(-1, group_size))[1]
     lengths = lengths.float()
     log = {
@@ -39,6 +40,7 @@ def train_metrics(per_reward: dict[str, Tensor], total: Tensor, advantages: Tens
         "train/rollout/frac_reward_zero_std": (group_std == 0).float().mean().item(),
         "train/rollout/frac_unscorable": torch.isnan(total).float().mean().item(),
         "train/rollout/advantage/mean": advantages.mean().item(),
+        # torch's unbiased std of one value is NaN
         "train/rollout/advantage/std": advantages.std().item() if advantages.numel() > 1 else 0.0,
         "train/rollout/completion_length/mean": lengths.mean().item(),
         "train/rollout/completion_length/max": lengths.max().item(),
@@ -77,15 +79,19 @@ def sampler_metrics(old_logps: Tensor, sampling_logps: Tensor, ratio: Tensor | N
     sampling / mask ``[N, T]``, ratio ``[N, T]`` or ``[N, 1]``."""
     m = mask.bool()
     diff = (sampling_logps.float().to(old_logps.device) - old_logps.float())[m]
+    # NaN where the sampler could not score a token: weight 1 there, and no gap to report
     diff = diff[~torch.isnan(diff)]
     gap = diff.abs()
+    # sums and counts, not means: ranks hold different token counts, so the means are formed after the gather
     values = [gap.sum(), gap.numel(), gap.max() if gap.numel() else 0.0, diff.sum()]
     if ratio is not None:
-        r = ratio[m] if ratio.shape == m.shape else ratio.reshape(-1)
+        r = ratio[m] if ratio.shape == m.shape else ratio.reshape(-1)  # sequence level: one weight per completion
         tokens, completions = corrected(old_logps.float(), sampling_logps.float().to(old_logps.device), mask,
                                         **(options or {}))
+        # +-inf for a rank without tokens: the gathered min / max then ignore it
         values += [r.sum(), r.numel(), r.min() if r.numel() else math.inf, r.max() if r.numel() else -math.inf,
                    tokens.sum(), m.sum(), completions.sum(), m.any(-1).sum()]
+    # float64: exact counts after the sum
     rows = gather(torch.tensor([[float(v) for v in values]], dtype=torch.float64, device=old_logps.device)).cpu()
     tokens = rows[:, 1].sum().clamp(min=1)
     out = {"train/rollout/sampler/logp_gap_mean": (rows[:, 0].sum() / tokens).item(),
@@ -126,8 +132,10 @@ class PromptStats(nn.Module):
         self.metrics = nn.ModuleDict()
 
     def update(self, key: str, values: Tensor, per_prompt: int) -> None:
+        # a module name may not contain '.': '/' becomes '__' and compute() turns it back
         slot = key.replace("/", "__").replace(".", "_")
         if slot not in self.metrics:
+            # nan_strategy="disable": a prompt with no scorable value stays NaN, and mean_and_se leaves it out
             self.metrics[slot] = CatMetric(nan_strategy="disable").to(values.device)
         self.metrics[slot].update(prompt_means(values, per_prompt).to(self.metrics[slot].device))
 
@@ -136,6 +144,7 @@ class PromptStats(nn.Module):
         out = {}
         for slot, metric in self.metrics.items():
             key = slot.replace("__", "/")
+            # a key with nothing since its last reset (a mode not run this time) reports nothing
             if key.startswith(prefix) and metric.update_count > 0:
                 out[key] = mean_and_se(metric.compute().reshape(-1).cpu())
                 metric.reset()
