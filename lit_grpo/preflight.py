@@ -197,8 +197,9 @@ FLOAT16_PRECISIONS = ("16", "16-mixed", "16-true")
 
 def _check_trainer(trainer: dict[str, Any]) -> None:
     """float16 precision is refused (the loss clips gradients before a float16 scaler would unscale them); a GPU
-    accelerator on a machine without CUDA is named before the model is built; Lightning's FSDP strategy (torch's first FSDP) needs CUDA GPUs (it refuses a CPU), so it is refused here rather than after the
-    model is built (``lit_grpo.strategy.FSDP2Strategy``, the sharded path, runs on CPU processes too)."""
+    accelerator on a machine without CUDA is named before the model is built; Lightning's FSDP strategy (torch's
+    first FSDP) needs CUDA GPUs (it refuses a CPU), so it is refused here rather than after the model is built
+    (``lit_grpo.strategy.FSDP2Strategy``, the sharded path, runs on CPU processes too)."""
     import torch
 
     if str(trainer.get("precision")) in FLOAT16_PRECISIONS:
