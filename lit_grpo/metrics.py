@@ -130,10 +130,13 @@ class PromptStats(nn.Module):
     def __init__(self):
         super().__init__()
         self.metrics = nn.ModuleDict()
+        self.keys: dict[str, str] = {}  # slot -> the key as given: '.' -> '_' cannot be undone from the slot
 
     def update(self, key: str, values: Tensor, per_prompt: int) -> None:
-        # a module name may not contain '.': '/' becomes '__' and compute() turns it back
+        # a module name may not contain '.' (nor, by convention here, '/'): the slot is the key made a name, and
+        # compute() reports the key as given (a dotted reward path keeps its dots)
         slot = key.replace("/", "__").replace(".", "_")
+        self.keys[slot] = key
         if slot not in self.metrics:
             # nan_strategy="disable": a prompt with no scorable value stays NaN, and mean_and_se leaves it out
             self.metrics[slot] = CatMetric(nan_strategy="disable").to(values.device)
@@ -143,7 +146,7 @@ class PromptStats(nn.Module):
         """``key -> (mean, SE, prompts)`` for keys under ``prefix``; resets them."""
         out = {}
         for slot, metric in self.metrics.items():
-            key = slot.replace("__", "/")
+            key = self.keys[slot]
             # a key with nothing since its last reset (a mode not run this time) reports nothing
             if key.startswith(prefix) and metric.update_count > 0:
                 out[key] = mean_and_se(metric.compute().reshape(-1).cpu())
