@@ -31,3 +31,54 @@ def test_readme_demo_cells_are_the_shipped_run_s_evaluation_curve():
     p = 212 / 256
     assert math.isclose(float(curve[100]["val/greedy/reward/binary"]), p, abs_tol=1e-5)
     assert math.isclose(float(curve[100]["val/greedy/reward/binary_se"]), math.sqrt(p * (1 - p) / 255), abs_tol=1e-6)
+
+
+def _sweep_results() -> dict[str, dict[str, dict[str, float]]]:
+    """``run -> column -> problem -> value`` of the shipped sweep records (per-problem means over 4 completions)."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    with open(ROOT / "results" / "attention_sweep" / "results.csv", newline="") as fh:
+        for r in csv.DictReader(fh):
+            for column in ("correct", "asm"):
+                if r[column] != "":
+                    out.setdefault(r["run"], {}).setdefault(column, {})[r["problem"]] = float(r[column])
+    return out
+
+
+def _mean_se(values: list[float]) -> tuple[float, float]:
+    """Mean and standard error (sample SD / sqrt(n))."""
+    n = len(values)
+    mean = sum(values) / n
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
+
+
+def _docs_row(title: str, label: str) -> list[str]:
+    """The cells of the row ``label`` in docs/attention_sweep.md's table under the bold ``title``."""
+    text = (ROOT / "docs" / "attention_sweep.md").read_text()
+    table = text[text.index(f"**{title}**"):]
+    row = next(line for line in table.splitlines() if line.startswith(f"| {label} |"))
+    return [c.strip() for c in row.strip("|").split("|")]
+
+
+def test_attention_sweep_cells_recomputed_from_the_shipped_records():
+    """Two cells of the open-ended verdict row (normalize_then_sum, ASM x 1, five seeds), by hand from results.csv:
+    the accuracy pooled over seeds (per problem the mean over the seeds, then mean and SE over problems; the seed
+    SE: each seed's accuracy as one value) and the held-out ASM's change vs SFT at the seed level (each seed's mean
+    paired change over the problems it shares with SFT, then mean and SE over the five)."""
+    data = _sweep_results()
+    runs = [f"oe_asm_norm_w1_s{s}" for s in range(5)]
+    problems = sorted(set.intersection(*(set(data[r]["correct"]) for r in runs)))
+    assert len(problems) == 256
+    pooled = [sum(data[r]["correct"][p] for r in runs) / 5 for p in problems]
+    mean, se = _mean_se(pooled)
+    _, seed_se = _mean_se([sum(data[r]["correct"].values()) / len(data[r]["correct"]) for r in runs])
+    accuracy = f"{mean:.3f} ± {se:.3f}; seeds ± {seed_se:.3f} (5)"
+
+    sft = data["sft_oe"]["asm"]
+    changes = [sum(data[r]["asm"][p] - sft[p] for p in data[r]["asm"] if p in sft)
+               / len([p for p in data[r]["asm"] if p in sft]) for r in runs]
+    change, change_se = _mean_se(changes)
+    asm_change = f"seeds ± {change_se:.4f} ({change / change_se:+.1f} SE, 5)"
+
+    row = _docs_row("Open-ended", "GRPO (Fmt + Acc + ASM), normalize_then_sum, attention × 1")
+    assert row[3] == "5" and row[4] == accuracy, (row[4], accuracy)
+    assert row[8].endswith(asm_change) and row[8].startswith(f"{change:+.4f} ± "), (row[8], change, asm_change)
