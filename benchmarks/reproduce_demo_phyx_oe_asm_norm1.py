@@ -1,6 +1,6 @@
 """Whether this checkout trains ``checkpoints/demo_phyx_oe_asm_norm1`` again, bit for bit.
 
-    python benchmarks/reproduce_demo_phyx_oe_asm_norm1.py       # about 2 minutes on one idle core
+    python benchmarks/reproduce_demo_phyx_oe_asm_norm1.py       # about 4 minutes on one idle core
 
 The shipped checkpoint is the attention sweep's run ``oe_asm_norm_w1_s0``: the SFT warm start
 ``checkpoints/demo_phyx`` trained 100 GRPO steps (4 prompts x 8 completions, open-ended, format + accuracy +

@@ -266,6 +266,11 @@ def test_seeds_section_ranks_per_seed_and_pools_over_seeds():
 
 @pytest.mark.parametrize("args, message", [
     (["--seeds", "[]"], "error: phyx: seeds must name at least one training seed, e.g. [0, 1]"),
+    (["--seeds", "[-1]"], "error: phyx: seeds must be in [0, 4294967295] (seed_everything's range), got [-1]"),
+    (["--seeds", "[0, 4294967296]"],
+     "error: phyx: seeds must be in [0, 4294967295] (seed_everything's range), got [0, 4294967296]"),
+    (["--seeds", "[0, 1, 0]"],
+     "error: phyx: seeds must all differ (each is one value of the seed-level SE), got [0, 1, 0]"),
     (["--jobs", "0"], "error: phyx: jobs must be >= 1 (runs at once), got 0"),
     # the sweep's runs are resolved at parse time: an empty sweep, an unknown condition or a reward the condition
     # lacks is one line before any work, not a traceback from the first run

@@ -154,6 +154,12 @@ class PhyxExperiment:
     def __post_init__(self):
         if not self.seeds:
             raise ValueError("seeds must name at least one training seed, e.g. [0, 1]")
+        # every fit calls seed_everything(seed), which takes [0, 2**32 - 1]: refused here, once, not in each fit
+        if any(not 0 <= s <= 2**32 - 1 for s in self.seeds):
+            raise ValueError(f"seeds must be in [0, 4294967295] (seed_everything's range), got {self.seeds}")
+        # a seed named twice would count one trained policy twice in the seed-level SE
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds must all differ (each is one value of the seed-level SE), got {self.seeds}")
         if self.jobs < 1:
             raise ValueError(f"jobs must be >= 1 (runs at once), got {self.jobs}")
 

@@ -110,7 +110,8 @@ def write_report(exp: PhyxExperiment, runs: list[Run], statuses: list[dict], sft
 
 
 def _asm_section(exp: PhyxExperiment, runs: list[Run], data: dict, first: int | None) -> list[str]:
-    out = ["### Attention (ASM) on held-out images", "",
+    # the rows are the first seed's, as in the accuracy tables: the heading says so (pooled figures: the sweep's)
+    out = [f"### Attention (ASM) on held-out images (seed {first})", "",
            "Share of the final layer's image attention on foreground pixels, averaged over each completion's "
            "tokens (the attention reward's score), on the completions each model samples for the held-out problems.",
            "", "| Format | Model | ASM | Δ vs SFT | Format reward |", "|---|---|---|---|---|"]
