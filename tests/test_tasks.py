@@ -170,9 +170,11 @@ print(json.dumps([None in REWARDS, 3 in REWARDS, loaded()]))
 
 def test_a_task_types_a_core_option_through_its_registered_group():
     """``evaluation.judge``, ``attention`` and ``policy.embedded`` are typed by the dataclasses their tasks register
-    (:func:`lit_grpo.registry.option_group`): read from Python they are mappings and no task is imported; once the
-    command line types the groups, each is its task's class; building a group from a mapping imports its task and
-    fills in the defaults. Without pint (the PhyX extra) the other tasks' groups still type."""
+    (:func:`lit_grpo.registry.option_group`): read from Python, no task is imported and the two dataclass fields
+    are ``Any`` (a mapping or the group's dataclass: :func:`~lit_grpo.registry.option_slot`; a dataclass keeps its
+    annotations as written, so that jsonargparse keeps its fields' bounds) and the module's argument a mapping; once
+    the command line types the groups, each is its task's class; building a group from a mapping imports its task
+    and fills in the defaults. Without pint (the PhyX extra) the other tasks' groups still type."""
     code = LOADED + """
 import types, typing
 from lit_grpo.config import EvalConfig
@@ -192,7 +194,7 @@ steps += [typed(), built_group("embedded", {"hidden_size": 32}).hidden_size]
 print(json.dumps(steps))
 """
     out = fresh(code)
-    assert out[:2] == [["dict[str, typing.Any]"] * 3, {"tasks": [], "packages": []}]
+    assert out[:2] == [["typing.Any", "typing.Any", "dict[str, typing.Any]"], {"tasks": [], "packages": []}]
     assert out[2:] == [["lit_grpo.tasks.phyx.judge.config.JudgeConfig", "lit_grpo.tasks.demo.embedded.EmbeddedModelConfig",
                         "lit_grpo.tasks.attention.meter.AttentionConfig"], 32]
     out = fresh('import sys; sys.modules["pint"] = None\n' + code)
