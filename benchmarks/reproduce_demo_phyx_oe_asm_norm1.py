@@ -42,7 +42,7 @@ def sha256(path: Path) -> str:
 
 
 def evaluate(exp, run, model: str, name: str) -> dict:
-    """Held-out accuracy and ASM per problem of ``model``, evaluated as the sweep evaluates ``run``."""
+    """Held-out accuracy, ASM and format reward per problem of ``model``, evaluated as the sweep evaluates ``run``."""
     import dataclasses
 
     from lit_grpo.tasks.phyx.experiments.phyx import _configs, _write_yaml, eval_overlay, launch
@@ -56,7 +56,8 @@ def evaluate(exp, run, model: str, name: str) -> dict:
     if rc != 0:
         raise SystemExit(f"error: the evaluation of {model} failed (exit {rc}); its log:\n{log.read_text()[-3000:]}")
     records = read_records(exp.path("runs", name, "predictions.jsonl"))
-    return {"accuracy": per_problem(records, correct_of), "ASM": per_problem(records, reward_of("attention"))}
+    return {"accuracy": per_problem(records, correct_of), "ASM": per_problem(records, reward_of("attention")),
+            "format": per_problem(records, reward_of("format"))}
 
 
 def tolerance(exp, run, trained: Path) -> bool:

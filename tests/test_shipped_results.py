@@ -85,3 +85,59 @@ def test_attention_sweep_cells_recomputed_from_the_shipped_records():
     row = _docs_row("Open-ended", "GRPO (Fmt + Acc + ASM), normalize_then_sum, attention × 1")
     assert row[3] == "5" and row[4] == accuracy, (row[4], accuracy)
     assert row[8].endswith(asm_change) and row[8].startswith(f"{change:+.4f} ± "), (row[8], change, asm_change)
+
+
+REFS = ROOT / "checkpoints" / "attention_sweep_refs"
+
+
+def test_every_reference_the_sweep_page_compares_against_is_shipped():
+    """Each "vs GRPO (Fmt + Acc)" column compares a setting with the reference of its aggregation and seed: every
+    such reference run in the shipped records (``<fmt>_fmt_acc[_norm]_s<seed>``, not the lr-0 control) has its
+    policy in checkpoints/attention_sweep_refs, with the seed and aggregation its name says, trained on format and
+    accuracy only from the shipped warm start."""
+    import yaml
+
+    refs = {run for run in _sweep_results() if "_fmt_acc_" in run and "_lr0_" not in run}
+    assert len(refs) == 12  # open-ended 2 aggregations x 5 seeds, multiple choice 2 x seed 0
+    assert refs == {p.name for p in REFS.iterdir() if p.is_dir()}
+    for run in refs:
+        config = yaml.safe_load((REFS / run / "fit_config.yaml").read_text())
+        grpo = config["model"]["init_args"]["grpo"]
+        assert config["seed_everything"] == int(run.rsplit("_s", 1)[1]), run
+        assert grpo["multi_objective_aggregation"] == ("normalize_then_sum" if "_norm_" in run else
+                                                       "sum_then_normalize"), run
+        rewards = [r["name"] for r in config["model"]["init_args"]["rewards"]]
+        assert rewards == ["format", "open_accuracy" if run.startswith("oe_") else "accuracy"], run
+        assert config["model"]["init_args"]["policy"]["name_or_path"] == "checkpoints/demo_phyx", run
+        assert config["trainer"]["max_steps"] == 100, run
+
+
+def test_shipped_references_are_the_bits_their_readme_names():
+    """The SHA-256 of each reference's weights is the one its README table prints (hashlib here, by hand there)."""
+    import hashlib
+    import re
+
+    table = dict(re.findall(r"^\| `(\w+)` \|.*\| `([0-9a-f]{64})` \|$", (REFS / "README.md").read_text(), re.M))
+    assert set(table) == {p.name for p in REFS.iterdir() if p.is_dir()}
+    for run, sha in table.items():
+        assert hashlib.sha256((REFS / run / "model.safetensors").read_bytes()).hexdigest() == sha, run
+
+
+def test_reevaluation_outcomes_against_recorded_rows():
+    """benchmarks/reevaluate_sweep_policy.py's three outcomes on made-up per-problem figures: the same values as the
+    CSV writes them (6 significant digits) are identical; a change well inside the SE is within tolerance; a
+    change of many SE (every problem's accuracy +0.25, SE 0) is DIFFERENT."""
+    spec = importlib.util.spec_from_file_location("reevaluate", ROOT / "benchmarks" / "reevaluate_sweep_policy.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    recorded = {"correct": {str(i): ("", v) for i, v in enumerate([0.25, 0.5, 0.75, 1.0])},
+                "asm": {str(i): ("", v) for i, v in enumerate([0.123457, 0.2, 0.3, 0.4])},
+                "format": {str(i): ("", 1.0) for i in range(4)}}
+    same = {**recorded, "asm": {**recorded["asm"], "0": ("", 0.1234567)}}  # "%.6g" of it is 0.123457
+    assert script.compare(same, recorded)[0] == "identical"
+    # accuracy moved on two problems by +-0.25: paired change mean 0, SE 0.144 -> within
+    near = {**recorded, "correct": {**recorded["correct"], "0": ("", 0.5), "1": ("", 0.25)}}
+    outcome, lines = script.compare(near, recorded)
+    assert outcome == "within tolerance" and "within 2.39 SE" in lines[0]
+    far = {**recorded, "correct": {k: ("", v + 0.25) for k, (_, v) in recorded["correct"].items()}}
+    assert script.compare(far, recorded)[0] == "DIFFERENT"
