@@ -184,11 +184,12 @@ def test_runner_mcq_fmt_acc_asm_and_control(tmp_path, tiny_model_dir, scripted_p
 def test_shipped_experiment_runs_seed_0_and_the_controls_before_the_other_seeds():
     """An interrupted invocation has the first table and the control; a second one reuses them."""
     exp = parse(["phyx", "--config", "configs/experiments/phyx_demo.yaml"])
-    assert exp.seeds == [0, 1] and exp.warm_start == "checkpoints/demo_phyx"
+    assert exp.seeds == [0, 1, 2, 3, 4] and exp.warm_start == "checkpoints/demo_phyx"
     names = [r.name for r in exp.runs()]
-    assert names == ["sft_mcq", "sft_oe", "mcq_fmt_acc_s0", "mcq_rubric_s0", "mcq_asm_s0", "oe_fmt_acc_s0",
-                     "oe_rubric_s0", "oe_asm_s0", "mcq_fmt_acc_lr0_s0", "mcq_fmt_acc_s1", "mcq_rubric_s1",
-                     "mcq_asm_s1", "oe_fmt_acc_s1", "oe_rubric_s1", "oe_asm_s1"]
+    assert names[:15] == ["sft_mcq", "sft_oe", "mcq_fmt_acc_s0", "mcq_rubric_s0", "mcq_asm_s0", "oe_fmt_acc_s0",
+                          "oe_rubric_s0", "oe_asm_s0", "mcq_fmt_acc_lr0_s0", "mcq_fmt_acc_s1", "mcq_rubric_s1",
+                          "mcq_asm_s1", "oe_fmt_acc_s1", "oe_rubric_s1", "oe_asm_s1"]
+    assert len(names) == 2 + 2 * 3 * 5 + 1 and names[-1] == "oe_asm_s4"  # SFT x 2, 2 formats x 3 x 5 seeds, lr 0
     runs = {r.name: r for r in exp.runs()}
     assert runs["sft_oe"].fit_args is None and runs["oe_asm_s1"].seed == 1
     assert runs["oe_asm_s1"].configs == ["configs/demo_phyx_oe.yaml", "configs/demo_phyx_oe_asm.yaml"]
@@ -245,22 +246,28 @@ def test_runner_end_to_end_on_a_tiny_model(tmp_path, tiny_model_dir, scripted_po
 
 
 def test_seeds_section_ranks_per_seed_and_pools_over_seeds():
-    """The report's seed part from hand-made per-problem accuracies (MCQ: SFT 0.25 per problem; seed 0: Fmt + Acc
-    1, 0.5; seed 1: Fmt + Acc 0.5, 0.5, Rubric not run yet)."""
+    """The report's seed part from hand-made per-problem accuracies and ASMs (MCQ: SFT 0.25 per problem, ASM 0.1;
+    seed 0: Fmt + Acc 1, 0.5, ASM 0.2, 0.1; seed 1: Fmt + Acc 0.5, 0.5, ASM 0.3, 0.3; Rubric not run yet)."""
     from lit_grpo.tasks.phyx.experiments.summary import _seeds_section
 
     exp = parse(["phyx", "--config", "configs/experiments/phyx_demo.yaml", "--seeds", "[0, 1]"])
     exp.formats = exp.formats[:1]
     runs = exp.runs()
-    two = lambda a, b: {"correct": {"0": ("Optics", a), "1": ("Mechanics", b)}}  # noqa: E731
-    data = {"sft_mcq": two(0.25, 0.25), "mcq_fmt_acc_s0": two(1.0, 0.5), "mcq_rubric_s0": two(0.0, 0.0),
-            "mcq_asm_s0": two(0.5, 0.5), "mcq_fmt_acc_s1": two(0.5, 0.5), "mcq_asm_s1": two(0.0, 0.5)}
+    two = lambda a, b, x=0.1, y=0.1: {"correct": {"0": ("Optics", a), "1": ("Mechanics", b)},  # noqa: E731
+                                       "asm": {"0": ("Optics", x), "1": ("Mechanics", y)}}
+    data = {"sft_mcq": two(0.25, 0.25), "mcq_fmt_acc_s0": two(1.0, 0.5, 0.2, 0.1), "mcq_rubric_s0": two(0.0, 0.0),
+            "mcq_asm_s0": two(0.5, 0.5), "mcq_fmt_acc_s1": two(0.5, 0.5, 0.3, 0.3), "mcq_asm_s1": two(0.0, 0.5)}
     md = "\n".join(_seeds_section(exp, runs, data))
     assert "| GRPO (Fmt + Acc) | 0.750 ± 0.250 (#1) | 0.500 ± 0.000 (#1) | 0.250 |" in md
     assert "| GRPO (Rubric) | 0.000 ± 0.000 (#3) | – | – |" in md
     assert "Same ranking for every seed: yes." in md
-    # pooled Fmt + Acc: problems 0.75, 0.5 against 0.25, 0.25 -> differences 0.5, 0.25: mean 0.375, SE 0.125
-    assert "| GRPO (Fmt + Acc) | 2 | 0.625 ± 0.125 | +0.375 ± 0.125 (+3.0 SE) |" in md
+    # pooled Fmt + Acc: problems 0.75, 0.5 against 0.25, 0.25 -> differences 0.5, 0.25: mean 0.375, SE 0.125;
+    # over seeds: overall 0.75, 0.5 (SE = sd / sqrt 2 = 0.125), changes 0.5, 0.25 (SE 0.125, z 3.0).
+    # ASM pooled: 0.25, 0.2 (mean 0.225, SE 0.025), changes 0.15, 0.1 (0.125 +- 0.025, z 5.0); over seeds:
+    # overall 0.15, 0.3 (SE 0.075), changes 0.05, 0.2 (0.125 +- 0.075, z 1.7)
+    assert ("| GRPO (Fmt + Acc) | 2 | 0.625 ± 0.125; seeds ± 0.125 (2) | +0.375 ± 0.125 (+3.0 SE); seeds ± 0.125 "
+            "(+3.0 SE, 2) | 0.2250 ± 0.0250; seeds ± 0.0750 (2) | +0.1250 ± 0.0250 (+5.0 SE); seeds ± 0.0750 "
+            "(+1.7 SE, 2) | 0.750, 0.500 |") in md
     assert "| GRPO (Rubric) | 1 |" not in md  # one seed: nothing to pool
 
 

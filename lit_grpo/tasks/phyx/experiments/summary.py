@@ -17,8 +17,8 @@ import yaml
 
 from lit_grpo.tasks.table import protocol_caption
 from lit_grpo.tasks.phyx.experiments.report import (COLUMNS, Cell, bar_chart, correct_of, fmt_cell, fmt_change, paired_change,
-                                         per_problem, pooled, read_records, results_csv, reward_of, row_cells, seed_table,
-                                         table_csv, table_markdown)
+                                         per_problem, pooled, read_records, results_csv, reward_of, row_cells, seed_cell, seed_table,
+                                         fmt_with_seeds, table_csv, table_markdown)
 from lit_grpo.tasks.phyx.experiments.phyx import LOAD_EVERY_S, PhyxExperiment, Run
 from lit_grpo.tasks.phyx.experiments.sweep import config_value, sweep_sections
 
@@ -164,18 +164,27 @@ def _seeds_section(exp: PhyxExperiment, runs: list[Run], data: dict) -> list[str
 
 
 def _pooled_rows(exp: PhyxExperiment, runs: list[Run], data: dict, fmt: str) -> list[str]:
-    """Each condition's per-problem accuracy averaged over the seeds it has, against the SFT row (paired)."""
+    """Each condition's accuracy and held-out ASM pooled over the seeds it has, and their paired changes against
+    the SFT row: each at the evaluation level (per-problem means over the seeds, SE over problems) followed by the
+    seed-level SE (each seed's own figure or change as one value, :func:`~lit_grpo.tasks.phyx.experiments.report.
+    seed_cell`), as the sweep's pooled table; the verdicts in the docs use the seed level."""
     sft = next(r for r in runs if r.format == fmt and r.fit_args is None)
-    base = data.get(sft.name, {}).get("correct", {})
-    out = ["| Model (mean over seeds) | seeds | Overall | Δ Overall vs SFT |", "|---|---|---|---|"]
+    base = data.get(sft.name, {})
+    out = ["| Model (mean over seeds) | seeds | Overall | Δ Overall vs SFT | ASM | ASM Δ vs SFT | Overall per seed |",
+           "|---|---|---|---|---|---|---|"]
     for c in exp.conditions:
-        maps = [data[r.name]["correct"] for r in runs
-                if r.format == fmt and r.label == c.name and r.fit_args is not None and r.name in data]
-        if len(maps) < 2 or not base:
+        done = [r for r in runs if r.format == fmt and r.label == c.name and r.fit_args is not None and r.name in data]
+        if len(done) < 2 or not base.get("correct"):
             continue
-        both = pooled(maps)
-        out.append(f"| {c.name} | {len(maps)} | {fmt_cell(_overall(both))} | "
-                   f"{fmt_change(paired_change(both, base))} |")
+        cells = []
+        for key, digits in (("correct", 3), ("asm", 4)):
+            both = pooled([data[r.name][key] for r in done])
+            per_seed = [_overall(data[r.name][key])[0] for r in done]
+            changes = [paired_change(data[r.name][key], base[key])[0] for r in done]
+            cells += [fmt_with_seeds(_overall(both), seed_cell(per_seed), digits, change=False),
+                      fmt_with_seeds(paired_change(both, base[key]), seed_cell(changes), digits)]
+        per_seed = ", ".join(f"{_overall(data[r.name]['correct'])[0]:.3f}" for r in done)
+        out.append(f"| {c.name} | {len(done)} | {' | '.join(cells)} | {per_seed} |")
     return out + [""] if len(out) > 2 else []
 
 
