@@ -1,5 +1,6 @@
-"""The reproduction scripts' comparisons (benchmarks/reproduce_demo.py), on hand-made figures: what counts as
-identical, within tolerance (2 SE of the difference) and different."""
+"""The reproduction scripts' comparisons (benchmarks/reproduce_demo.py, benchmarks/reproduce_demo_phyx_oe_asm_norm1.py),
+on hand-made figures: what counts as identical, within tolerance (2 SE of the difference; for a retrained policy,
+the seed level) and different."""
 
 import importlib.util
 from pathlib import Path
@@ -58,3 +59,32 @@ def test_the_threshold_is_bonferronis_for_the_cells_compared(script):
     # Phi^-1(0.975) = 1.960 (one cell), Phi^-1(1 - 0.05 / 30) = 2.935 (README's 15 cells)
     assert script.bonferroni_z(1) == pytest.approx(1.95996, abs=1e-4)
     assert script.bonferroni_z(15) == pytest.approx(2.9352, abs=1e-3)
+
+
+@pytest.fixture(scope="module")
+def asm_script():
+    spec = importlib.util.spec_from_file_location("reproduce_asm", ROOT / "benchmarks" /
+                                                  "reproduce_demo_phyx_oe_asm_norm1.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_student_t_quantiles_are_the_tables(asm_script):
+    """Student's t quantiles as printed tables give them (two-sided 95 % at 4 and 1 dof; 2.5 % per side over two
+    figures at 4 dof: 3.495)."""
+    assert asm_script.t_quantile(0.975, 4) == pytest.approx(2.776, abs=1e-3)
+    assert asm_script.t_quantile(0.975, 1) == pytest.approx(12.706, abs=1e-3)
+    assert asm_script.t_quantile(0.9875, 4) == pytest.approx(3.495, abs=1e-3)
+
+
+def test_seed_level_tolerance_is_the_prediction_interval_for_one_more_seed(asm_script, capsys):
+    """Seeds 0.4, 0.5, 0.6, 0.5, 0.5: mean 0.5, sd sqrt(0.02 / 4) = 0.0707; one more seed's interval at 3.495 t
+    (Bonferroni over 2 figures) is 0.5 ± 3.495 * 0.0707 * sqrt(1.2) = 0.5 ± 0.271; the ASM seeds are the same
+    shape at a tenth of the spread around 0.14 (± 0.0271)."""
+    seeds = {"accuracy": [0.4, 0.5, 0.6, 0.5, 0.5], "ASM": [0.13, 0.14, 0.15, 0.14, 0.14]}
+    now = lambda acc, asm: {"accuracy": {"0": ("", acc)}, "ASM": {"0": ("", asm)}}  # noqa: E731
+    assert asm_script.seed_level(now(0.76, 0.16), seeds)
+    assert "0.229 to 0.771: inside" in capsys.readouterr().out
+    assert not asm_script.seed_level(now(0.78, 0.16), seeds)
+    assert not asm_script.seed_level(now(0.5, 0.17), seeds)  # ASM outside 0.1129 to 0.1671
