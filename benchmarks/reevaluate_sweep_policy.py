@@ -13,7 +13,9 @@ rows (the folder's name is the run's unless ``--run`` says otherwise). It prints
 recorded, to the six significant digits the CSV keeps), ``within tolerance`` (another environment: each figure's
 paired change within Bonferroni's 2.39 SE for the three figures, :func:`~lit_grpo.tasks.phyx.experiments.report.
 within_se`) or ``DIFFERENT``; when not identical, how this environment differs from the one recorded beside the
-policy (``environment.json``). Exit status 0 for identical or within tolerance, 1 otherwise. About a minute on
+policy (``environment.json``). In the environment recorded beside the policy the same weights and sampling seed give
+the same bits, so there anything but ``identical`` is ``DIFFERENT``. A folder with the runner's ``fit.json`` must
+be the run named (``--run``). Exit status 0 for identical or within tolerance, 1 otherwise. About a minute on
 one core.
 """
 
@@ -22,7 +24,9 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib.util
+import json
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -52,11 +56,22 @@ def compare(now: dict[str, dict], recorded: dict[str, dict]) -> tuple[str, list[
         same = same_as_recorded(now[key], recorded[key])
         ok, change = within_se(now[key], recorded[key], z)
         identical, close = identical and same, close and ok
+        # identical figures print no z: the CSV's 6-digit rounding alone would give a meaningless "+0.9 SE"
+        versus = "the same on every problem" if same else (
+            f"now - recorded {fmt_change(change, digits)}: {'within' if ok else 'beyond'} {z:.2f} SE")
         lines.append(f"  {title}: recorded {fmt_cell(cell([v for _, v in recorded[key].values()]), digits)}, "
-                     f"now {fmt_cell(cell([v for _, v in now[key].values()]), digits)}; now - recorded "
-                     f"{fmt_change(change, digits)}: {'same per problem' if same else 'within' if ok else 'beyond'}"
-                     f"{'' if same else f' {z:.2f} SE'}")
+                     f"now {fmt_cell(cell([v for _, v in now[key].values()]), digits)}; {versus}")
     return ("identical" if identical else "within tolerance" if close else "DIFFERENT"), lines
+
+
+def trained_as(policy: Path) -> str | None:
+    """The run that trained ``policy``, from the runner's ``fit.json`` beside it (its command names the run's
+    generated overlay ``configs/<run>.fit.yaml``); ``None`` when the folder has no such record."""
+    path = policy / "fit.json"
+    if not path.is_file():
+        return None
+    found = re.search(r"configs/([^/\s]+)\.fit\.yaml", json.loads(path.read_text()).get("command", ""))
+    return found.group(1) if found else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,15 +82,21 @@ def main(argv: list[str] | None = None) -> int:
     policy = Path(args.policy).resolve()
     name = args.run or policy.name
     os.chdir(ROOT)  # the configs' relative paths, as the runner reads them
+    from lit_grpo.environment import differences, record
     from lit_grpo.tasks.phyx.experiments import parse
     from lit_grpo.tasks.phyx.experiments.report import read_results
 
+    if not (policy / "model.safetensors").is_file():
+        raise SystemExit(f"error: {args.policy} {'holds no model.safetensors' if policy.is_dir() else 'does not exist'}"
+                         ": give an exported policy folder, e.g. checkpoints/attention_sweep_refs/oe_fmt_acc_s0")
     recorded = read_results(RESULTS)
     if name not in recorded:
         raise SystemExit(f"error: no run {name!r} in {RESULTS.relative_to(ROOT)}; give its name with --run "
                          f"(runs: {', '.join(sorted(recorded))})")
-    if not (policy / "model.safetensors").is_file():
-        raise SystemExit(f"error: {args.policy} holds no model.safetensors: give an exported policy folder")
+    made_by = trained_as(policy)
+    if made_by and made_by != name:
+        raise SystemExit(f"error: {args.policy} is the run {made_by!r} (its fit.json), not {name!r}: leave out --run "
+                         "or name the run that trained it")
     spec = importlib.util.spec_from_file_location("reproduce", ROOT / "benchmarks" / "reproduce_demo_phyx_oe_asm_norm1.py")
     reproduce = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(reproduce)
@@ -85,6 +106,12 @@ def main(argv: list[str] | None = None) -> int:
         figures = reproduce.evaluate(exp, run, str(policy), "reevaluated")
     figures = {"correct": figures["accuracy"], "asm": figures["ASM"], "format": figures["format"]}
     outcome, lines = compare(figures, recorded[name])
+    env = policy / "environment.json"
+    if outcome == "within tolerance" and env.is_file() and not differences(json.loads(env.read_text()), record()):
+        # the environment that evaluated it: the same weights and sampling seed give the same bits there
+        outcome = "DIFFERENT"
+        lines.append("  the environment is the one recorded beside the policy: there it evaluates to the same "
+                     "figures, so any difference is one")
     sha = hashlib.sha256((policy / "model.safetensors").read_bytes()).hexdigest()
     print(f"{args.policy} (SHA-256 {sha[:16]}...) against run {name} of {RESULTS.relative_to(ROOT)}:")
     print("\n".join(lines))

@@ -17,14 +17,18 @@ differ, how this environment differs from the one recorded beside the shipped ch
 library build), the script evaluates the shipped and the newly trained policy on the sweep's held-out problems with
 the sweep's own evaluation (256 problems x 4 samples, the same sampling seed) and compares accuracy and held-out ASM
 as paired changes against their standard error over problems (:func:`~lit_grpo.tasks.phyx.experiments.report.
-within_se`, at Bonferroni's 2.24 SE for the two figures: a faithful re-run is flagged 5 % of the time). Where the
-figures differ beyond that, the seed level decides: another environment trains another policy from the same seed
-as another seed would (at this scale one last bit changes the policy by the last step), so the new policy's
-accuracy and ASM are compared with the setting's five recorded seeds (``results/attention_sweep/results.csv``):
-inside the 95 % prediction interval for one more seed (Student's t, Bonferroni over the two figures) or not. It says
-which comparison it made: ``identical`` (bits), ``within tolerance (evaluation SE ...)`` or ``within tolerance (seed
-level ...)``, or ``DIFFERENT`` (beyond both). Exit status 0 for identical or within tolerance, 1 otherwise. About 3
-more minutes.
+within_se`, at Bonferroni's 2.24 SE for the two figures: two evaluations of one policy differ beyond it 5 % of the
+time; it finds differences, it cannot show two policies equal). Where the figures differ beyond that, the retrain is
+compared with the same setting's other four recorded seeds (``results/attention_sweep/results.csv``, seeds 1-4):
+inside their 95 % prediction interval for one more seed (Student's t on 3 degrees of freedom, Bonferroni over the two
+figures) or not. At this scale another environment can train another policy from the same seed (measured: a fresh
+install's retrain of this run gave another SHA-256 and accuracy 0.389; README's demo trained with one thread
+instead of two moves by up to 2.0 SE at a step), and then this is the only comparison the retrain can pass. It is
+weak: with four seeds the interval is wide (accuracy about 0.32-0.60) and holds the SFT warm start and the GRPO
+(Fmt + Acc) references too; it catches a retrain far from every seed (one that collapsed), not a subtle change. The
+outcome says which comparison passed: ``identical`` (bits, exit 0), ``within tolerance`` (the evaluation SE, exit
+0), ``within the seed spread`` (exit 2: not this policy again, a policy the setting's seeds could have trained) or
+``DIFFERENT`` (beyond both, exit 1). About 3 more minutes.
 """
 
 from __future__ import annotations
@@ -67,17 +71,20 @@ def evaluate(exp, run, model: str, name: str) -> dict:
 
 
 def t_quantile(p: float, dof: int) -> float:
-    """Student's t quantile (the standard library has none): the t density integrated by Simpson's rule, bisected
-    for ``p`` in (0.5, 1). ``t_quantile(0.975, 4) = 2.776`` (the tables' value)."""
-    c = math.exp(math.lgamma((dof + 1) / 2) - math.lgamma(dof / 2)) / math.sqrt(dof * math.pi)
+    """Student's t quantile (the standard library has none): the t density integrated by Simpson's rule after the
+    substitution x = sqrt(dof) tan(u), which leaves the smooth cos(u)^(dof - 1) on a bounded interval, bisected for
+    ``p`` in (0.5, 1). ``t_quantile(0.975, 4) = 2.776`` (the tables' value)."""
+    if not 0.5 < p < 1:
+        raise ValueError(f"t_quantile: p must be in (0.5, 1), got {p}")
+    c = math.exp(math.lgamma((dof + 1) / 2) - math.lgamma(dof / 2)) / math.sqrt(math.pi)
 
     def cdf(x: float, steps: int = 2000) -> float:
-        h = x / steps
-        f = [c * (1 + (i * h) ** 2 / dof) ** (-(dof + 1) / 2) for i in range(steps + 1)]
-        return 0.5 + h / 3 * (f[0] + f[-1] + 4 * sum(f[1:-1:2]) + 2 * sum(f[2:-1:2]))
+        h = math.atan(x / math.sqrt(dof)) / steps
+        f = [math.cos(i * h) ** (dof - 1) for i in range(steps + 1)]
+        return 0.5 + c * h / 3 * (f[0] + f[-1] + 4 * sum(f[1:-1:2]) + 2 * sum(f[2:-1:2]))
 
-    lo, hi = 0.0, 100.0
-    for _ in range(60):
+    lo, hi = 0.0, 1e6
+    for _ in range(100):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
     return (lo + hi) / 2
@@ -106,11 +113,12 @@ def seed_level(now: dict, seeds: dict[str, list[float]]) -> bool:
 
 
 def recorded_seeds() -> dict[str, list[float]]:
-    """Overall held-out accuracy and ASM of each recorded seed of the shipped policy's setting (results.csv)."""
+    """Overall held-out accuracy and ASM of the shipped policy's setting at each other recorded seed (results.csv)."""
     from lit_grpo.tasks.phyx.experiments.report import cell, read_results
 
     data = read_results(ROOT / "results" / "attention_sweep" / "results.csv")
-    runs = sorted(r for r in data if r.startswith(RUN[:-1]))  # oe_asm_norm_w1_s0 ... _s4
+    # the other seeds of the setting: the policy being reproduced (seed 0) would widen the interval it is tested in
+    runs = sorted(r for r in data if r.startswith(RUN[:-1]) and r != RUN)  # oe_asm_norm_w1_s1 ... _s4
     return {key: [cell([v for _, v in data[r][col].values()])[0] for r in runs]
             for key, col in (("accuracy", "correct"), ("ASM", "asm"))}
 
@@ -133,7 +141,7 @@ def tolerance(exp, run, trained: Path) -> str | None:
               f"{'within' if ok else 'beyond'} {z:.2f} SE")
     if all(verdicts):
         return "evaluation SE"
-    print("beyond the evaluation SE: against the setting's recorded seeds instead (seed level)")
+    print("beyond the evaluation SE: against the setting's recorded seeds instead (a weak test: the script's docstring says why)")
     return "seed level" if seed_level(now, recorded_seeds()) else None
 
 
@@ -161,8 +169,9 @@ def main() -> int:
             close = tolerance(exp, run, exp.path("runs", run.name))
     print(f"shipped {SHIPPED.relative_to(ROOT)}: {shipped}")
     print(f"trained now:                                       {trained}")
-    verdict = ("identical" if same else f"within tolerance ({close}: bits differ, figures within it)" if close
-               else "DIFFERENT")
+    verdict = ("identical" if same else "within tolerance (bits differ, figures within their evaluation SE)"
+               if close == "evaluation SE" else "within the seed spread (bits and figures differ: another policy, "
+               "inside the recorded seeds' interval; not a reproduction of this one)" if close else "DIFFERENT")
     print(f"{verdict}; fit took {took:.0f} s "
           f"(OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '1')})")
     if not same:
@@ -172,7 +181,7 @@ def main() -> int:
         rewards = [line.split("train/reward")[1].split()[0] for line in output.splitlines()
                    if "train/reward" in line and line.startswith("step ")]
         print("train/reward at each progress line:", " ".join(rewards))
-    return 0 if same or close else 1
+    return 0 if same or close == "evaluation SE" else 2 if close else 1
 
 
 if __name__ == "__main__":

@@ -141,3 +141,14 @@ def test_reevaluation_outcomes_against_recorded_rows():
     assert outcome == "within tolerance" and "within 2.39 SE" in lines[0]
     far = {**recorded, "correct": {k: ("", v + 0.25) for k, (_, v) in recorded["correct"].items()}}
     assert script.compare(far, recorded)[0] == "DIFFERENT"
+
+
+def test_reevaluation_knows_which_run_a_shipped_folder_is():
+    """A shipped reference names its run in fit.json (the runner's overlay configs/<run>.fit.yaml), so a wrong
+    --run is refused before any evaluation; folders without that record (the SFT warm start) name none."""
+    spec = importlib.util.spec_from_file_location("reevaluate", ROOT / "benchmarks" / "reevaluate_sweep_policy.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert {p.name: script.trained_as(p) for p in REFS.iterdir() if p.is_dir()} == {
+        p.name: p.name for p in REFS.iterdir() if p.is_dir()}
+    assert script.trained_as(ROOT / "checkpoints" / "demo_phyx") is None
