@@ -152,3 +152,45 @@ def test_reevaluation_knows_which_run_a_shipped_folder_is():
     assert {p.name: script.trained_as(p) for p in REFS.iterdir() if p.is_dir()} == {
         p.name: p.name for p in REFS.iterdir() if p.is_dir()}
     assert script.trained_as(ROOT / "checkpoints" / "demo_phyx") is None
+
+
+def _results(folder: str) -> dict[str, dict[str, dict[str, tuple[str, float]]]]:
+    """``run -> column -> problem -> (domain, value)`` of a shipped results.csv (per-problem means over 4 completions)."""
+    out: dict = {}
+    with open(ROOT / "results" / folder / "results.csv", newline="") as fh:
+        for r in csv.DictReader(fh):
+            for column in ("correct", "asm"):
+                if r[column] != "":
+                    out.setdefault(r["run"], {}).setdefault(column, {})[r["problem"]] = (r["domain"], float(r[column]))
+    return out
+
+
+def _paper_row(heading: str, label: str, nth: int = 0) -> list[str]:
+    """The cells of the ``nth`` row ``label`` after ``heading`` in docs/paper_table.md."""
+    text = (ROOT / "docs" / "paper_table.md").read_text()
+    rows = [line for line in text[text.index(heading):].splitlines() if line.startswith(f"| {label} |")]
+    return [c.strip() for c in rows[nth].strip("|").split("|")]
+
+
+def test_paper_table_cells_recomputed_from_the_shipped_records():
+    """Two cells of docs/paper_table.md by hand from results/paper_table/results.csv: the seed-0 multiple-choice
+    GRPO (Rubric) Mechanics cell (mean and SE over that domain's problems), and the open-ended GRPO (Fmt + Acc)
+    change against SFT pooled over the five seeds, with its seed-level SE (each seed's own mean paired change as
+    one value)."""
+    data = _results("paper_table")
+    mech = [v for d, v in data["mcq_rubric_s0"]["correct"].values() if d == "Mechanics"]
+    mean, se = _mean_se(mech)
+    row = _paper_row("**Multiple choice (MCQ)** (seed 0)", "GRPO (Rubric)")
+    assert row[2] == f"{mean:.3f} ± {se:.3f}", (row[2], mean, se)
+
+    runs = [f"oe_fmt_acc_s{s}" for s in range(5)]
+    sft = data["sft_oe"]["correct"]
+    problems = sorted(sft)
+    pooled = [sum(data[r]["correct"][p][1] for r in runs) / 5 - sft[p][1] for p in problems]
+    change, change_se = _mean_se(pooled)
+    per_seed = [sum(data[r]["correct"][p][1] - sft[p][1] for p in problems) / len(problems) for r in runs]
+    seed_mean, seed_se = _mean_se(per_seed)
+    expected = (f"{change:+.3f} ± {change_se:.3f} ({change / change_se:+.1f} SE); "
+                f"seeds ± {seed_se:.3f} ({seed_mean / seed_se:+.1f} SE, 5)")
+    row = _paper_row("**Open-ended (OE), offline judge** (five seeds)", "GRPO (Fmt + Acc)")
+    assert row[1] == "5" and row[3] == expected, (row[3], expected)
