@@ -38,13 +38,8 @@ def test_readme_demo_cells_are_the_shipped_run_s_evaluation_curve():
 
 def _sweep_results() -> dict[str, dict[str, dict[str, float]]]:
     """``run -> column -> problem -> value`` of the shipped sweep records (per-problem means over 4 completions)."""
-    out: dict[str, dict[str, dict[str, float]]] = {}
-    with open(ROOT / "results" / "attention_sweep" / "results.csv", newline="") as fh:
-        for r in csv.DictReader(fh):
-            for column in ("correct", "asm"):
-                if r[column] != "":
-                    out.setdefault(r["run"], {}).setdefault(column, {})[r["problem"]] = float(r[column])
-    return out
+    return {run: {column: {p: v for p, (_, v) in values.items()} for column, values in columns.items()}
+            for run, columns in _results("attention_sweep").items()}
 
 
 def _mean_se(values: list[float]) -> tuple[float, float]:
