@@ -32,7 +32,7 @@ from lit_grpo.settings import HelpFormatter
 from lit_grpo.cli_args import (BASE_KEY, SUBCOMMANDS, ConfigError, expand_bases, model_class_of, prepare_args,
                                short_error)
 from lit_grpo.cli_help import extra_help, help_args
-from lit_grpo.compat import has_option
+from lit_grpo.compat import has_option, raised_by_jsonargparse
 from lit_grpo.data.datamodule import VLMDataModule
 from lit_grpo.data.sample import prompt_limit
 from lit_grpo import environment
@@ -251,16 +251,9 @@ def construction_error(exc: BaseException) -> BaseException:
     """The error a constructor raised, under the reports jsonargparse wraps it in (each of which repeats the
     parsed configuration)."""
     # jsonargparse may chain its wrappers by cause or by context: followed until a constructor's own error
-    while _is_wrapper(exc) and (exc.__cause__ or exc.__context__) is not None:
+    while raised_by_jsonargparse(exc) and (exc.__cause__ or exc.__context__) is not None:
         exc = exc.__cause__ or exc.__context__
     return exc
-
-
-def _is_wrapper(exc: BaseException) -> bool:
-    text = str(exc)
-    # besides its own classes, jsonargparse raises plain errors whose text names the wrapping
-    return type(exc).__module__.startswith("jsonargparse") or "Does not validate against any of the" in text \
-        or "Problem with given class_path" in text
 
 
 def _comment_print_config(args: list[str]) -> list[str]:

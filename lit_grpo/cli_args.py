@@ -14,7 +14,9 @@ own folder, as in mmengine's configs) names them, and ``--config F`` reads as ``
 (:func:`expand_bases`), so a base and its overlay compose exactly as files given one after the other do.
 
 :func:`short_error` turns a jsonargparse error (a union of attempts, the parsed namespace) into one line naming the
-key, from the chain of errors it was raised from.
+key and the refused value, read from the frames that raised its chain of errors (:mod:`lit_grpo.compat`), and the
+rule from the option's declared type: jsonargparse's words are passed on where nothing declared says more, never
+parsed (``tests/test_structure.py`` refuses a core module that matches a library's message text).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import pydantic
 import yaml
 
 from lit_grpo.argv import iter_options
+from lit_grpo.compat import jsonargparse_import_path, jsonargparse_refusal
 from lit_grpo.settings import describe, type_name
 
 
@@ -554,9 +557,6 @@ def _holds_none(value: Any) -> bool:
     return False
 
 
-_KEY_PREFIX = 'Parser key "'
-"""How jsonargparse names the key of a value it refused: only as this prefix of the message of the error that wraps
-the cause (its exceptions carry no key, value or type attribute)."""
 _NAMED_TYPES = (bool, int, float, str, list, dict, tuple, type(None))
 
 
@@ -593,20 +593,16 @@ MOVED_CLASSES = {"lit_grpo.callbacks.AttentionOverlays": "lit_grpo.tasks.attenti
                  "lit_grpo.callbacks.AccuracyTable": "lit_grpo.tasks.table.AccuracyTable"}
 """Class paths that configs used to name -> where the class is now (a config that names the old path is told)."""
 
-_CLASS_PATH_PROBLEM = "Problem with given class_path '"
-
-
 def _class_path_problem(causes: list[BaseException]) -> str | None:
     """``cannot import class_path '<path>': <why>`` when a class path in the error chain could not be imported
     (jsonargparse otherwise reports only that no member of the option's type matched), with the new path of a
     moved class (:data:`MOVED_CLASSES`); None when no class path failed."""
     if not causes or not isinstance(causes[-1], (ImportError, AttributeError)):
         return None  # the class imported; a problem with its arguments is reported as any other
-    text = next((_text(c) for c in reversed(causes) if _text(c).startswith(_CLASS_PATH_PROBLEM)), None)
-    if text is None:
+    path = jsonargparse_import_path(causes[-1])
+    if path is None:
         return None
-    path = text[len(_CLASS_PATH_PROBLEM):].partition("'")[0]
-    why = " ".join(line.strip() for line in text.splitlines()[1:] if line.strip())
+    why = " ".join(line.strip() for line in _text(causes[-1]).splitlines() if line.strip())
     moved = f"; it moved to {MOVED_CLASSES[path]}" if path in MOVED_CLASSES else ""
     return f"cannot import class_path '{path}'" + (f": {why}" if why else "") + moved
 
@@ -619,21 +615,13 @@ def short_error(message: str, ex: BaseException | None = None, model_class: Any 
     wrapper names one part of the key (``model``, then ``grpo.beta`` of the model's own parser, which is under
     ``init_args``), and the last cause is the explanation; the option's declared type names the classes in it.
 
-    >>> cause = ValueError("Expected a <class 'float'>. Got value: abc")
-    >>> inner = TypeError('Parser key "grpo.beta":\\n  ' + str(cause)); inner.__cause__ = cause
-    >>> outer = TypeError('Parser key "model":\\n  Does not validate ...'); outer.__cause__ = inner
-    >>> from lit_grpo.module import GRPOModule
-    >>> short_error(str(outer), outer, GRPOModule)
-    'model.init_args.grpo.beta: expected a float. Got value: abc'
+    The key and the refused value are read where jsonargparse raised (:func:`lit_grpo.compat.jsonargparse_refusal`),
+    the rule from the declared type or pydantic's structured error; jsonargparse's own wording is passed on, never
+    parsed.
     """
     causes = _causes(ex) if ex is not None else []
-    keys: list[str] = []
-    for cause in causes:
-        text = _text(cause)
-        if text.startswith(_KEY_PREFIX):
-            part = text[len(_KEY_PREFIX):].partition('"')[0]
-            if not keys or keys[-1] != part:
-                keys.append(part)
+    keys, values = jsonargparse_refusal(causes)
+    got = str(values[-1]) if values else ""
     if keys[:1] == ["model"] and len(keys) > 1 and keys[1] not in ("class_path", "init_args", "dict_kwargs"):
         keys.insert(1, "init_args")  # the model's own parser reports keys below its init_args
     keys = [k for i, k in enumerate(keys) if i + 1 == len(keys) or not keys[i + 1].startswith(k + ".")]  # --data=F:
@@ -648,12 +636,11 @@ def short_error(message: str, ex: BaseException | None = None, model_class: Any 
     choices = [a for m in members if typing.get_origin(m) is typing.Literal
                for a in typing.get_args(m)]
     if choices:  # a fixed choice: its Literal names them (the declared type, not the library's wording)
-        got = detail.partition("Got value: ")[2]
         none = " or null" if type(None) in typing.get_args(declared) else ""
         detail = f"must be one of {', '.join(map(str, choices))}{none} (got {got})"
-    elif typing.get_origin(declared) in (Union, types.UnionType):  # jsonargparse's cause: the first member's failure
-        got = detail.partition("Got value: ")[2]
-        detail = f"expected {type_name(declared, None)}" + (f". Got value: {got}" if got else "")
+    elif declared is not None and (values or typing.get_origin(declared) in (Union, types.UnionType)):
+        # the declared type, not jsonargparse's words (for a union they are only its first member's failure)
+        detail = f"expected {type_name(declared, None)}" + (f" (got {got})" if values else "")
     for tp in (declared, *_NAMED_TYPES):
         if isinstance(tp, type):
             detail = detail.replace(str(tp), "None" if tp is type(None) else tp.__name__)

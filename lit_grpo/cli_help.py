@@ -107,7 +107,7 @@ def _options(parser_class: type, cls: type, prefix: str) -> str:
         actions = [a for a in group if a.metavar != "CONFIG" and "-h" not in a.option_strings]
         if not actions:
             continue
-        formatter.start_section(title if title not in ("options", "positional arguments") else None)
+        formatter.start_section(title)  # argparse's default groups: no title (None)
         formatter.add_arguments(actions)
         formatter.end_section()
     return formatter.format_help().rstrip("\n")

@@ -144,14 +144,80 @@ def help_formatter(parser: Any) -> Any:
 
 
 def argument_groups(parser: Any) -> list[tuple[str | None, list]]:
-    """``(title, actions)`` of each argument group, in ``--help``'s order; argparse keeps its groups and their
-    actions only in private lists (``format_help`` walks the same ones)."""
-    return [(group.title, list(group._group_actions)) for group in parser._action_groups]
+    """``(title, actions)`` of each argument group, in ``--help``'s order, the title None for argparse's two default
+    groups (positionals, options: titled by argparse's own words); argparse keeps its groups and their actions only
+    in private lists (``format_help`` walks the same ones)."""
+    default = (parser._positionals, parser._optionals)
+    return [(None if any(group is d for d in default) else group.title, list(group._group_actions))
+            for group in parser._action_groups]
 
 
 def has_option(parser: Any, option: str) -> bool:
     """Whether ``parser`` defines the option string ``option`` (``"--model"``): argparse has no public lookup."""
     return option in parser._option_string_actions
+
+
+# -- jsonargparse's errors ---------------------------------------------------------------------------------------
+
+_KEY_LOCALS = {"_check_type": "self", "_load_config": "self", "_check_value_key": "key", "apply_config": "dest"}
+"""jsonargparse's functions that raise an error for one key -> the local that holds it (``self``: the action, whose
+public argparse ``dest`` is the key)."""
+_VALUE_RAISERS = ("raise_unexpected_value", "raise_union_unexpected_value")
+"""jsonargparse's functions that raise for a refused value, holding it in their local ``val``."""
+
+
+def _raising_frame(exc: BaseException) -> Any:
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame if tb is not None else None
+
+
+def raised_by_jsonargparse(exc: BaseException) -> bool:
+    """Whether jsonargparse's own code raised ``exc`` (a report it wraps around a cause), not a constructor it
+    called: read from where the error was raised, not from its words."""
+    frame = _raising_frame(exc)
+    return type(exc).__module__.startswith("jsonargparse") or (
+        frame is not None and str(frame.f_globals.get("__name__", "")).startswith("jsonargparse"))
+
+
+def jsonargparse_refusal(chain: list[BaseException]) -> tuple[list[str], list[Any]]:
+    """What jsonargparse refused, from its chain of errors (outermost first): the key of each error that names one
+    (``model``, then ``grpo.beta`` of the model's own parser) and every refused value (innermost last; a nested
+    override's own value). jsonargparse's errors carry neither as attributes, only in their wording; the frames that
+    raised them hold both as locals (:data:`_KEY_LOCALS`, :data:`_VALUE_RAISERS`)."""
+    import argparse
+    import inspect
+
+    keys: list[str] = []
+    values: list[Any] = []
+    for exc in chain:
+        frame = _raising_frame(exc)
+        if frame is None or not str(frame.f_globals.get("__name__", "")).startswith("jsonargparse"):
+            continue
+        name, local = frame.f_code.co_name, frame.f_locals
+        holder = local.get(_KEY_LOCALS.get(name, ""), None)
+        key = holder.dest if isinstance(holder, argparse.Action) else holder
+        if isinstance(key, str) and key and (not keys or keys[-1] != key):
+            keys.append(key)
+        if name in _VALUE_RAISERS and local.get("val", inspect.Parameter.empty) is not inspect.Parameter.empty:
+            val = local["val"]
+            values.append(getattr(val, "val", val) if type(val).__name__ == "NestedArg" else val)
+    return keys, values
+
+
+def jsonargparse_import_path(exc: BaseException) -> str | None:
+    """The class path jsonargparse failed to import when it raised ``exc`` (an ``ImportError`` or
+    ``AttributeError``), or None: its importer's ``name`` argument, which its error holds only in words."""
+    tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_name == "import_object" \
+                and str(frame.f_globals.get("__name__", "")).startswith("jsonargparse"):
+            name = frame.f_locals.get("name")
+            return name if isinstance(name, str) else None
+        tb = tb.tb_next
+    return None
 
 
 # -- jsonargparse's help -----------------------------------------------------------------------------------------

@@ -3,11 +3,14 @@ from the chain of errors jsonargparse raised, the expected type from the option'
 whole on the command line checked key by key like a config file."""
 
 from pathlib import Path
+from typing import Optional
 
 import pytest
+from jsonargparse import ArgumentError, ArgumentParser
 
 from lit_grpo.cli import main
-from lit_grpo.cli_args import declared_type, short_error
+from lit_grpo.cli_args import _causes, declared_type, short_error
+from lit_grpo.compat import jsonargparse_refusal
 from lit_grpo.module import GRPOModule
 from lit_grpo.settings import type_name
 from lit_grpo.rewards import RewardSpec, build_reward
@@ -52,15 +55,17 @@ def test_a_mapping_given_whole_is_checked_key_by_key(capsys, arg, line):
     assert _error(capsys, arg).startswith(line)
 
 
-def test_a_chain_of_errors_gives_the_key_and_the_last_cause_the_explanation():
-    cause = ValueError("Expected a <class 'int'>. Got value: x")
-    inner = TypeError('Parser key "policy.lora.r":\n  ' + str(cause))
-    inner.__cause__ = cause
-    union = ValueError("Does not validate against any of the Union subtypes\nSubtypes: [...]")
-    union.__cause__ = inner
-    outer = TypeError('Parser key "model":\n  Does not validate against any of the Union subtypes')
-    outer.__cause__ = union
-    assert short_error(str(outer), outer, GRPOModule) == "model.init_args.policy.lora.r: expected a int. Got value: x"
+def test_a_chain_of_errors_gives_the_key_and_the_value_from_where_jsonargparse_raised():
+    """A real chain from jsonargparse (a union option of a nested parser): the key parts of every wrapper, the
+    refused value of the innermost, and the type named from the declaration, not from the library's words."""
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_argument("--lora.r", type=Optional[int])
+    with pytest.raises(ArgumentError) as err:
+        parser.parse_args(["--lora.r=x"])
+    chain = _causes(err.value)
+    keys, values = jsonargparse_refusal(chain)
+    assert keys == ["lora.r"] and values[-1] == "x"  # the union's value, then its member's: the same string
+    assert short_error(str(err.value), err.value).startswith("lora.r: ")  # no declared type here: its words follow
     assert short_error("Unrecognized arguments: --x") == "unrecognized arguments: --x"  # no chain: the message
 
 

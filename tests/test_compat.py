@@ -180,6 +180,8 @@ def test_argparse_names_on_jsonargparse():
     parser = ArgumentParser(prog="p")
     group = parser.add_argument_group("Group G")
     group.add_argument("--alpha", type=int, default=3, help="the alpha")
+    titles = [title for title, _ in compat.argument_groups(parser)]
+    assert titles == [None, None, "Group G"]  # argparse's positionals and options: untitled, whatever their words
     groups = dict(compat.argument_groups(parser))
     assert [a.option_strings for a in groups["Group G"]] == [["--alpha"]]
     assert compat.has_option(parser, "--alpha") and not compat.has_option(parser, "--beta")
@@ -189,3 +191,45 @@ def test_argparse_names_on_jsonargparse():
     formatter.add_text("some text")
     formatter.end_section()
     assert formatter.format_help() == "Section S:\n  some text\n"
+
+
+class _Inner:
+    def __init__(self, r: int = 1):
+        self.r = r
+
+
+def _refused(parser, args):
+    from jsonargparse import ArgumentError
+
+    with pytest.raises(ArgumentError) as err:
+        parser.parse_args(args)
+    chain, ex = [], err.value
+    while ex is not None:
+        chain.append(ex)
+        ex = ex.__cause__ or ex.__context__
+    return chain
+
+
+def test_jsonargparse_refusal_reads_keys_and_values_where_they_were_raised():
+    """The key parts and the refused value of real jsonargparse errors (a plain option, an option of a class given
+    by class_path, whose own parser names the inner key), and the class path of a failed import: each a value this
+    test chose, found without reading jsonargparse's words."""
+    checked("jsonargparse")
+    from jsonargparse import ArgumentParser
+
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_argument("--n", type=int)
+    parser.add_argument("--inner", type=_Inner)
+    chain = _refused(parser, ["--n=seven"])
+    keys, values = compat.jsonargparse_refusal(chain)
+    assert keys == ["n"] and values[-1] == "seven"
+    assert compat.raised_by_jsonargparse(chain[0]) and not compat.raised_by_jsonargparse(ValueError("x"))
+
+    chain = _refused(parser, [f"--inner={__name__}._Inner", "--inner.r=many"])
+    keys, values = compat.jsonargparse_refusal(chain)
+    assert keys[0] == "inner" and keys[-1] == "r" and values[-1] == "many"
+
+    chain = _refused(parser, [f"--inner={__name__}._Nowhere"])
+    assert isinstance(chain[-1], (ImportError, AttributeError))
+    assert compat.jsonargparse_import_path(chain[-1]) == f"{__name__}._Nowhere"
+    assert compat.jsonargparse_import_path(ValueError("x")) is None

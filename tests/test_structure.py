@@ -1,11 +1,13 @@
 """Structure rules of the package, read from the source: no function over 60 lines, ``GRPOModule`` at most 250 lines
 (a file holds one concern, whatever its length: there is no cap on a module's lines); no core module (lit_grpo minus
-tasks/ and testing/) imports a task or uses another library's private names outside ``compat.py``; the ruler of
+tasks/ and testing/) imports a task, uses another library's private names outside ``compat.py`` or matches a
+library's message text; the ruler of
 ``benchmarks/core_size.py`` on a hand-counted source."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -235,6 +237,76 @@ def test_private_names_of_other_libraries_only_in_compat():
     found = [(path.relative_to(ROOT).as_posix(), line, text) for path, _ in core_modules()
              if path.name != "compat.py" or path.parent != ROOT for line, text in private_uses(path.read_text())]
     assert not found, f"private names outside lit_grpo/compat.py (make them public, or wrap them there): {found}"
+
+
+# -- no library's wording matched -------------------------------------------------------------------------------
+
+MATCHING_METHODS = {"startswith", "endswith", "partition", "rpartition", "find", "rfind", "index", "rindex", "split",
+                    "rsplit", "count", "replace", "removeprefix", "removesuffix"}
+WORDING_LIBRARIES = ("argparse", "jsonargparse", "lightning", "pydantic", "yaml", "transformers", "peft", "datasets",
+                     "httpx", "filelock", "omegaconf")
+"""The libraries whose errors and output the core handles: their source is searched for the words the core matches."""
+NOT_A_LIBRARY = {("environment.py", "model name")}
+"""Matched words that are no library's: ``/proc/cpuinfo``'s field."""
+
+
+def matched_words(source: str) -> list[tuple[int, str]]:
+    """``(line, text)`` of every string of words (two or more, space-separated) the source matches text against: an operand of
+    ``in``/``==``/``!=``, an argument of a str method that searches (:data:`MATCHING_METHODS`) or of ``re``'s
+    searches; a name bound at module level to such a string counts as the string."""
+    tree = ast.parse(source)
+    constants = {t.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
+                 and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+                 for t in node.targets if isinstance(t, ast.Name)}
+    found = []
+    for node in ast.walk(tree):
+        operands: list[ast.AST] = []
+        if isinstance(node, ast.Compare) and any(isinstance(o, (ast.In, ast.NotIn, ast.Eq, ast.NotEq))
+                                                 for o in node.ops):
+            operands = [node.left, *node.comparators]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+                node.func.attr in MATCHING_METHODS or isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "re" and node.func.attr in ("search", "match", "fullmatch", "findall")):
+            operands = list(node.args)
+        for operand in operands:
+            for sub in ast.walk(operand):
+                text = sub.value if isinstance(sub, ast.Constant) else constants.get(getattr(sub, "id", None))
+                if isinstance(text, str) and sum(bool(re.search("[A-Za-z]{2}", w)) for w in text.split()) >= 2:
+                    found.append((sub.lineno, text))
+    return found
+
+
+def test_the_wording_check_finds_every_form():
+    src = ("PREFIX = 'Parser key \"'\n"                                          # 1
+           "if 'Does not validate' in str(exc): pass\n"                           # 2
+           "text.startswith(PREFIX)\n"                                            # 3 through a module constant
+           "detail.partition('Got value: ')\n"                                    # 4
+           "re.search(r'No module named (\\S+)', text)\n"                        # 5
+           "x == 'two words'\n"                                                   # 6
+           "print('a message of ours')\n"                                         # 7 written, not matched
+           "x in ('oneword', 'other')\n"                                          # 8 a key, not words
+           "s.split(': fix')\n")                                                  # 9 one word
+    assert matched_words(src) == [(2, "Does not validate"), (3, 'Parser key "'), (4, "Got value: "),
+                                  (5, r"No module named (\S+)"), (6, "two words")]
+
+
+def test_no_core_module_matches_a_librarys_wording():
+    """The core reads no library's message text: a string of words it matches against (:func:`matched_words`)
+    occurs in none of the libraries' sources (:data:`WORDING_LIBRARIES`). Keys, values and types come from structure
+    (``lit_grpo.compat`` for what only a library's internals hold)."""
+    import importlib.util
+
+    sources = {}
+    for name in WORDING_LIBRARIES:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin:
+            files = Path(spec.origin).parent.rglob("*.py") if spec.submodule_search_locations else [Path(spec.origin)]
+            sources[name] = "\n".join(p.read_text(errors="ignore") for p in files)
+    found = [(path.relative_to(ROOT).as_posix(), line, text, lib) for path, _ in core_modules()
+             for line, text in matched_words(path.read_text())
+             if (path.relative_to(ROOT).as_posix(), text) not in NOT_A_LIBRARY
+             for lib, source in sources.items() if text in source]
+    assert not found, f"library wording matched in the core (read its structure instead): {found}"
 
 
 # -- the core's size by issue 36's ruler (benchmarks/core_size.py) ---------------------------------------------------
