@@ -22,7 +22,6 @@ parsed (``tests/test_structure.py`` refuses a core module that matches a library
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import importlib
 import inspect
 import json
@@ -39,6 +38,7 @@ import yaml
 
 from lit_grpo.argv import iter_options
 from lit_grpo.compat import jsonargparse_import_path, jsonargparse_refusal
+from lit_grpo.registry import did_you_mean
 from lit_grpo.settings import describe, type_name
 
 
@@ -104,8 +104,7 @@ def _unknown(where: str, key: str, valid: list[str], tp: Any = None) -> ConfigEr
         return ConfigError(refuse_sampling_option(key))
     if key in getattr(_without_none(tp), "renamed", {}):  # an option that was renamed: the error names the new one
         return ConfigError(f"{where}: {key} is now {_without_none(tp).renamed[key]}")
-    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
-    hint = f" (did you mean {close[0]}?)" if close else ""
+    hint = did_you_mean(key, valid)
     # a long list is noise on one error line; --help shows it
     listed = ", ".join(sorted(valid)) if len(valid) <= 16 else "see --help"
     return ConfigError(f"{where}: unknown option {key!r}{hint}; valid: {listed}")

@@ -232,11 +232,7 @@ class PerfConfig(Checked):
         from lit_grpo.rollout import ENGINES
 
         if self.engine not in ENGINES:
-            import difflib
-            close = difflib.get_close_matches(str(self.engine).lower(), ENGINES.names(), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ValueError(f"perf.engine: unknown rollout engine {self.engine!r}{hint}; registered: "
-                             f"{ENGINES.listing()}")
+            raise ValueError(f"perf.engine: {ENGINES.unknown(self.engine)}")
 
 
 def check_settings(grpo: GRPOConfig, sampling) -> None:

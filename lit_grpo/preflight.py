@@ -13,7 +13,6 @@ exist (a path is generated only where a ``generate`` block names it), and a mode
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import os
 import re
@@ -108,9 +107,7 @@ def _check_reward(spec: dict[str, Any], where: str) -> None:
     except InputError as exc:
         raise ValueError(f"{where}.name: {exc}") from None
     if not known:
-        close = difflib.get_close_matches(str(name), REWARDS.names(), n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        raise ValueError(f"{where}.name: unknown reward {name!r}{hint}; registered: {REWARDS.listing()}")
+        raise ValueError(f"{where}.name: {REWARDS.unknown(name)}")
     kwargs = spec.get("kwargs") or {}
     try:  # unknown keys (did-you-mean, the valid ones), each value against its parameter's type, judge settings
         check_options(RewardSpec(name, kwargs=kwargs))

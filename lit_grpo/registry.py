@@ -57,6 +57,15 @@ def load_next_task() -> bool:
     return True
 
 
+def did_you_mean(word: str, choices, cutoff: float = 0.6) -> str:
+    """`` (did you mean X?)`` with the choice closest to ``word`` (difflib's ratio at least ``cutoff``), else ``""``:
+    the one hint every unknown name or key gets."""
+    import difflib
+
+    close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=cutoff)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
 class Registry(Generic[T]):
     """Registered objects by name; ``kind`` names what is registered in error messages."""
 
@@ -82,10 +91,14 @@ class Registry(Generic[T]):
         return deco
 
     def get(self, name: str) -> T:
-        """The entry called ``name``; an unknown name raises ``KeyError`` listing the valid ones."""
+        """The entry called ``name``; an unknown name raises ``KeyError`` (:meth:`unknown`)."""
         if name not in self:
-            raise KeyError(f"unknown {self.kind} {name!r}; registered: {self.listing()}")
+            raise KeyError(self.unknown(name))
         return self._entries[name]
+
+    def unknown(self, name: Any) -> str:
+        """The words for ``name`` not registered: ``unknown <kind> 'name' (did you mean X?); registered: ...``."""
+        return f"unknown {self.kind} {name!r}{did_you_mean(str(name), self.names())}; registered: {self.listing()}"
 
     def listing(self) -> str:
         """The registered names for an error message, then each task that could not be imported and why (its extra

@@ -300,7 +300,8 @@ def test_no_core_module_matches_a_librarys_wording():
     for name in WORDING_LIBRARIES:
         spec = importlib.util.find_spec(name)
         if spec is not None and spec.origin:
-            files = Path(spec.origin).parent.rglob("*.py") if spec.submodule_search_locations else [Path(spec.origin)]
+            package = spec.submodule_search_locations
+            files = Path(spec.origin).parent.rglob("*.py") if package else [Path(spec.origin)]
             sources[name] = "\n".join(p.read_text(errors="ignore") for p in files)
     found = [(path.relative_to(ROOT).as_posix(), line, text, lib) for path, _ in core_modules()
              for line, text in matched_words(path.read_text())

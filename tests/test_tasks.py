@@ -10,6 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 
 from test_imports import import_graph, modules
 
@@ -200,3 +201,17 @@ print(json.dumps(steps))
     out = fresh('import sys; sys.modules["pint"] = None\n' + code)
     assert out[2][1:] == ["lit_grpo.tasks.demo.embedded.EmbeddedModelConfig",
                           "lit_grpo.tasks.attention.meter.AttentionConfig"]
+
+
+def test_an_unknown_name_gets_the_one_hint_and_the_registered_names():
+    """Every registry words an unknown name the same way (Registry.unknown), with the closest registered name."""
+    from lit_grpo.registry import Registry, did_you_mean
+
+    things = Registry("thing")
+    things.register("alpha")(object())
+    things.register("beta")(object())
+    assert things.unknown("alpah") == "unknown thing 'alpah' (did you mean alpha?); registered: alpha, beta"
+    assert things.unknown("zzz") == "unknown thing 'zzz'; registered: alpha, beta"
+    with pytest.raises(KeyError, match=r"unknown thing 'bta' \(did you mean beta\?\)"):
+        things.get("bta")
+    assert did_you_mean("num_generation", ["num_generations", "temperature"]) == " (did you mean num_generations?)"

@@ -3,7 +3,6 @@ over-long filtering."""
 
 
 import dataclasses
-import difflib
 import inspect
 import json
 import logging
@@ -24,7 +23,7 @@ from lit_grpo.data.sample import TEMPLATES, BadRowError, Sample, render_messages
 from lit_grpo.errors import InputError
 from lit_grpo.progress import CountProgress
 from lit_grpo.settings import Checked, SettingError, argument_types, check_arguments
-from lit_grpo.registry import Registry
+from lit_grpo.registry import Registry, did_you_mean
 from lit_grpo.rng import run_seed
 
 log = logging.getLogger(__name__)
@@ -130,7 +129,7 @@ class DatasetSpec(Checked):
         if self.path is None and self.generate is None:
             raise ValueError(f"{name}.path is not set (a file, a folder or a hub id)")
         if self.reader not in READERS:
-            raise ValueError(f"{name}.reader: unknown reader {self.reader!r}; registered: {READERS.listing()}")
+            raise ValueError(f"{name}.reader: {READERS.unknown(self.reader)}")
         # a generated file need not exist yet: load writes it first
         if self.generated() or Path(self.path).expanduser().exists():
             return
@@ -167,13 +166,12 @@ def _check_generate(generate: dict[str, Any], where: str) -> None:
         raise ValueError(f"{where} needs path: the file it writes (e.g. data/embedded/x.parquet)")
     kind = generate.get("kind", "puzzles")
     if kind not in GENERATORS:
-        raise ValueError(f"{where}.kind: unknown generator {kind!r}; registered: {GENERATORS.listing()}")
+        raise ValueError(f"{where}.kind: {GENERATORS.unknown(kind)}")
     valid = generator_options(kind)
     unknown = sorted(set(generate) - set(valid))
     if unknown:
-        close = difflib.get_close_matches(unknown[0], valid, n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        raise ValueError(f"{where}.{unknown[0]}: not a setting of the {kind!r} generator{hint}; "
+        raise ValueError(f"{where}.{unknown[0]}: not a setting of the {kind!r} generator"
+                         f"{did_you_mean(unknown[0], valid)}; "
                          f"its settings: {', '.join(valid)}")
 
 

@@ -18,7 +18,6 @@ carries ``components`` (per-completion values logged next to the total, not adde
 
 import copy
 import dataclasses
-import difflib
 import functools
 import importlib
 import inspect
@@ -33,7 +32,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from lit_grpo.data.sample import RECORD_COLUMNS
 from lit_grpo.errors import InputError, UserError
 from lit_grpo.settings import Checked, SettingError, argument_types, problems, type_name
-from lit_grpo.registry import Registry
+from lit_grpo.registry import Registry, did_you_mean
 
 log = logging.getLogger(__name__)
 
@@ -173,9 +172,8 @@ def check_options(spec: "RewardSpec") -> None:
     valid = reward_options(spec.name)
     unknown = [k for k in spec.kwargs if k not in valid]
     if unknown:
-        close = difflib.get_close_matches(unknown[0], valid, n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        raise ValueError(f"reward {who} has no option {', '.join(map(repr, unknown))}{hint}; "
+        raise ValueError(f"reward {who} has no option {', '.join(map(repr, unknown))}"
+                         f"{did_you_mean(unknown[0], valid)}; "
                          f"its options: {', '.join(valid) or 'none'}")
     declared = reward_option_types(spec.name)
     # only config-shaped values are type-checked: a Python caller may pass an object the annotation cannot judge
