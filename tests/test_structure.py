@@ -121,14 +121,19 @@ def _under(path: str, package: str) -> bool:
     return path == package or path.startswith(package + ".")
 
 
+def string_constants(tree: ast.Module) -> dict[str, str]:
+    """Name -> value of every module-level assignment of a string literal (``PREFIX = "..."``)."""
+    return {t.id: n.value.value for n in tree.body if isinstance(n, ast.Assign)
+            and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
+            for t in n.targets if isinstance(t, ast.Name)}
+
+
 def task_imports(source: str, package: str = "lit_grpo") -> list[tuple[int, str]]:
     """``(line, module path)`` of every import of :data:`TASKS` or a module under it in ``source``: ``import``,
     ``from ... import`` (relative ones resolved from ``package``), ``from lit_grpo import tasks``, and a string (a
     literal, an f-string, a module-level constant) handed to ``import_module`` / ``__import__`` / ``find_spec``."""
     tree = ast.parse(source)
-    constants = {t.id: n.value.value for n in tree.body if isinstance(n, ast.Assign)
-                 and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
-                 for t in n.targets if isinstance(t, ast.Name)}
+    constants = string_constants(tree)
     out = []
     for node in ast.walk(tree):
         paths: list[str] = []
@@ -251,13 +256,11 @@ NOT_A_LIBRARY = {("environment.py", "model name")}
 
 
 def matched_words(source: str) -> list[tuple[int, str]]:
-    """``(line, text)`` of every string of words (two or more, space-separated) the source matches text against: an operand of
-    ``in``/``==``/``!=``, an argument of a str method that searches (:data:`MATCHING_METHODS`) or of ``re``'s
+    """``(line, text)`` of every string of words (two or more, space-separated) the source matches text against: an
+    operand of ``in``/``==``/``!=``, an argument of a str method that searches (:data:`MATCHING_METHODS`) or of ``re``'s
     searches; a name bound at module level to such a string counts as the string."""
     tree = ast.parse(source)
-    constants = {t.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
-                 and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
-                 for t in node.targets if isinstance(t, ast.Name)}
+    constants = string_constants(tree)
     found = []
     for node in ast.walk(tree):
         operands: list[ast.AST] = []
