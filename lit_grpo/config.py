@@ -8,7 +8,6 @@ that tie several options together."""
 
 
 import dataclasses
-import typing
 from typing import Annotated, Any, ClassVar, Literal
 from annotated_types import Ge, Gt, Le
 

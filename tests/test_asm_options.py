@@ -4,7 +4,6 @@
 
 import pytest
 import torch
-from PIL import Image, ImageDraw
 
 from lit_grpo.tasks.attention.meter import (AttentionConfig, AttentionMeter, GridWeights, completion_asm, grid_maps,
                                            token_scores, token_weights)

@@ -5,7 +5,6 @@ random subset, stored in another layout or re-encoded), and in the documented Ph
 import io
 import logging
 import random
-from pathlib import Path
 
 import pytest
 from PIL import Image

@@ -9,6 +9,7 @@ import pytest
 from PIL import Image
 
 from lit_grpo.tasks.phyx import reader as P
+from lit_grpo.tasks.phyx.templates import render_options
 from lit_grpo.tasks.phyx.reader import canonical_domain, parse_options_string, parse_reasoning_types, read_phyx
 from lit_grpo.tasks.phyx.writer import options_string, write_phyx
 from lit_grpo.data.sample import Sample
@@ -217,7 +218,7 @@ def test_reasoning_type_forms():
 
 
 def test_rendered_options_round_trip():
-    assert P.parse_rendered_options(P.render_options(TRICKY)) == TRICKY
+    assert P.parse_rendered_options(render_options(TRICKY)) == TRICKY
 
 
 def test_physics_rubric_template():

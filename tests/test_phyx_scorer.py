@@ -4,7 +4,6 @@ Each expectation was worked out by hand from the scorer's rule text (module docs
 comment on each row gives the reasoning.
 """
 
-import math
 
 import pytest
 

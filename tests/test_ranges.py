@@ -100,7 +100,7 @@ def _option_types():
     from lit_grpo.policy import LoRAConfig, PolicyConfig
     from lit_grpo.tasks.phyx.judge import JudgeConfig
     from lit_grpo.tasks.phyx.judge.offline import OfflineJudgeConfig
-    from lit_grpo.rewards.registry import REWARDS, RewardSpec, reward_option_types
+    from lit_grpo.rewards.registry import REWARDS, reward_option_types
     from lit_grpo.rollout import SamplingConfig
 
     groups = {c.__name__: argument_types(c) for c in (

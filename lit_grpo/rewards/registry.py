@@ -31,7 +31,7 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from lit_grpo.data.sample import RECORD_COLUMNS
 from lit_grpo.errors import InputError, UserError
-from lit_grpo.settings import Checked, SettingError, argument_types, problems, type_name
+from lit_grpo.settings import Checked, SettingError, argument_types, problems
 from lit_grpo.registry import Registry, did_you_mean
 
 log = logging.getLogger(__name__)

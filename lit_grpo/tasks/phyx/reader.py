@@ -34,7 +34,7 @@ from torch.utils.data import ConcatDataset
 from lit_grpo.data.io import open_table
 from lit_grpo.data.images import DEFAULT_MAX_PIXELS, dataset_folder, decode_image
 from lit_grpo.data.sample import BadRowError, Sample, SampleDataset, load_rows, text_row
-from lit_grpo.tasks.phyx.templates import MC_INSTRUCTION, OE_INSTRUCTION, render_options
+from lit_grpo.tasks.phyx.templates import MC_INSTRUCTION, OE_INSTRUCTION
 from lit_grpo.tasks.phyx.units import derive_unit
 
 DOMAINS = ("Mechanics", "Electromagnetism", "Thermodynamics", "Wave/Acoustics", "Optics", "Modern Physics")
@@ -115,7 +115,8 @@ def parse_option_list(items: Any) -> dict[str, str]:
 def parse_rendered_options(text: str) -> dict[str, str]:
     """The options part of an official MC prompt, ``"A: x B: y C: z D: w"`` -> ``{"A": "x", ...}``.
 
-    The inverse of :func:`render_options` when no option text contains ``" <next letter>: "``.
+    The inverse of :func:`lit_grpo.tasks.phyx.templates.render_options` when no option text contains
+    ``" <next letter>: "``.
     """
     if not text.startswith("A: "):
         raise ValueError(f"rendered options must start with 'A: ', got {text!r:.60}")
