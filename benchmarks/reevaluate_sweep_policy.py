@@ -31,6 +31,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+# the runner trains and evaluates in child processes with one torch thread unless OMP_NUM_THREADS says otherwise;
+# this process takes the same setting (before torch is imported), so the environment it records and compares with the
+# shipped one is the children's, not its own default of one thread per core
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = "configs/experiments/phyx_attention_sweep.yaml"
 RESULTS = ROOT / "results" / "attention_sweep" / "results.csv"
@@ -115,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     sha = hashlib.sha256((policy / "model.safetensors").read_bytes()).hexdigest()
     print(f"{args.policy} (SHA-256 {sha[:16]}...) against run {name} of {RESULTS.relative_to(ROOT)}:")
     print("\n".join(lines))
-    print(f"{outcome} (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '1')})")
+    print(f"{outcome} (OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']})")
     if outcome != "identical" and (policy / "environment.json").is_file():
         from lit_grpo.environment import against
 

@@ -28,7 +28,7 @@ weak: with four seeds the interval is wide (accuracy about 0.32-0.60) and holds 
 (Fmt + Acc) references too; it catches a retrain far from every seed (one that collapsed), not a subtle change. The
 outcome says which comparison passed: ``identical`` (bits, exit 0), ``within tolerance`` (the evaluation SE, exit
 0), ``within the seed spread`` (exit 2: not this policy again, a policy the setting's seeds could have trained) or
-``DIFFERENT`` (beyond both, exit 1). About 3 more minutes.
+``DIFFERENT`` (beyond both, exit 1); a fit that fails exits 3. About 3 more minutes.
 """
 
 from __future__ import annotations
@@ -39,6 +39,11 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+
+# the runner trains and evaluates in child processes with one torch thread unless OMP_NUM_THREADS says otherwise;
+# this process takes the same setting (before torch is imported), so the environment it records and compares with the
+# shipped one is the children's, not its own default of one thread per core
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "checkpoints" / "demo_phyx_oe_asm_norm1" / "model.safetensors"
@@ -91,7 +96,7 @@ def t_quantile(p: float, dof: int) -> float:
 
 
 def seed_level(now: dict, seeds: dict[str, list[float]]) -> bool:
-    """The seed-level test: each figure of the policy trained now against the same setting's five recorded seeds
+    """The seed-level test: each figure of the policy trained now against the same setting's four other recorded seeds
     (``results/attention_sweep/results.csv``), inside their 95 % prediction interval for one more seed,
     ``mean ± t(n-1) · sd · sqrt(1 + 1/n)``, Bonferroni over the figures. Another environment trains another
     policy from the same seed, as another seed does (training is chaotic at this scale), so this is the test a
@@ -159,7 +164,7 @@ def main() -> int:
         if rc != 0:
             print(log.read_text()[-3000:])
             print(f"the fit failed (exit {rc})")
-            return 2
+            return 3
         trained, shipped = sha256(exp.path("runs", run.name, "model.safetensors")), sha256(SHIPPED)
         output = log.read_text()
         same = trained == shipped
@@ -173,7 +178,7 @@ def main() -> int:
                if close == "evaluation SE" else "within the seed spread (bits and figures differ: another policy, "
                "inside the recorded seeds' interval; not a reproduction of this one)" if close else "DIFFERENT")
     print(f"{verdict}; fit took {took:.0f} s "
-          f"(OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '1')})")
+          f"(OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']})")
     if not same:
         from lit_grpo.environment import against
 
