@@ -373,6 +373,8 @@ def model_class_of(args: list[str]) -> Any:
                 tree = yaml.safe_load(Path(value).read_text(encoding="utf-8")) or {}
             except (OSError, yaml.YAMLError, UnicodeDecodeError):  # reported by check_config_file
                 continue
+            if not isinstance(tree, dict):  # a list or a scalar: check_config_file says a config is a mapping
+                continue
             trees = [tree.get(s) or {} for s in SUBCOMMANDS if isinstance(tree.get(s), dict)] or [tree]
             for t in trees:
                 model = t.get("model") if isinstance(t, dict) else None
@@ -620,6 +622,8 @@ def short_error(message: str, ex: BaseException | None = None, model_class: Any 
     """
     causes = _causes(ex) if ex is not None else []
     keys, values = jsonargparse_refusal(causes)
+    # a value given whole (a class's mapping, a list) is the user's own text, named by the key: not repeated
+    values = [v for v in values if v is None or isinstance(v, (str, int, float, bool))]
     got = str(values[-1]) if values else ""
     if keys[:1] == ["model"] and len(keys) > 1 and keys[1] not in ("class_path", "init_args", "dict_kwargs"):
         keys.insert(1, "init_args")  # the model's own parser reports keys below its init_args

@@ -62,8 +62,9 @@ def did_you_mean(word: str, choices, cutoff: float = 0.6) -> str:
     the one hint every unknown name or key gets."""
     import difflib
 
-    close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=cutoff)
-    return f" (did you mean {close[0]}?)" if close else ""
+    lowered = {str(c).lower(): c for c in choices}  # "VLLM" is close to "vllm": case never counts against a choice
+    close = difflib.get_close_matches(str(word).lower(), list(lowered), n=1, cutoff=cutoff)
+    return f" (did you mean {lowered[close[0]]}?)" if close else ""
 
 
 class Registry(Generic[T]):

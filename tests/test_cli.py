@@ -160,23 +160,27 @@ def test_global_step_counts_rollouts(tmp_path):
 
 
 def test_a_run_cut_short_says_at_which_step_and_names_last_ckpt(tmp_path, caplog):
-    """max_time ends the run long before max_steps: the closing message says so and points at last.ckpt."""
+    """max_time ends the run long before max_steps: the closing message says so and points at last.ckpt. The epoch
+    (500 steps) is longer than max_steps, so on a fast machine too max_time, not the epoch's end, stops it."""
     caplog.set_level(logging.INFO)
-    over = _overrides(tmp_path, **{"trainer.max_steps": 40, "trainer.max_time": {"seconds": 1},
-                                   "trainer.val_check_interval": 40})
+    over = _overrides(tmp_path, **{"trainer.max_steps": 400, "trainer.max_time": {"seconds": 1},
+                                   "trainer.val_check_interval": 400})
+    cfg = yaml.safe_load(over.read_text())
+    cfg["data"]["train"]["generate"]["num"] = 1000
+    over.write_text(yaml.safe_dump(cfg))
     cli = main(["fit", "--config", "configs/demo.yaml", "--config", str(over),
                 "--model.init_args.evaluation.before_fit", "false"])
     step = cli.trainer.global_step
-    assert 0 < step < 40
-    assert (f"Stopped by trainer.max_time (1 s of training) at step {step} of max_steps 40: the figures above are "
+    assert 0 < step < 400
+    assert (f"Stopped by trainer.max_time (1 s of training) at step {step} of max_steps 400: the figures above are "
             "at that step. Continue the run (the resumed process gets max_time again) with:") in caplog.text
     assert f"checkpoints:           {tmp_path / 'ckpt' / 'last.ckpt'}" in caplog.text
     command = shlex.split(caplog.text.split("gets max_time again) with:\n", 1)[1].splitlines()[0])
     assert command[:4] == ["python", "-m", "lit_grpo", "fit"] and command[-1] == str(tmp_path / "ckpt" / "last.ckpt")
     caplog.clear()
     resumed = main(command[3:])  # the printed command as it stands: it trains on (it stopped at once before)
-    assert step < resumed.trainer.global_step < 40
-    assert f"at step {resumed.trainer.global_step} of max_steps 40" in caplog.text
+    assert step < resumed.trainer.global_step < 400
+    assert f"at step {resumed.trainer.global_step} of max_steps 400" in caplog.text
 
 
 def test_lora_checkpoint_holds_only_the_adapter_and_resumes(tmp_path):

@@ -266,3 +266,18 @@ def test_a_group_config_file_from_another_folder_says_where_it_is(capsys, tmp_pa
         "from (relative paths in configs and on the command line are read from there), but "
         f"{repo / 'configs' / 'demo_phyx_mcq.yaml'} exists: run the command from {repo} (cd {repo}), or give the "
         "path from here")
+
+
+@pytest.mark.parametrize("text, line", [
+    # a class's options given whole: the key names it, the mapping is not echoed back
+    ("trainer: {logger: {class_path: lit_grpo.loggers.TensorBoardLogger, init_args: {save_dir: logs, bogus_key: 1}}}",
+     "error: trainer.logger: expected one of Logger, "),
+    # a config that is no mapping: said as such, no traceback
+    ("- a\n- b\n", "error: {path}: a config is a mapping of seed_everything, trainer, model, data"),
+    ("5\n", "error: {path}: a config is a mapping of seed_everything, trainer, model, data"),
+])
+def test_a_config_given_whole_or_not_a_mapping_is_one_line(capsys, tmp_path, text, line):
+    path = tmp_path / "over.yaml"
+    path.write_text(text)
+    got = _error(capsys, "--config", str(path))
+    assert got.startswith(line.format(path=path)) and "{'" not in got and "Traceback" not in got, got

@@ -215,3 +215,4 @@ def test_an_unknown_name_gets_the_one_hint_and_the_registered_names():
     with pytest.raises(KeyError, match=r"unknown thing 'bta' \(did you mean beta\?\)"):
         things.get("bta")
     assert did_you_mean("num_generation", ["num_generations", "temperature"]) == " (did you mean num_generations?)"
+    assert did_you_mean("VLLM", ["plain", "vllm"]) == " (did you mean vllm?)"  # case is no distance
