@@ -21,6 +21,7 @@ parsed (``tests/test_structure.py`` refuses a core module that matches a library
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import importlib
 import inspect
@@ -608,6 +609,32 @@ def _class_path_problem(causes: list[BaseException]) -> str | None:
     return f"cannot import class_path '{path}'" + (f": {why}" if why else "") + moved
 
 
+def _takes_class_path(tp: Any) -> bool:
+    """Whether an option of type ``tp`` is given as a ``class_path`` and ``init_args`` (a class that is not a
+    dataclass, a callable that builds one, or a union holding either)."""
+    if typing.get_origin(tp) is typing.Annotated:
+        tp = typing.get_args(tp)[0]
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        return any(_takes_class_path(a) for a in typing.get_args(tp) if a is not type(None))
+    if typing.get_origin(tp) is collections.abc.Callable:
+        return True  # the optimizer and scheduler: a class given by class_path, built with the parameters
+    return inspect.isclass(tp) and not dataclasses.is_dataclass(tp) and tp.__module__ != "builtins"
+
+
+def _full_key(keys: list[str], model_class: Any) -> str:
+    """The dotted key from the parts each parser named: a class given by ``class_path`` has a parser of its own,
+    which names its options without the ``init_args`` they sit below (``model``, then ``grpo.beta``)."""
+    parts: list[str] = []
+    for part in keys:
+        if parts and part.split(".")[0] not in ("class_path", "init_args", "dict_kwargs"):
+            so_far = ".".join(parts)
+            tp = declared_type(so_far, model_class) if so_far != "model" else model_class
+            if so_far == "model" or (tp is not None and _takes_class_path(tp)):
+                parts.append("init_args")
+        parts.append(part)
+    return ".".join(parts)
+
+
 def short_error(message: str, ex: BaseException | None = None, model_class: Any = None) -> str:
     """One line from a jsonargparse error ``ex`` (``message`` when there is none): the full key, then the innermost
     explanation.
@@ -625,10 +652,8 @@ def short_error(message: str, ex: BaseException | None = None, model_class: Any 
     # a value given whole (a class's mapping, a list) is the user's own text, named by the key: not repeated
     values = [v for v in values if v is None or isinstance(v, (str, int, float, bool))]
     got = str(values[-1]) if values else ""
-    if keys[:1] == ["model"] and len(keys) > 1 and keys[1] not in ("class_path", "init_args", "dict_kwargs"):
-        keys.insert(1, "init_args")  # the model's own parser reports keys below its init_args
     keys = [k for i, k in enumerate(keys) if i + 1 == len(keys) or not keys[i + 1].startswith(k + ".")]  # --data=F:
-    key = ".".join(keys)  # its parser names "data", then "data.batch_size"
+    key = _full_key(keys, model_class)  # its parser names "data", then "data.batch_size"
     root = _text(causes[-1]) if causes else message
     detail = next((line.strip() for line in root.splitlines() if line.strip()), message.strip())
     declared = declared_type(key, model_class) if key else None

@@ -281,3 +281,16 @@ def test_a_config_given_whole_or_not_a_mapping_is_one_line(capsys, tmp_path, tex
     path.write_text(text)
     got = _error(capsys, "--config", str(path))
     assert got.startswith(line.format(path=path)) and "{'" not in got and "Traceback" not in got, got
+
+
+@pytest.mark.parametrize("arg, key", [
+    # a class given by class_path has a parser of its own, which names its options without their init_args
+    ("--model.init_args.optimizer.init_args.lr=abc", "model.init_args.optimizer.init_args.lr"),
+    ("--model.init_args.lr_scheduler.init_args.total_iters=abc", "model.init_args.lr_scheduler.init_args.total_iters"),
+    ("--trainer.logger.init_args.default_hp_metric=maybe", "trainer.logger.init_args.default_hp_metric"),
+    # a dataclass option group has none: its fields follow its key
+    ("--model.init_args.policy.lora.r=x", "model.init_args.policy.lora.r"),
+    ("--model.init_args.grpo={beta: x}", "model.init_args.grpo.beta"),
+])
+def test_the_key_of_a_class_option_includes_its_init_args(capsys, arg, key):
+    assert _error(capsys, arg).startswith(f"error: {key}: ")
