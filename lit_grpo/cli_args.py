@@ -627,9 +627,8 @@ def _full_key(keys: list[str], model_class: Any) -> str:
     parts: list[str] = []
     for part in keys:
         if parts and part.split(".")[0] not in ("class_path", "init_args", "dict_kwargs"):
-            so_far = ".".join(parts)
-            tp = declared_type(so_far, model_class) if so_far != "model" else model_class
-            if so_far == "model" or (tp is not None and _takes_class_path(tp)):
+            so_far = ".".join(parts)  # the model is always given by class_path (declared_type names no root)
+            if so_far == "model" or _takes_class_path(declared_type(so_far, model_class)):
                 parts.append("init_args")
         parts.append(part)
     return ".".join(parts)

@@ -173,12 +173,14 @@ def _raising_frame(exc: BaseException) -> Any:
     return tb.tb_frame if tb is not None else None
 
 
+def _in_jsonargparse(frame: Any) -> bool:
+    return frame is not None and str(frame.f_globals.get("__name__", "")).startswith("jsonargparse")
+
+
 def raised_by_jsonargparse(exc: BaseException) -> bool:
     """Whether jsonargparse's own code raised ``exc`` (a report it wraps around a cause), not a constructor it
     called: read from where the error was raised, not from its words."""
-    frame = _raising_frame(exc)
-    return type(exc).__module__.startswith("jsonargparse") or (
-        frame is not None and str(frame.f_globals.get("__name__", "")).startswith("jsonargparse"))
+    return type(exc).__module__.startswith("jsonargparse") or _in_jsonargparse(_raising_frame(exc))
 
 
 def jsonargparse_refusal(chain: list[BaseException]) -> tuple[list[str], list[Any]]:
@@ -193,7 +195,7 @@ def jsonargparse_refusal(chain: list[BaseException]) -> tuple[list[str], list[An
     values: list[Any] = []
     for exc in chain:
         frame = _raising_frame(exc)
-        if frame is None or not str(frame.f_globals.get("__name__", "")).startswith("jsonargparse"):
+        if not _in_jsonargparse(frame):
             continue
         name, local = frame.f_code.co_name, frame.f_locals
         holder = local.get(_KEY_LOCALS.get(name, ""), None)
@@ -212,8 +214,7 @@ def jsonargparse_import_path(exc: BaseException) -> str | None:
     tb = exc.__traceback__
     while tb is not None:
         frame = tb.tb_frame
-        if frame.f_code.co_name == "import_object" \
-                and str(frame.f_globals.get("__name__", "")).startswith("jsonargparse"):
+        if frame.f_code.co_name == "import_object" and _in_jsonargparse(frame):
             name = frame.f_locals.get("name")
             return name if isinstance(name, str) else None
         tb = tb.tb_next
