@@ -275,6 +275,7 @@ def test_a_group_config_file_from_another_folder_says_where_it_is(capsys, tmp_pa
     # a config that is no mapping: said as such, no traceback
     ("- a\n- b\n", "error: {path}: a config is a mapping of seed_everything, trainer, model, data"),
     ("5\n", "error: {path}: a config is a mapping of seed_everything, trainer, model, data"),
+    ("just some text\n", "error: {path}: a config is a mapping of seed_everything, trainer, model, data"),
 ])
 def test_a_config_given_whole_or_not_a_mapping_is_one_line(capsys, tmp_path, text, line):
     path = tmp_path / "over.yaml"
@@ -288,6 +289,8 @@ def test_a_config_given_whole_or_not_a_mapping_is_one_line(capsys, tmp_path, tex
     ("--model.init_args.optimizer.init_args.lr=abc", "model.init_args.optimizer.init_args.lr"),
     ("--model.init_args.lr_scheduler.init_args.total_iters=abc", "model.init_args.lr_scheduler.init_args.total_iters"),
     ("--trainer.logger.init_args.default_hp_metric=maybe", "trainer.logger.init_args.default_hp_metric"),
+    ("--trainer.callbacks+={class_path: lightning.pytorch.callbacks.ModelCheckpoint, init_args: {every_n_train_steps: "
+     "fifty}}", "trainer.callbacks.init_args.every_n_train_steps"),
     # a dataclass option group has none: its fields follow its key
     ("--model.init_args.policy.lora.r=x", "model.init_args.policy.lora.r"),
     ("--model.init_args.grpo={beta: x}", "model.init_args.grpo.beta"),
