@@ -1,8 +1,9 @@
 import sys
 
-from lit_grpo.cli_args import ConfigError, expand_bases
+from lit_grpo.settings import ConfigError
+from lit_grpo.settings.args import expand_bases
 from lit_grpo.errors import fail
-from lit_grpo.paths import refuse_before_imports
+from lit_grpo.settings.paths import refuse_before_imports
 
 if __name__ == "__main__":
     try:  # a path from another folder: one line before the slow imports (a config's bases read as the CLI reads them)

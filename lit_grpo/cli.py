@@ -7,7 +7,7 @@ every setting (see :class:`GRPOCLI`).
 
 A mistake in the command line or a config is one ``error:`` line naming the key (exit status 2), found
 before any model work and before any log folder: keys are checked against the option types
-(:mod:`lit_grpo.cli_args`), inputs and API keys by :mod:`lit_grpo.preflight`. The optimizer is set only as
+(:mod:`lit_grpo.settings.args`), inputs and API keys by :mod:`lit_grpo.settings.preflight`. The optimizer is set only as
 ``model.init_args.optimizer`` (Lightning's top-level ``--optimizer`` is refused, so what
 ``hparams.yaml`` records is what runs).
 """
@@ -27,12 +27,11 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lit_grpo.callbacks import FinalValidation
 from lit_grpo.checkpoint_io import with_atomic_io
-from lit_grpo.argv import iter_options
-from lit_grpo.settings import HelpFormatter
-from lit_grpo.cli_args import (BASE_KEY, SUBCOMMANDS, ConfigError, expand_bases, model_class_of, prepare_args,
-                               short_error)
-from lit_grpo.cli_help import extra_help, help_args
 from lit_grpo.compat import has_option, raised_by_jsonargparse
+from lit_grpo.settings import ConfigError, HelpFormatter
+from lit_grpo.settings.args import BASE_KEY, SUBCOMMANDS, expand_bases, model_class_of, prepare_args, short_error
+from lit_grpo.settings.argv import iter_options
+from lit_grpo.settings.help import extra_help, help_args
 from lit_grpo.data.datamodule import VLMDataModule
 from lit_grpo.data.sample import prompt_limit
 from lit_grpo import environment
@@ -53,10 +52,10 @@ PROG = "python -m lit_grpo"
 
 class GRPOArgumentParser(LightningArgumentParser):
     """jsonargparse's parser, with errors as one line (no usage screen, no dump of the parsed config; a ``sampling``
-    option the loss cannot model is refused by name with the reason before parsing, :mod:`lit_grpo.cli_args`), and a
+    option the loss cannot model is refused by name with the reason before parsing, :mod:`lit_grpo.settings.args`), and a
     config that holds an API key refused before it is printed (``--print_config``) or saved.
     A subcommand's ``--help`` ends with the options of ``model_class`` (the configured model), of a dataset and
-    of every registered reward (:func:`lit_grpo.cli_help.extra_help`)."""
+    of every registered reward (:func:`lit_grpo.settings.help.extra_help`)."""
 
     def __init__(self, *args, model_class: type | None = None, **kwargs):
         kwargs.setdefault("formatter_class", HelpFormatter)  # a caller's own formatter wins
@@ -173,12 +172,12 @@ class GRPOCLI(LightningCLI):
 
     def parse_arguments(self, parser, args) -> None:
         """Parse, then check the inputs (data paths, rewards, judge, templates, model folder, API keys) before
-        anything else runs: no seeding message, model work or log folder (:func:`lit_grpo.preflight.check_config`)."""
+        anything else runs: no seeding message, model work or log folder (:func:`lit_grpo.settings.preflight.check_config`)."""
         from lightning.pytorch.loggers import WandbLogger as WandbLoggerBase
 
         from lit_grpo.api_keys import key_variables, watch_variables
         from lit_grpo.loggers import mask_under_console_capture
-        from lit_grpo.preflight import check_config, logger_classes
+        from lit_grpo.settings.preflight import check_config, logger_classes
 
         # as LightningCLI does, without its warning about ``args`` next to ``sys.argv`` (main() is called with
         # ``args`` from Python: tests, notebooks)
@@ -325,7 +324,7 @@ def main(args: list[str] | None = None) -> GRPOCLI:
 
 def _loader_without_base_key() -> None:
     """Make jsonargparse's ``omegaconf+`` loader drop a config file's top-level ``_base_`` key: the files it names
-    are already given before the file (:func:`lit_grpo.cli_args.expand_bases`), and jsonargparse has no option of
+    are already given before the file (:func:`lit_grpo.settings.args.expand_bases`), and jsonargparse has no option of
     that name. ``omegaconf+`` loads a file with jsonargparse's YAML loader (interpolations are resolved once every
     file and override is merged), so that loader is the one wrapped. Idempotent."""
     import yaml as pyyaml

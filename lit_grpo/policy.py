@@ -86,18 +86,18 @@ def check_model_path(path: str, local_files_only: bool = False, name: str = "mod
 
     A local folder: an existing folder, or a path starting with ``/``, ``.`` or ``~``, with more than one
     ``/``, or whose first part is a folder here (``checkpoints/x``). A relative path that is not here but is in
-    one of ``roots`` (default :func:`lit_grpo.paths.search_roots`: e.g. the clone, when the command runs from
+    one of ``roots`` (default :func:`lit_grpo.settings.paths.search_roots`: e.g. the clone, when the command runs from
     another folder) is refused saying where it looked and where to run from, with no network call
-    (:func:`lit_grpo.paths.wrong_folder`). Otherwise ``owner/name`` is a hub id, except that an ``owner`` that is
+    (:func:`lit_grpo.settings.paths.wrong_folder`). Otherwise ``owner/name`` is a hub id, except that an ``owner`` that is
     a near-spelling of a folder here (``chekpoints/demo`` next to ``checkpoints/``) is refused as a misspelt
     folder; offline (``HF_HUB_OFFLINE=1`` or ``local_files_only``) a hub id must be in the local hub cache, and
     online one request without retries checks that the hub can be reached and has it
-    (:func:`lit_grpo.paths.check_hub`), unless it is in the cache.
+    (:func:`lit_grpo.settings.paths.check_hub`), unless it is in the cache.
 
     Raises:
         FileNotFoundError: naming the folder (and the folder it was probably meant to be).
     """
-    from lit_grpo.paths import check_hub, search_roots, wrong_folder
+    from lit_grpo.settings.paths import check_hub, search_roots, wrong_folder
 
     p = Path(path).expanduser()
     # an existing folder wins over any hub id of the same spelling

@@ -9,7 +9,7 @@ import pytest
 from jsonargparse import ArgumentError, ArgumentParser
 
 from lit_grpo.cli import main
-from lit_grpo.cli_args import _causes, declared_type, short_error
+from lit_grpo.settings.args import _causes, declared_type, short_error
 from lit_grpo.compat import jsonargparse_refusal
 from lit_grpo.module import GRPOModule
 from lit_grpo.settings import type_name

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from lit_grpo.cli import main
-from lit_grpo.cli_args import config_with_bases, expand_bases
+from lit_grpo.settings.args import config_with_bases, expand_bases
 from lit_grpo.tasks.phyx.experiments.phyx import _stamp
 from lit_grpo.tasks.phyx.experiments.sweep import config_value
 from tiny_runs import composed

@@ -13,7 +13,7 @@ from lit_grpo import GRPOConfig, GRPOModule
 from lit_grpo.config import PerfConfig
 from lit_grpo.data.datamodule import PromptBatch
 from lit_grpo.data.sample import render_messages
-from lit_grpo.cli_args import ConfigError
+from lit_grpo.settings import ConfigError
 from lit_grpo.policy import PolicyConfig
 from lit_grpo.rewards import RewardSpec
 from lit_grpo.rollout import ENGINES, SamplingConfig
@@ -82,7 +82,7 @@ def test_an_unknown_engine_is_refused_naming_the_registered_ones():
 
 
 def test_the_old_boolean_is_refused_naming_the_new_option():
-    from lit_grpo.cli_args import check_key
+    from lit_grpo.settings.args import check_key
     from lit_grpo.module import GRPOModule as M
 
     with pytest.raises(ConfigError, match=r"share_prefix is now engine: shared \(share_prefix true\) or plain"):
@@ -120,7 +120,7 @@ def test_the_vllm_engine_without_vllm_installed_names_the_extra_to_install(monke
                                             ("vllm_importance_sampling_cap", "sampler_correction_max"),
                                             ("vllm_importance_sampling_clip_min", "sampler_correction_min")])
 def test_trls_vllm_importance_sampling_names_are_refused_naming_ours(trl_name, ours):
-    from lit_grpo.cli_args import check_key
+    from lit_grpo.settings.args import check_key
     from lit_grpo.module import GRPOModule as M
 
     with pytest.raises(ConfigError, match=rf"{trl_name} is now {ours} \(TRL's"):

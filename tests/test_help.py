@@ -11,8 +11,8 @@ import pytest
 
 from lit_grpo.tasks.attention.meter import AttentionConfig
 from lit_grpo.cli import GRPOCLI, main
-from lit_grpo.cli_args import prepare_args
-from lit_grpo.cli_help import help_args
+from lit_grpo.settings.args import prepare_args
+from lit_grpo.settings.help import help_args
 from lit_grpo.config import EvalConfig, GRPOConfig, PerfConfig
 from lit_grpo.data.datamodule import DatasetSpec
 from lit_grpo.policy import PolicyConfig

@@ -89,7 +89,7 @@ def test_the_graph_sees_every_kind_of_import():
     graph = import_graph()
     assert "lit_grpo.grpo" in graph["lit_grpo.module"]  # top level: from lit_grpo.grpo import ...
     assert "lit_grpo.distributed" in graph["lit_grpo.rng"]  # from lit_grpo import distributed as D
-    assert "lit_grpo.preflight" in graph["lit_grpo.cli"]  # inside a function
+    assert "lit_grpo.settings.preflight" in graph["lit_grpo.cli"]  # inside a function
     assert "lit_grpo" not in graph["lit_grpo.rng"]  # the parent package is not an edge
 
 

@@ -323,7 +323,7 @@ def test_a_hub_id_is_owner_slash_name_and_offline_it_must_be_cached(monkeypatch,
         check_model_path("someowner/somemodel")
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     asked = []
-    monkeypatch.setattr("lit_grpo.paths.check_hub", lambda *args: asked.append(args))
+    monkeypatch.setattr("lit_grpo.settings.paths.check_hub", lambda *args: asked.append(args))
     check_model_path("someowner/somemodel")  # online: the hub is asked once (tests/test_paths.py)
     assert asked == [("someowner/somemodel", "model", "model folder")]
     check_model_path(str(ROOT / "checkpoints" / "demo"))

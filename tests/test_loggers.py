@@ -153,7 +153,7 @@ def test_wandb_without_a_login_is_one_line_before_any_model_work(tmp_path, monke
     """No ``WANDB_API_KEY``, no ``.netrc`` entry, not offline: one line naming both ways on, found from the
     environment and the files alone (no network call; W&B never starts); each way on passes the check."""
     pytest.importorskip("wandb")
-    from lit_grpo.preflight import check_wandb_login
+    from lit_grpo.settings.preflight import check_wandb_login
 
     for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_IDENTITY_TOKEN_FILE", "WANDB_BASE_URL", "NETRC"):
         monkeypatch.delenv(name, raising=False)

@@ -236,8 +236,8 @@ def test_the_early_check_says_what_the_full_check_says(case, tmp_path, monkeypat
     imports Lightning: each case it finds gives the full check's line word for word (``ckpt_and_model``: two
     problems, the first and the key of the other); a path an argument sets in a form it does not read, a fixed
     path, a hub id and ``--print_config`` are left to the full check."""
-    from lit_grpo.cli_args import expand_bases
-    from lit_grpo.paths import refuse_before_imports
+    from lit_grpo.settings.args import expand_bases
+    from lit_grpo.settings.paths import refuse_before_imports
 
     folder, args = _cases(tmp_path)[case]
     monkeypatch.chdir(folder)

@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from lit_grpo.cli import main
-from lit_grpo.cli_args import ConfigError
-from lit_grpo.preflight import check_config
+from lit_grpo.settings import ConfigError
+from lit_grpo.settings.preflight import check_config
 from annotated_types import Ge, Gt, Le, Lt
 
 from lit_grpo.settings import Finite, argument_types, problems, rule

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from lit_grpo.preflight import _check_rewards
+from lit_grpo.settings.preflight import _check_rewards
 from lit_grpo.rewards import RewardSpec, build_rewards, score_completions
 from lit_grpo.rewards.registry import REWARDS, reward_info, reward_options
 

@@ -106,11 +106,11 @@ class DatasetSpec(Checked):
         Raises:
             ValueError: no path, a ``generate`` block without ``path`` or of an unknown kind, an unknown reader.
             FileNotFoundError: a local ``path`` (see :func:`~lit_grpo.data.io.is_local`) that does not exist (from
-                another folder than the one it is in: where it looked, :func:`lit_grpo.paths.wrong_folder` in
-                ``roots``, default :func:`lit_grpo.paths.search_roots`); a hub id that is not in the local cache
+                another folder than the one it is in: where it looked, :func:`lit_grpo.settings.paths.wrong_folder` in
+                ``roots``, default :func:`lit_grpo.settings.paths.search_roots`); a hub id that is not in the local cache
                 offline, or that the hub does not have or cannot be asked about online (one request, no retries).
         """
-        from lit_grpo.paths import check_hub, search_roots, wrong_folder
+        from lit_grpo.settings.paths import check_hub, search_roots, wrong_folder
 
         if self.generate is not None:
             _check_generate(self.generate, f"{name}.generate")

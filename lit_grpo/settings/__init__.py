@@ -46,6 +46,10 @@ _CONSTRAINTS = {"greater_than_equal": ">= {ge}", "greater_than": "> {gt}", "less
 type is not at hand: a value inside a dict or list)."""
 
 
+class ConfigError(ValueError):
+    """A mistake in the configuration or the command line: shown as one ``error:`` line, exit status 2."""
+
+
 class SettingError(ValueError):
     """Settings refused by their declared types: ``problems`` are ``<key>: <what> (got <value>)`` lines, keys
     relative to the object checked; the message names its class (``GRPOConfig.beta: must be >= 0 (got -1.0)``)."""

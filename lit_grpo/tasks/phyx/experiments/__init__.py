@@ -23,7 +23,7 @@ def parse(args: list[str] | None = None) -> PhyxExperiment:
     set_parsing_settings(docstring_parse_attribute_docstrings=True)
     from jsonargparse import ArgumentError
 
-    from lit_grpo.cli_args import short_error
+    from lit_grpo.settings.args import short_error
 
     parser = ArgumentParser(prog="python -m lit_grpo.tasks.phyx.experiments", description="Run an experiment and write its table.",
                             exit_on_error=False)

@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from lit_grpo.cli_args import config_with_bases
+from lit_grpo.settings.args import config_with_bases
 from lit_grpo.tasks.phyx.experiments.sweep import Sweep, sweep_runs
 
 

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import yaml
 
-from lit_grpo.cli_args import config_with_bases
+from lit_grpo.settings.args import config_with_bases
 from lit_grpo.tasks.phyx.experiments.report import (Cell, cell, fmt_cell, fmt_change, fmt_with_seeds, paired_change,
                                                     pooled, seed_cell)
 

@@ -25,7 +25,7 @@ def help_args(args: list[str], model_class: Any) -> list[str]:
     """``args`` with the model's help flags in the form jsonargparse reads: ``--model.help`` without a class ->
     ``--model.help <the configured class>``; ``--model[.init_args].<key>.help`` -> ``--model.help <class>
     --model.<key>.help``."""
-    from lit_grpo.argv import iter_options
+    from lit_grpo.settings.argv import iter_options
 
     path = f"{model_class.__module__}.{model_class.__qualname__}"
     out, last, model_help = [], 0, False
@@ -63,7 +63,7 @@ def _option_group(model_class: Any, parts: list[str]) -> type | None:
     an optional group, a plain option: jsonargparse's own help flag, or its error, stands)."""
     import dataclasses
 
-    from lit_grpo.cli_args import options_of
+    from lit_grpo.settings.args import options_of
 
     tp: Any = model_class
     for i, part in enumerate(parts):

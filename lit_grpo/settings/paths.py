@@ -11,12 +11,18 @@ online :func:`check_hub` asks the hub once, without retries, whether it can be r
 :func:`refuse_before_imports` gives the wrong-folder errors from the command line and the config files alone, before
 ``python -m lit_grpo`` imports Lightning, torch and transformers (about 5 s on 2 cores): the commonest first mistake,
 README's command run from another folder, is one line in a fraction of a second.
+
+:func:`read_config` is the one reader of config files (and config text).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Iterable
+
+import yaml
+
+from lit_grpo.settings import ConfigError
 
 HUB_TIMEOUT_S = 10.0
 """Seconds the one request of :func:`check_hub` may take."""
@@ -31,7 +37,7 @@ def search_roots(config_files: Iterable[str] = ()) -> list[Path]:
     for f in reversed(list(config_files)):
         folder = Path(f).expanduser().resolve().parent
         roots += [folder, *folder.parents]
-    roots += [*Path.cwd().parents, Path(__file__).resolve().parents[1]]  # the folder holding lit_grpo/
+    roots += [*Path.cwd().parents, Path(__file__).resolve().parents[2]]  # the folder holding lit_grpo/
     here, seen, out = Path.cwd().resolve(), set(), []
     for root in roots:
         if root not in seen and root != here and root != Path(root.anchor):
@@ -59,6 +65,44 @@ def wrong_folder(name: str, path: str, roots: Iterable[Path]) -> str | None:
         return (f"{name} {path!r} does not exist: looked in {here} (where this command runs) and in {found}, "
                 f"which has {head}/; relative paths are read from the folder the command runs from")
     return None
+
+
+def read_config(path: str, text: bool = False) -> Any:
+    """What a config file (``~`` expanded) holds, or config text given inline as jsonargparse allows it
+    (``--config "{model: ...}"``; with ``text``, any value that names no file, as ``--trainer="a: 1"``), read as YAML:
+    the one reader of config files.
+
+    Raises:
+        ConfigError: the file is missing or not valid YAML (naming line and column), or not UTF-8 (naming the line).
+    """
+    file = Path(path).expanduser()
+    # text that starts with "{" and names no file is inline YAML, as jsonargparse accepts it
+    inline = not file.is_file() and (text or path.lstrip().startswith("{")) or "\n" in path
+    try:
+        return yaml.safe_load(path if inline else file.read_text(encoding="utf-8"))
+    except (FileNotFoundError, IsADirectoryError):
+        raise ConfigError(wrong_folder("config file", path, search_roots())
+                          or f"config file {path} does not exist") from None
+    except UnicodeDecodeError as exc:
+        # the line of the bad byte: counted from the raw bytes, the text never decoded
+        line = file.read_bytes()[:exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}, line {line}: byte {exc.object[exc.start:exc.start + 1]!r} is not UTF-8; "
+                          "save the config as UTF-8") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{path}{at}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {path}: {exc.strerror or exc}") from None
+
+
+def config_tree(path: str) -> dict:
+    """The mapping :func:`read_config` finds; ``{}`` when there is none (:func:`lit_grpo.settings.args.check_config_file` says why)."""
+    try:
+        tree = read_config(path, text=True)
+    except ConfigError:
+        return {}
+    return tree if isinstance(tree, dict) else {}
 
 
 def check_hub(repo_id: str, repo_type: str, name: str, here: Path | None = None) -> None:
@@ -100,7 +144,7 @@ SPECIAL_CKPT = ("last", "best", "hpc", "registry")
 def refuse_before_imports(args: list[str]) -> str | None:
     """The one-line error for a ``--config`` file, model folder, checkpoint or data file given by a relative path
     from another folder than the one it is in (:func:`wrong_folder`), read from ``args`` (``python -m lit_grpo``'s
-    arguments) and the config files alone: the message the full check (:mod:`lit_grpo.preflight`) gives later,
+    arguments) and the config files alone: the message the full check (:mod:`lit_grpo.settings.preflight`) gives later,
     found before the imports it needs.
 
     None (the full check decides) when there is no such path; when the arguments set a checked key in a form
@@ -109,9 +153,7 @@ def refuse_before_imports(args: list[str]) -> str | None:
     and not in :func:`search_roots` either (it may be a hub id). Several such paths: the first, and how many more
     (as the full check counts them, when nothing else is wrong).
     """
-    import yaml
-
-    from lit_grpo.argv import iter_options
+    from lit_grpo.settings.argv import iter_options
 
     if not args or args[0] not in SPLITS:
         return None
@@ -125,8 +167,8 @@ def refuse_before_imports(args: list[str]) -> str | None:
             if not Path(value).expanduser().is_file():
                 return wrong_folder("config file", value, search_roots())
             try:
-                loaded = yaml.safe_load(Path(value).expanduser().read_text(encoding="utf-8")) or {}
-            except (OSError, UnicodeDecodeError, yaml.YAMLError):
+                loaded = read_config(value) or {}
+            except ConfigError:  # the full check names the problem
                 return None
             if not isinstance(loaded, dict):
                 return None

@@ -37,14 +37,11 @@ from typing import Any, Union
 import pydantic
 import yaml
 
-from lit_grpo.argv import iter_options
+from lit_grpo.settings.argv import iter_options
 from lit_grpo.compat import jsonargparse_import_path, jsonargparse_refusal
 from lit_grpo.registry import did_you_mean
-from lit_grpo.settings import describe, type_name
-
-
-class ConfigError(ValueError):
-    """A mistake in the configuration or the command line: shown as one ``error:`` line, exit status 2."""
+from lit_grpo.settings import ConfigError, describe, type_name
+from lit_grpo.settings.paths import config_tree, read_config
 
 
 BASE_KEY = "_base_"
@@ -212,7 +209,7 @@ def _check_group_file(key: str, value: str) -> None:
     if value.startswith("~"):
         raise ConfigError(f"--{key}: config file {value!r} not found ({path})")
     if path.suffix or "/" in value:
-        from lit_grpo.paths import search_roots, wrong_folder
+        from lit_grpo.settings.paths import search_roots, wrong_folder
 
         raise ConfigError(f"--{key}: " + (wrong_folder("config file", value, search_roots()) or f"config file "
                                           f"{value!r} not found (relative paths are read from {os.getcwd()})"))
@@ -230,36 +227,19 @@ def _mapping(value: str | None) -> dict | None:
 
 
 def check_config_file(path: str, model_class: Any) -> Any:
-    """Parse ``path`` (a YAML file, or YAML text given inline as jsonargparse allows: ``--config "{model: ...}"``)
-    and check every key in it; returns the model class it sets (or ``model_class``).
+    """Check every key of the config file or text ``path`` (:func:`read_config`); returns the model class it sets
+    (or ``model_class``).
 
     Raises:
-        ConfigError: the file is missing or not valid YAML (naming line and column), or holds an unknown key.
+        ConfigError: see :func:`read_config`; a config that is not a mapping, or holds an unknown key.
     """
-    # text that starts with "{" and names no file is inline YAML, as jsonargparse accepts it
-    inline = not Path(path).is_file() and path.lstrip().startswith("{") or "\n" in path
-    try:
-        tree = yaml.safe_load(path if inline else Path(path).read_text(encoding="utf-8"))
-    except (FileNotFoundError, IsADirectoryError):
-        from lit_grpo.paths import search_roots, wrong_folder
-
-        raise ConfigError(wrong_folder("config file", path, search_roots())
-                          or f"config file {path} does not exist") from None
-    except UnicodeDecodeError as exc:
-        # the line of the bad byte: counted from the raw bytes, the text never decoded
-        line = Path(path).read_bytes()[:exc.start].count(b"\n") + 1
-        raise ConfigError(f"{path}, line {line}: byte {exc.object[exc.start:exc.start + 1]!r} is not UTF-8; "
-                          "save the config as UTF-8") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"{path}{at}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+    tree = read_config(path)
     if tree is None:
         return model_class
     if not isinstance(tree, dict):
         raise ConfigError(f"{path}: a config is a mapping of {', '.join(ROOT_KEYS)}")
     # inline text has no folder for its bases' relative paths to start from
-    if BASE_KEY in tree and inline:
+    if BASE_KEY in tree and not Path(path).expanduser().is_file():
         raise ConfigError(f"{BASE_KEY} needs a config file (its paths are relative to the file's folder), "
                           "not config text")
     tree = {k: v for k, v in tree.items() if k != BASE_KEY}  # the bases: expand_bases
@@ -321,12 +301,7 @@ def config_with_bases(path: str, _seen: tuple[str, ...] = ()) -> list[str]:
     # a file already on the path from the first config: its bases would loop forever
     if path in _seen:
         raise ConfigError(f"{path}: {BASE_KEY} makes a cycle: {' -> '.join([*_seen, path])}")
-    try:
-        tree = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError, UnicodeDecodeError):
-        # an unreadable file is returned alone: check_config_file names the problem with its line and column
-        return [path]
-    bases = tree.get(BASE_KEY) if isinstance(tree, dict) else None
+    bases = config_tree(path).get(BASE_KEY)  # an unreadable file is returned alone: check_config_file says why
     if bases is None:
         return [path]
     bases = [bases] if isinstance(bases, str) else bases
@@ -370,12 +345,7 @@ def model_class_of(args: list[str]) -> Any:
     cls: Any = GRPOModule
     for key, value, _ in iter_options(args):
         if key in ("config", "c") and value:
-            try:
-                tree = yaml.safe_load(Path(value).read_text(encoding="utf-8")) or {}
-            except (OSError, yaml.YAMLError, UnicodeDecodeError):  # reported by check_config_file
-                continue
-            if not isinstance(tree, dict):  # a list or a scalar: check_config_file says a config is a mapping
-                continue
+            tree = config_tree(value)  # a file that cannot be read, or no mapping: check_config_file says why
             trees = [tree.get(s) or {} for s in SUBCOMMANDS if isinstance(tree.get(s), dict)] or [tree]
             for t in trees:
                 model = t.get("model") if isinstance(t, dict) else None
@@ -405,23 +375,12 @@ def prepare_args(args: list[str]) -> list[str]:
             current = check_config_file(value, current)
         elif key in ("model", "model.class_path") and value and _import(value) is not None:
             current = _import(value)  # a class given after the configs: its options are checked from here on
-        elif key not in ("print_config", "help", "h") and not key.endswith(".help"):  # help: lit_grpo.cli_help
+        elif key not in ("print_config", "help", "h") and not key.endswith(".help"):  # help: lit_grpo.settings.help
             check_override(key, current, value)
         joined = [f"--{key}={value}"] if value and value.startswith("-") and end - start == 2 else None
         out += _as_nested(key, value) or joined or args[start:end]  # "--k -1e-5": a negative number, not a flag
     check_class_order(args)
     return out + args[last:]
-
-
-def _config_tree(value: str) -> dict:
-    """The mapping a config file (``~`` expanded) or config text holds; ``{}`` when it holds none or cannot be read
-    (reported elsewhere)."""
-    path = Path(value).expanduser()
-    try:
-        tree = yaml.safe_load(path.read_text(encoding="utf-8") if path.is_file() else value)
-    except (OSError, yaml.YAMLError, UnicodeDecodeError):
-        return {}
-    return tree if isinstance(tree, dict) else {}
 
 
 CLASS_OPTIONS = ("model", "trainer.logger")
@@ -450,9 +409,9 @@ def check_class_order(args: list[str]) -> None:
     for key, value, _ in iter_options(args):
         if key in ("config", "c") and value:
             configs.append(value)
-            _class_order(_config_tree(value), state, value, None)
+            _class_order(config_tree(value), state, value, None)
         elif key not in ("print_config",) and value is not None:
-            tree: Any = _config_tree(value) if key in ("model", "trainer", "data") else None
+            tree: Any = config_tree(value) if key in ("model", "trainer", "data") else None
             tree = tree or (_mapping(value) if _mapping(value) is not None else value)
             for part in reversed(key.rstrip("+").split(".")):
                 tree = {part: tree}
@@ -487,7 +446,7 @@ def check_overlay_order(configs: list[str]) -> None:
     Raises:
         ConfigError: naming both configs, both classes and the order that works (the overlay last).
     """
-    trees = [_config_tree(c) for c in configs]
+    trees = [config_tree(c) for c in configs]
     for i, (early, tree) in enumerate(zip(configs, trees)):
         if _class_of(tree, "model") is not _ABSENT:
             continue

@@ -19,18 +19,18 @@ import re
 from typing import Any
 
 from lit_grpo.errors import InputError, first_and_more
-from lit_grpo.cli_args import ConfigError
-from lit_grpo.paths import SPECIAL_CKPT, SPLITS
+from lit_grpo.settings import ConfigError
+from lit_grpo.settings.paths import SPECIAL_CKPT, SPLITS
 from lit_grpo.settings import SettingError, check_arguments
 from lit_grpo.api_keys import find_credentials
 
 
 
 def check_config(config: dict[str, Any], subcommand: str | None, config_files: list[str] = ()) -> None:
-    """Raise :class:`~lit_grpo.cli_args.ConfigError` for the first problems found (see the module docstring).
+    """Raise :class:`~lit_grpo.settings.args.ConfigError` for the first problems found (see the module docstring).
     ``config_files``: the ``--config`` files given, next to which a relative path from the wrong folder is looked
-    for (:func:`lit_grpo.paths.search_roots`)."""
-    from lit_grpo.paths import search_roots, wrong_folder
+    for (:func:`lit_grpo.settings.paths.search_roots`)."""
+    from lit_grpo.settings.paths import search_roots, wrong_folder
 
     # credentials first: a later refusal may quote the config, and must never print a key
     held = find_credentials(config)
@@ -79,7 +79,7 @@ def check_ranges(config: dict[str, Any]) -> list[str]:
 def _optimizer_problems(init: dict[str, Any]) -> list[str]:
     import torch
 
-    from lit_grpo.cli_args import _import
+    from lit_grpo.settings.args import _import
 
     built = None
     for key in ("optimizer", "lr_scheduler"):
@@ -223,7 +223,7 @@ LOGGER_PACKAGES = {"WandbLogger": ("wandb", "pip install -e '.[wandb]'"),
 
 def logger_classes(trainer: dict[str, Any]) -> list[tuple[str, type]]:
     """``(class path, class)`` of each logger ``trainer.logger`` configures (one, or a list)."""
-    from lit_grpo.cli_args import _import
+    from lit_grpo.settings.args import _import
 
     specs = trainer.get("logger")
     found = []
