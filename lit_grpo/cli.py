@@ -51,16 +51,17 @@ PROG = "python -m lit_grpo"
 
 
 class GRPOArgumentParser(LightningArgumentParser):
-    """jsonargparse's parser, with errors as one line (no usage screen, no dump of the parsed config; a ``sampling``
-    option the loss cannot model is refused by name with the reason before parsing, :mod:`lit_grpo.settings.args`), and a
-    config that holds an API key refused before it is printed (``--print_config``) or saved.
+    """jsonargparse's parser, with errors as one line (no usage screen, no dump of the parsed config; an unknown key
+    named with its group's options and the config file that set it, :mod:`lit_grpo.settings.args`), and a config
+    that holds an API key refused before it is printed (``--print_config``) or saved.
     A subcommand's ``--help`` ends with the options of ``model_class`` (the configured model), of a dataset and
     of every registered reward (:func:`lit_grpo.settings.help.extra_help`)."""
 
-    def __init__(self, *args, model_class: type | None = None, **kwargs):
+    def __init__(self, *args, model_class: type | None = None, configs: list[str] = (), **kwargs):
         kwargs.setdefault("formatter_class", HelpFormatter)  # a caller's own formatter wins
+        kwargs["allow_abbrev"] = False  # --grpo.loss_typ is refused, as in a config file, not read as loss_type
         super().__init__(*args, **kwargs)
-        self.model_class = model_class
+        self.model_class, self.configs = model_class, list(configs)  # configs: to name the one holding a bad key
 
     def format_help(self) -> str:
         text = super().format_help()
@@ -73,7 +74,7 @@ class GRPOArgumentParser(LightningArgumentParser):
         # JSONARGPARSE_DEBUG keeps jsonargparse's whole report, for debugging the parser itself
         if not self.exit_on_error or os.environ.get("JSONARGPARSE_DEBUG"):
             return super().error(message, ex)
-        fail(short_error(message, ex, self.model_class))
+        fail(short_error(message, ex, self.model_class, self.configs))
 
     def dump(self, cfg, *args, **kwargs) -> str:
         text = super().dump(cfg, *args, **kwargs)
@@ -364,6 +365,7 @@ def _main(args: list[str] | None) -> GRPOCLI:
     given = expand_bases(sys.argv[1:] if args is None else list(args))
     model_class = model_class_of(given)
     given = help_args(prepare_args(_comment_print_config(given)), model_class)
+    configs = [value for key, value, _ in iter_options(given) if key in ("config", "c") and value]
     if args is None:
         sys.argv[1:] = given
     else:
@@ -397,8 +399,8 @@ def _main(args: list[str] | None) -> GRPOCLI:
             datamodule_class=VLMDataModule,
             subclass_mode_model=True,
             parser_class=GRPOArgumentParser,
-            parser_kwargs={"parser_mode": "omegaconf+", "prog": PROG,
-                           **{sub: {"model_class": model_class} for sub in SUBCOMMANDS}},
+            parser_kwargs={"parser_mode": "omegaconf+", "prog": PROG, "configs": configs,
+                           **{sub: {"model_class": model_class, "configs": configs} for sub in SUBCOMMANDS}},
             save_config_callback=RunConfig,
             save_config_kwargs={"overwrite": True},
             auto_configure_optimizers=False,  # one optimizer setting: model.init_args.optimizer

@@ -208,6 +208,33 @@ def jsonargparse_refusal(chain: list[BaseException]) -> tuple[list[str], list[An
     return keys, values
 
 
+def jsonargparse_unknown_key(chain: list[BaseException]) -> str | None:
+    """The key jsonargparse found no option for, relative to the parser that refused it (``grpo.betta`` of the
+    model's parser, ``data.batch_sise`` of the root's), or None: the ``key`` of the ``check_values`` that raised one
+    of ``chain`` (a config's key), else the first unrecognised argument of a ``parse_args`` in the chain or on the
+    stack (a flag's: the root parser calls its ``error`` from there, with no error to chain)."""
+    import inspect
+
+    def unrecognised(frame: Any) -> str | None:
+        unk = frame.f_locals.get("unk") if frame.f_code.co_name == "parse_args" and _in_jsonargparse(frame) else None
+        return str(unk[0]).lstrip("-").split("=")[0].rstrip("+") if isinstance(unk, list) and unk else None
+
+    for exc in reversed(chain):  # innermost first
+        tb = exc.__traceback__
+        while tb is not None:
+            frame, local = tb.tb_frame, tb.tb_frame.f_locals
+            if frame.f_code.co_name == "check_values" and _in_jsonargparse(frame) and tb.tb_next is None \
+                    and isinstance(local.get("key"), str):
+                return local["key"]
+            if unrecognised(frame):
+                return unrecognised(frame)
+            tb = tb.tb_next
+    frame = inspect.currentframe()
+    while frame is not None and not unrecognised(frame):
+        frame = frame.f_back
+    return unrecognised(frame) if frame is not None else None
+
+
 def jsonargparse_import_path(exc: BaseException) -> str | None:
     """The class path jsonargparse failed to import when it raised ``exc`` (an ``ImportError`` or
     ``AttributeError``), or None: its importer's ``name`` argument, which its error holds only in words."""

@@ -1,6 +1,6 @@
 """Config mistakes that reach jsonargparse, or that are caught before it, as one line built from structure: the key
-from the chain of errors jsonargparse raised, the expected type from the option's declaration, and a mapping given
-whole on the command line checked key by key like a config file."""
+from the chain of errors jsonargparse raised, the expected type from the option's declaration, and an unknown key
+(in a flag, a mapping given whole or a config file) named with its group's options and the file that set it."""
 
 from pathlib import Path
 from typing import Optional
@@ -46,9 +46,9 @@ def test_a_wrong_value_is_named_by_its_full_key_and_declared_type(capsys, arg, l
      "error: sampling.temprature is not an option; sampling options: num_generations, temperature, top_p, top_k, "
      "max_completion_length"),
     ("--model.init_args={grpo: {betta: 0.1}}",
-     "error: --model.init_args.grpo: unknown option 'betta' (did you mean beta?)"),
+     "error: model.init_args.grpo: unknown option 'betta' (did you mean beta?)"),
     ("--data.train={pth: x.parquet}",
-     "error: --data.train: unknown option 'pth' (did you mean path?); valid: generate, path, reader, reader_args, "
+     "error: data.train: unknown option 'pth' (did you mean path?); valid: generate, path, reader, reader_args, "
      "rows, split"),
 ])
 def test_a_mapping_given_whole_is_checked_key_by_key(capsys, arg, line):
@@ -269,9 +269,9 @@ def test_a_group_config_file_from_another_folder_says_where_it_is(capsys, tmp_pa
 
 
 @pytest.mark.parametrize("text, line", [
-    # a class's options given whole: the key names it, the mapping is not echoed back
+    # an unknown option of a class given whole: the file, the key and the option, the mapping not echoed back
     ("trainer: {logger: {class_path: lit_grpo.loggers.TensorBoardLogger, init_args: {save_dir: logs, bogus_key: 1}}}",
-     "error: trainer.logger: expected one of Logger, "),
+     "error: {path}: trainer.logger.init_args: unknown option 'bogus_key'"),
     # a config that is no mapping: said as such, no traceback
     ("- a\n- b\n", "error: {path}: a config is a mapping of seed_everything, trainer, model, data"),
     ("5\n", "error: {path}: a config is a mapping of seed_everything, trainer, model, data"),
@@ -297,3 +297,44 @@ def test_a_config_given_whole_or_not_a_mapping_is_one_line(capsys, tmp_path, tex
 ])
 def test_the_key_of_a_class_option_includes_its_init_args(capsys, arg, key):
     assert _error(capsys, arg).startswith(f"error: {key}: ")
+
+
+@pytest.mark.parametrize("given, line", [
+    # a flag: refused by jsonargparse, worded from the declared options of the group the first unknown part is in
+    ("--data.batch_sise=3", "data: unknown option 'batch_sise' (did you mean batch_size?); valid: batch_size, "
+                            "eval_batch_size, max_prompt_length, num_workers, on_bad_row, on_overlap, predict, "
+                            "system_prompt, template, test, train, val"),
+    ("--model.init_args.polcy.dtype=float32", "model.init_args: unknown option 'polcy' (did you mean policy?); "
+                                              "valid: attention, evaluation, grpo, lr_scheduler, optimizer, perf, "
+                                              "policy, rewards, sampling"),
+    # a start of an option's name is not read as the option (argparse's abbreviations are off, as in a config)
+    ("--model.init_args.grpo.loss_typ=dapo", "model.init_args.grpo: unknown option 'loss_typ' (did you mean "
+                                             "loss_type?); valid: see --help"),
+    ("--model.init_args.policy.lora.rank=4", "model.init_args.policy.lora: unknown option 'rank'; valid: "
+                                             "adapter_path, alpha, dropout, r, target_modules"),
+    # an option of a class given by class_path: its options are the class's, not listed here
+    ("--trainer.logger.init_args.bogus=1", "trainer.logger.init_args: unknown option 'bogus'"),
+    # a config file: named with the key; a list's item, the model's short form and a subcommand block too
+    ("trainr: {max_steps: 3}", "{path}: unknown option 'trainr' (did you mean trainer?); valid: ckpt_path, data, "
+                               "model, return_predictions, seed_everything, trainer, verbose, weights_only"),
+    ("model: {init_args: {rewards: [{name: binary, wieght: 1}]}}",
+     "{path}: model.init_args.rewards: unknown option 'wieght' (did you mean weight?); valid: alias, kwargs, name, "
+     "weight"),
+    ("model: {grpo: {betta: 1}}", "{path}: model.init_args.grpo: unknown option 'betta' (did you mean beta?)"),
+    ("fit: {data: {batch_sise: 2}}", "{path}: data: unknown option 'batch_sise' (did you mean batch_size?)"),
+    ("trainer: {callbacks: [{class_path: lightning.pytorch.callbacks.ModelCheckpoint, init_args: {bogus: 1}}]}",
+     "{path}: trainer.callbacks.init_args: unknown option 'bogus'"),
+    # the rules an unknown key of a group carries: a renamed option, a sampling option the loss cannot model
+    ("model: {init_args: {perf: {share_prefix: true}}}",
+     "{path}: model.init_args.perf: share_prefix is now engine: shared"),
+    ("optimizer: {lr: 1}", "{path}: optimizer: the optimizer and its scheduler are part of the model"),
+    # below a dict option, one key: a second is refused before jsonargparse would store "a.b" as one key
+    ("--data.train.reader_args.a.b=1", "--data.train.reader_args.a.b: data.train.reader_args is a dict: set one of "
+                                       "its keys (--data.train.reader_args.a=...) or give it whole"),
+])
+def test_an_unknown_key_is_refused_by_the_parser_and_named_with_its_group_and_file(capsys, tmp_path, given, line):
+    path = tmp_path / "over.yaml"
+    if not given.startswith("--"):
+        path.write_text(given + "\n")
+        given = f"--config={path}"
+    assert _error(capsys, given).startswith("error: " + line.format(path=path))

@@ -230,6 +230,34 @@ def test_jsonargparse_refusal_reads_keys_and_values_where_they_were_raised():
     assert keys[0] == "inner" and keys[-1] == "r" and values[-1] == "many"
 
     chain = _refused(parser, [f"--inner={__name__}._Nowhere"])
+    assert compat.jsonargparse_unknown_key(chain) is None  # a failed import names no unknown key
     assert isinstance(chain[-1], (ImportError, AttributeError))
     assert compat.jsonargparse_import_path(chain[-1]) == f"{__name__}._Nowhere"
     assert compat.jsonargparse_import_path(ValueError("x")) is None
+
+
+def test_jsonargparse_unknown_key_reads_the_key_it_found_no_option_for():
+    """A key of a config (raised by its ``check_values``), a flag of a class's own parser (its ``parse_args``'s
+    unrecognised arguments) and a flag of the parser itself (no error to chain: read from the stack while its
+    ``error`` runs): each the key this test gave, relative to the parser that refused it."""
+    checked("jsonargparse")
+    from jsonargparse import ArgumentParser
+
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_argument("--n", type=int)
+    parser.add_argument("--inner", type=_Inner)
+    assert compat.jsonargparse_unknown_key(_refused(parser, [f"--inner={{class_path: {__name__}._Inner, init_args: {{r: 2, rr: 3}}}}"])) == "rr"
+    assert compat.jsonargparse_unknown_key(_refused(parser, [f"--inner={__name__}._Inner", "--inner.q=3"])) == "q"
+
+    seen = []
+
+    class Recording(ArgumentParser):
+        def error(self, message, ex=None):
+            seen.append(compat.jsonargparse_unknown_key([]))
+            raise SystemExit(2)
+
+    root = Recording()
+    root.add_argument("--n", type=int)
+    with pytest.raises(SystemExit):
+        root.parse_args(["--n=1", "--nn=2"])
+    assert seen == ["nn"]

@@ -288,10 +288,12 @@ def test_seeds_section_ranks_per_seed_and_pools_over_seeds():
      "error: phyx: sweep asm: the reference must be another condition than the one swept (e.g. reference: fmt_acc), "
      "got 'asm'"),
     # a key typo or a wrong type is one line naming the key, not the usage block
-    (["--sweeps", "[{condition: asm, setings: []}]"], "error: phyx: sweeps: option 'setings' is not accepted"),
+    (["--sweeps", "[{condition: asm, setings: []}]"],
+     "error: phyx: sweeps: unknown option 'setings' (did you mean settings?); valid: condition, reference, reward, "
+     "settings, title"),
     (["--sweeps", '[{condition: asm, settings: [{weight: "one"}]}]'],
      "error: phyx: sweeps.settings.weight: expected a float. Got value: one"),
-    (["--jobz", "3"], "error: phyx: unrecognized arguments: --jobz 3"),
+    (["--jobz", "3"], "error: phyx: unknown option 'jobz' (did you mean jobs?); valid: see --help"),
     (["--sweeps", "[{condition: bogus, settings: [{weight: 1.0}]}]"],
      "error: phyx: sweep: unknown condition 'bogus' (conditions ['asm', 'fmt_acc', 'rubric'])"),
     (["--sweeps", "[{condition: fmt_acc, reference: asm, settings: [{weight: 1.0}]}]"],

@@ -135,12 +135,12 @@ def test_an_override_reaches_the_judge_a_later_overlay_interpolates(capsys):
 
 # ----------------------------------------------------------------- one-line errors naming the key and the choices
 @pytest.mark.parametrize("args, must", [
-    (["--model.init_args.grpo.loss_typ=dapo"], ["--model.init_args.grpo.loss_typ", "did you mean loss_type",
+    (["--model.init_args.grpo.loss_typ=dapo"], ["model.init_args.grpo: unknown option 'loss_typ'", "did you mean loss_type",
                                                 "valid: see --help"]),  # grpo has more than 16 options
     (["--model.init_args.polcy.dtype=float32"], ["'polcy'", "did you mean policy"]),
     (["--model.init_args.policy.lora.rank=4"], ["'rank'", "alpha"]),
-    (["--data.train.pth=x.parquet"], ["--data.train.pth", "did you mean path"]),
-    (["--trainer.max_stepz=3"], ["--trainer.max_stepz", "did you mean max_steps"]),
+    (["--data.train.pth=x.parquet"], ["data.train: unknown option 'pth'", "did you mean path"]),
+    (["--trainer.max_stepz=3"], ["trainer: unknown option 'max_stepz'", "did you mean max_steps"]),
     (["--model.init_args.evaluation.scorer_kwargs.judge.num_judges=5"],
      ["--model.init_args.evaluation.judge.num_judges"]),
     (["--model.init_args.evaluation.judge.num_judgez=5"], ["'num_judgez'", "did you mean num_judges"]),
@@ -198,14 +198,21 @@ def test_a_mistake_is_one_line_naming_the_key(capsys, tmp_path, args, must):
     ("model:\n  init_args:\n    grpo:\n      loss_typ: dapo\n", ["model.init_args.grpo", "'loss_typ'", "loss_type"]),
     ("optimizer:\n  class_path: torch.optim.SGD\n", ["optimizer", "--model.init_args.optimizer"]),
     ("trainr:\n  max_steps: 3\n", ["'trainr'", "did you mean trainer"]),
-    ("model:\n  init_args:\n    evaluation:\n      scorer_kwargs: {judge: {num_judges: 5}}\n",
-     ["scorer_kwargs.judge", "evaluation.judge"]),
 ])
 def test_a_config_file_mistake_is_one_line_naming_the_file(capsys, tmp_path, text, must):
     bad = tmp_path / "bad.yaml"
     bad.write_text(text)
     code, _, err = run(capsys, "fit", "--config", "configs/demo.yaml", "--config", str(bad))
     one_line_error(code, err, str(bad), *must)
+
+
+def test_the_scorers_judge_in_its_kwargs_is_named_with_its_one_place(capsys, tmp_path):
+    """A rule across two options (the startup check's, after parsing): the line names both keys, not the file."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model:\n  init_args:\n    evaluation:\n      scorer_kwargs: {judge: {num_judges: 5}}\n")
+    code, _, err = run(capsys, "fit", "--config", "configs/demo.yaml", "--config", str(bad))
+    assert code == 2 and err == ("error: model.init_args.evaluation.scorer_kwargs.judge: the scorer's judge is set "
+                                 "with model.init_args.evaluation.judge\n")
 
 
 def test_a_config_file_that_is_not_utf8_is_one_line_naming_file_and_line(capsys, tmp_path):

@@ -1,22 +1,24 @@
-"""Command-line and config-file keys checked against the option types before jsonargparse sees them, and its
-errors made one line.
+"""The command line and config files before jsonargparse reads them, and its errors made one line.
 
-Every key of a ``--config`` file and every ``--a.b.c`` override is resolved against the types it configures
-(the model class's ``__init__``, its dataclass option groups, ``VLMDataModule``, ``Trainer``): a key that
-does not exist is refused naming it, the closest valid key and the valid choices (jsonargparse would
-silently drop some of them under a ``class_path`` model). Below a ``dict`` option (``kwargs``,
-``extra_body``, ``generate``, ``reader_args``) one more key may be set, which updates that key of the dict.
-A model override whose value is ``null`` (or holds one) is passed as a nested dict, which jsonargparse
-parses without the string round trip that turns ``null`` into ``"None"``.
+jsonargparse refuses a key that names no option (argparse's abbreviations off: ``--grpo.loss_typ`` is not read
+as ``loss_type``); :func:`short_error` words its refusal from the declared options of the group the first unknown
+part is in (:func:`unknown_key`: the closest option, a renamed option's new name, why a sampling option is refused)
+and names the config file that set it (:func:`config_holding`). What no parser can say is checked here first:
+where a config file is not valid YAML, a key more than one level below a dict option (which jsonargparse would store
+as one key ``a.b``), ``--data`` / ``--trainer`` given a class path or a missing file, options of a class given
+before its ``class_path`` (:func:`check_class_order`). A model override whose value is ``null`` (or holds one) is
+passed as a nested dict, which jsonargparse parses without the string round trip that turns ``null`` into
+``"None"``.
 
 A config file may extend others: its top-level ``_base_`` key (a path, or a list of paths, relative to the file's
 own folder, as in mmengine's configs) names them, and ``--config F`` reads as ``--config <F's bases> --config F``
 (:func:`expand_bases`), so a base and its overlay compose exactly as files given one after the other do.
 
-:func:`short_error` turns a jsonargparse error (a union of attempts, the parsed namespace) into one line naming the
-key and the refused value, read from the frames that raised its chain of errors (:mod:`lit_grpo.compat`), and the
-rule from the option's declared type: jsonargparse's words are passed on where nothing declared says more, never
-parsed (``tests/test_structure.py`` refuses a core module that matches a library's message text).
+:func:`short_error` turns any other jsonargparse error (a union of attempts, the parsed namespace) into one line
+naming the key and the refused value, read from the frames that raised its chain of errors
+(:mod:`lit_grpo.compat`), and the rule from the option's declared type: jsonargparse's words are passed on where
+nothing declared says more, never parsed (``tests/test_structure.py`` refuses a core module that matches a
+library's message text).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ import pydantic
 import yaml
 
 from lit_grpo.settings.argv import iter_options
-from lit_grpo.compat import jsonargparse_import_path, jsonargparse_refusal
+from lit_grpo.compat import jsonargparse_import_path, jsonargparse_refusal, jsonargparse_unknown_key
 from lit_grpo.registry import did_you_mean
 from lit_grpo.settings import ConfigError, describe, type_name
 from lit_grpo.settings.paths import config_tree, read_config
@@ -90,49 +92,71 @@ def options_of(tp: Any, root: bool = False) -> dict[str, Any] | None:
     return None
 
 
-def _is_dict(tp: Any) -> bool:
-    tp = _without_none(tp)
-    return tp is dict or typing.get_origin(tp) is dict
+def walk(key: str, model_class: Any, root: Any = None) -> tuple[list[str], Any, dict[str, Any] | None]:
+    """The longest start of the dotted ``key`` whose parts name options (``model.init_args`` is the model's own
+    options), the type it ends at and that type's options (a list's: its items'); None where they cannot be
+    listed (a class given by ``class_path``, a dict, a union). The top level is the training command's
+    (:data:`ROOT_KEYS`), or the ``__init__`` parameters of ``root``, a class whose parser this is."""
+    done: list[str] = []
+    options = options_of(root, root=True) if root is not None else \
+        {**dict.fromkeys(ROOT_KEYS, _OPAQUE), **_roots(model_class)}
+    tp = None
+    for part in key.split("."):
+        if done == ["model"] and part == "init_args":
+            done.append(part)
+            continue
+        if options is None or part not in options:
+            break
+        done.append(part)
+        tp = options[part]
+        item = _without_none(tp)
+        item = typing.get_args(item)[0] if typing.get_origin(item) is list else item
+        # the model, data and trainer are classes: their options are their __init__'s parameters
+        options = options_of(item, root=len(done) == 1 and root is None) if tp is not _OPAQUE else None
+    return done, tp, options
 
 
-def _unknown(where: str, key: str, valid: list[str], tp: Any = None) -> ConfigError:
+def unknown_key(key: str, model_class: Any, root: Any = None) -> str:
+    """The line for the dotted ``key`` that names no option (jsonargparse refused it): the options of the group its
+    first unknown part is in, with the closest one; a renamed option's new name; why a sampling option is refused;
+    where the optimizer is set."""
     from lit_grpo.rollout import SamplingConfig, refuse_sampling_option
 
-    if _without_none(tp) is SamplingConfig:  # a generation option the loss cannot model: refused with the reason
-        return ConfigError(refuse_sampling_option(key))
-    if key in getattr(_without_none(tp), "renamed", {}):  # an option that was renamed: the error names the new one
-        return ConfigError(f"{where}: {key} is now {_without_none(tp).renamed[key]}")
-    hint = did_you_mean(key, valid)
+    parts = key.split(".")
+    if parts[0] in ("optimizer", "lr_scheduler"):  # a top-level key, as Lightning's own CLI has them
+        return f"{parts[0]}: {OPTIMIZER_HINT}"
+    done, tp, options = walk(key, model_class, root)
+    if options is None or len(done) == len(parts):  # below what can be listed: the last part is the unknown one
+        done, tp, options = parts[:-1], None, {}
+    parent, name, group = ".".join(done), parts[len(done)], _without_none(tp)
+    group = typing.get_args(group)[0] if typing.get_origin(group) is list else group
+    if group is SamplingConfig:  # a generation option the loss cannot model: refused with the reason
+        return refuse_sampling_option(name)
+    where = f"{parent}: " if parent else ""
+    if name in getattr(group, "renamed", {}):  # an option that was renamed: the error names the new one
+        return f"{where}{name} is now {group.renamed[name]}"
     # a long list is noise on one error line; --help shows it
-    listed = ", ".join(sorted(valid)) if len(valid) <= 16 else "see --help"
-    return ConfigError(f"{where}: unknown option {key!r}{hint}; valid: {listed}")
+    listed = "" if not options else "; valid: " + (", ".join(sorted(options)) if len(options) <= 16 else "see --help")
+    return f"{where}unknown option {name!r}{did_you_mean(name, list(options))}{listed}"
 
 
-def check_key(root_type: Any, parts: list[str], where: str) -> None:
-    """Resolve the dotted key ``parts`` below ``root_type`` (a class: its ``__init__`` parameters).
-
-    Raises:
-        ConfigError: a part that is no option there (naming the valid ones), or more than one key below a
-            ``dict`` option.
-    """
-    tp, root, done = root_type, True, []
-    for i, part in enumerate(parts):
-        options = options_of(tp, root=root)
-        if options is None:
-            if _is_dict(tp) and len(parts) - i > 1:
-                dict_key = ".".join(done)
-                # the scorer's judge has one place, evaluation.judge: named here before the dict check's generic wording
-                if parts[i] == "judge" and dict_key.endswith("scorer_kwargs"):
-                    raise ConfigError(f"{where}: the scorer's judge is set with "
-                                      f"{where.replace('scorer_kwargs.judge', 'judge')}")
-                raise ConfigError(f"{where}: {dict_key} is a dict: set one of its keys (--{dict_key}.{parts[i]}=...) "
-                                  f"or give it whole (--{dict_key}='{{...}}')")
-            # below a class_path value, a union or a list nothing can be checked here; jsonargparse checks it
-            return
-        if part not in options:
-            raise _unknown(where, part, list(options), tp)
-        tp, root = options[part], False
-        done.append(part)
+def config_holding(key: str, configs: list[str]) -> str | None:
+    """The last of the config files ``configs`` that sets the dotted ``key`` (``model.init_args.x`` may be written
+    ``model.x``; a config may nest its keys under a subcommand), or None."""
+    parts = key.split(".")
+    forms = [parts, parts[:1] + parts[2:]] if parts[:2] == ["model", "init_args"] else [parts]
+    for config in reversed(configs):
+        tree = config_tree(config)
+        for sub in [tree[s] for s in SUBCOMMANDS if isinstance(tree.get(s), dict)] or [tree]:
+            for form in forms:
+                node: Any = sub
+                for part in form:
+                    if isinstance(node, list):  # a list's items: the first that has the part
+                        node = next((n for n in node if isinstance(n, dict) and part in n), {})
+                    node = node.get(part, _ABSENT) if isinstance(node, dict) else _ABSENT
+                if node is not _ABSENT:
+                    return config
+    return None
 
 
 def _import(class_path: str) -> Any:
@@ -153,35 +177,28 @@ def _roots(model_class: Any) -> dict[str, Any]:
 
 
 def check_override(key: str, model_class: Any, value: str | None = None) -> None:
-    """Check one ``--key`` of the command line (without the dashes), and the keys of its ``value`` when that is a
-    mapping given whole (``--model.init_args.sampling='{min_p: 0.1}'``), as the keys of a config file are.
+    """What jsonargparse cannot say of one ``--key`` of the command line (without the dashes): a top-level
+    ``--optimizer``, a key more than one level below a dict option (jsonargparse would store ``a.b`` as one key of
+    it), and a ``--data`` / ``--trainer`` value that names no config file (:func:`_check_group_file`). Unknown keys
+    are jsonargparse's to refuse (:func:`unknown_key` words them).
 
     Raises:
-        ConfigError: an unknown key, or a top-level ``--optimizer`` / ``--lr_scheduler``.
+        ConfigError: naming the key and what to give instead.
     """
     key = key.rstrip("+")  # "--key+" appends to a list option in jsonargparse
-    head, *rest = key.split(".")
-    if head in ("optimizer", "lr_scheduler"):
+    if key.split(".")[0] in ("optimizer", "lr_scheduler"):
         raise ConfigError(f"--{key}: {OPTIMIZER_HINT}")
-    given = _mapping(value)
-    # a mapping given whole is checked key by key, as a config file's keys are; dict_kwargs takes any keys
-    if given is not None and head in ("model", "data", "trainer") and not key.endswith(".dict_kwargs"):
-        # nested back to the root so _check_tree sees it as a config file would hold it
-        for part in reversed(key.split(".")):
-            given = {part: given}
-        _check_tree(given, model_class, "--")
-    if head in ("data", "trainer") and not rest and value:
+    if key in ("data", "trainer") and value:
         _check_group_file(key, value)
-    root_type = _roots(model_class).get(head)
-    if root_type is None or not rest:
-        return
-    if head == "model":
-        if rest[0] in ("class_path", "dict_kwargs"):
-            return
-        rest = rest[1:] if rest[0] == "init_args" else rest  # model.init_args.x and model.x name the same option
-        if model_class is None:
-            return
-    check_key(root_type, rest, f"--{key}")
+    done, tp, _ = walk(key, model_class)
+    below = key.split(".")[len(done):]
+    if (_without_none(tp) is dict or typing.get_origin(_without_none(tp)) is dict) and len(below) > 1:
+        at = ".".join(done)
+        if at.endswith("evaluation.scorer_kwargs") and below[0] == "judge":  # the judge has one place
+            raise ConfigError(f"--{key}: the scorer's judge is set with --{at[:-len('scorer_kwargs')]}judge."
+                              f"{'.'.join(below[1:])}")
+        raise ConfigError(f"--{key}: {at} is a dict: set one of its keys (--{at}.{below[0]}=...) or give it whole "
+                          f"(--{at}='{{...}}')")
 
 
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
@@ -226,64 +243,20 @@ def _mapping(value: str | None) -> dict | None:
     return parsed if isinstance(parsed, dict) else None
 
 
-def check_config_file(path: str, model_class: Any) -> Any:
-    """Check every key of the config file or text ``path`` (:func:`read_config`); returns the model class it sets
-    (or ``model_class``).
+def check_config_file(path: str) -> None:
+    """What jsonargparse cannot say of the config file or text ``path`` (:func:`read_config`): where it is not valid
+    YAML (line and column), not a mapping, or config text naming ``_base_`` files.
 
     Raises:
-        ConfigError: see :func:`read_config`; a config that is not a mapping, or holds an unknown key.
+        ConfigError: see :func:`read_config`; a config that is not a mapping, or config text with a ``_base_`` key.
     """
     tree = read_config(path)
-    if tree is None:
-        return model_class
-    if not isinstance(tree, dict):
+    if tree is not None and not isinstance(tree, dict):
         raise ConfigError(f"{path}: a config is a mapping of {', '.join(ROOT_KEYS)}")
     # inline text has no folder for its bases' relative paths to start from
-    if BASE_KEY in tree and not Path(path).expanduser().is_file():
+    if isinstance(tree, dict) and BASE_KEY in tree and not Path(path).expanduser().is_file():
         raise ConfigError(f"{BASE_KEY} needs a config file (its paths are relative to the file's folder), "
                           "not config text")
-    tree = {k: v for k, v in tree.items() if k != BASE_KEY}  # the bases: expand_bases
-    # a config may nest its keys under a subcommand (fit: ...): each such part is checked as a whole config
-    if set(tree) & set(SUBCOMMANDS):
-        for sub in set(tree) & set(SUBCOMMANDS):
-            model_class = _check_tree(tree[sub] or {}, model_class, f"{path}: {sub}.")
-        return model_class
-    return _check_tree(tree, model_class, f"{path}: ")
-
-
-def _check_tree(tree: dict, model_class: Any, where: str) -> Any:
-    for key in tree:
-        if key in ("optimizer", "lr_scheduler"):
-            raise ConfigError(f"{where}{key}: {OPTIMIZER_HINT}")
-        if key not in ROOT_KEYS:
-            raise _unknown(where.rstrip(". "), str(key), list(ROOT_KEYS))
-    model = tree.get("model")
-    if isinstance(model, dict):
-        if isinstance(model.get("class_path"), str):
-            model_class = _import(model["class_path"]) or model_class
-        # a model without class_path or init_args is the init_args themselves (the default model's options)
-        body = model.get("init_args") if "init_args" in model or "class_path" in model else model
-        if model_class is not None and isinstance(body, dict):
-            _check_mapping(body, model_class, True, f"{where}model.init_args")
-    elif isinstance(model, str):
-        model_class = _import(model) or model_class
-    for key in ("data", "trainer"):
-        if isinstance(tree.get(key), dict):
-            _check_mapping(tree[key], _roots(model_class)[key], True, f"{where}{key}")
-    return model_class
-
-
-def _check_mapping(tree: dict, tp: Any, root: bool, where: str) -> None:
-    options = options_of(tp, root=root)
-    if options is None:
-        if _is_dict(tp) and where.endswith("scorer_kwargs") and "judge" in tree:
-            raise ConfigError(f"{where}.judge: the scorer's judge is set with {where.rsplit('.', 1)[0]}.judge")
-        return
-    for key, value in tree.items():
-        if key not in options:
-            raise _unknown(where, str(key), list(options), tp)
-        if isinstance(value, dict):
-            _check_mapping(value, options[key], False, f"{where}.{key}")
 
 
 def config_with_bases(path: str, _seen: tuple[str, ...] = ()) -> list[str]:
@@ -357,9 +330,10 @@ def model_class_of(args: list[str]) -> Any:
 
 
 def prepare_args(args: list[str]) -> list[str]:
-    """Check every config file and override key of ``args``, and that the options of a class come after its
-    ``class_path`` (:func:`check_class_order`); pass model overrides holding ``null`` or a backslash as a nested
-    dict. Returns the arguments to parse.
+    """Check every config file and override of ``args`` for what jsonargparse cannot say (:func:`check_config_file`,
+    :func:`check_override`), and that the options of a class come after its ``class_path``
+    (:func:`check_class_order`); pass model overrides holding ``null`` or a backslash as a nested dict. Returns the
+    arguments to parse.
 
     Raises:
         ConfigError: see :func:`check_config_file`, :func:`check_override` and :func:`check_class_order`.
@@ -367,16 +341,13 @@ def prepare_args(args: list[str]) -> list[str]:
     model_class = model_class_of(args)
     out: list[str] = []
     last = 0
-    current = model_class
     for key, value, (start, end) in iter_options(args):
         out += args[last:start]
         last = end
         if key in ("config", "c") and value:
-            current = check_config_file(value, current)
-        elif key in ("model", "model.class_path") and value and _import(value) is not None:
-            current = _import(value)  # a class given after the configs: its options are checked from here on
+            check_config_file(value)
         elif key not in ("print_config", "help", "h") and not key.endswith(".help"):  # help: lit_grpo.settings.help
-            check_override(key, current, value)
+            check_override(key, model_class, value)
         joined = [f"--{key}={value}"] if value and value.startswith("-") and end - start == 2 else None
         out += _as_nested(key, value) or joined or args[start:end]  # "--k -1e-5": a negative number, not a flag
     check_class_order(args)
@@ -593,7 +564,8 @@ def _full_key(keys: list[str], model_class: Any) -> str:
     return ".".join(parts)
 
 
-def short_error(message: str, ex: BaseException | None = None, model_class: Any = None) -> str:
+def short_error(message: str, ex: BaseException | None = None, model_class: Any = None,
+                configs: list[str] = (), root: Any = None) -> str:
     """One line from a jsonargparse error ``ex`` (``message`` when there is none): the full key, then the innermost
     explanation.
 
@@ -612,6 +584,12 @@ def short_error(message: str, ex: BaseException | None = None, model_class: Any 
     got = str(values[-1]) if values else ""
     keys = [k for i, k in enumerate(keys) if i + 1 == len(keys) or not keys[i + 1].startswith(k + ".")]  # --data=F:
     key = _full_key(keys, model_class)  # its parser names "data", then "data.batch_size"
+    unknown = jsonargparse_unknown_key(causes)
+    if unknown is not None:  # a key that names no option: where it was set, and the options there
+        key = _full_key([*keys, unknown], model_class)
+        key = key.split(".", 1)[1] if key.split(".")[0] in SUBCOMMANDS else key  # a config's "fit:" block
+        source = config_holding(key, list(configs))
+        return (f"{source}: " if source else "") + unknown_key(key, model_class, root)
     root = _text(causes[-1]) if causes else message
     detail = next((line.strip() for line in root.splitlines() if line.strip()), message.strip())
     declared = declared_type(key, model_class) if key else None

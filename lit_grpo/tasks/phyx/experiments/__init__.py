@@ -35,7 +35,7 @@ def parse(args: list[str] | None = None) -> PhyxExperiment:
     try:
         cfg = parser.parse_args(args).phyx
     except ArgumentError as exc:  # a typo or a wrong type, named by its key in one line (as the training CLI)
-        parser.exit(2, f"error: phyx: {short_error(str(exc), exc)}\n")
+        parser.exit(2, f"error: phyx: {short_error(str(exc), exc, root=PhyxExperiment)}\n")
     cfg.pop("config", None)
     try:
         exp = PhyxExperiment(**{k: v for k, v in vars(phyx.instantiate(cfg)).items() if not k.startswith("__")})
