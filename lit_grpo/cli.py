@@ -173,7 +173,8 @@ class GRPOCLI(LightningCLI):
 
     def parse_arguments(self, parser, args) -> None:
         """Parse, then check the inputs (data paths, rewards, judge, templates, model folder, API keys) before
-        anything else runs: no seeding message, model work or log folder (:func:`lit_grpo.settings.preflight.check_config`)."""
+        anything else runs: no seeding message, model work or log folder
+        (:func:`lit_grpo.settings.preflight.check_config`)."""
         from lightning.pytorch.loggers import WandbLogger as WandbLoggerBase
 
         from lit_grpo.api_keys import key_variables, watch_variables

@@ -21,6 +21,9 @@ CHECKED = {
     "lightning": ("2.4", "2.7"),       # ran on 2.6.6; read in 2.4.0
     "tensorboard": ("2.15", "2.22"),   # ran on 2.21.0; _AsyncWriterThread read in 2.15.0
     "jsonargparse": ("4.32", "4.54"),  # ran on 4.53.0; 4.32.0 walks the same argparse lists itself
+    # the names of the functions that raise its errors and of their locals (the key, the value, the unrecognised
+    # arguments, the class path): read in 4.53.0 only
+    "jsonargparse:errors": ("4.53", "4.54"),
     "torchdata": ("0.11", "0.12"),     # ran on 0.11.0
     "torch": ("2.13", "2.14"),         # ran on 2.13.0+cpu
     "torchvision": ("0.28", "0.29"),   # _has_ops read in 0.28.0's wheel (not installed where this was written)
@@ -28,15 +31,17 @@ CHECKED = {
 PYTHON = ((3, 10), (3, 14))  # argparse's private lists and factory: unchanged since argparse; ran on 3.11
 
 
-def checked(dist: str) -> None:
-    """Skip unless ``dist`` is installed at a version in :data:`CHECKED`."""
+def checked(name: str) -> None:
+    """Skip unless the distribution ``name`` (or ``dist:part``, a part of it with a range of its own) is installed
+    at a version in :data:`CHECKED`."""
+    dist = name.split(":")[0]
     try:
         found = Version(metadata.version(dist))
     except metadata.PackageNotFoundError:
         pytest.skip(f"{dist} is not installed")
-    low, below = CHECKED[dist]
+    low, below = CHECKED[name]
     if not Version(low) <= found < Version(below):
-        pytest.skip(f"compat.py's private names of {dist} were checked on {low} <= {dist} < {below}, not {found}: "
+        pytest.skip(f"compat.py's private names of {name} were checked on {low} <= {dist} < {below}, not {found}: "
                     f"check them against {found} and widen tests/test_compat.py's CHECKED")
 
 
@@ -44,6 +49,9 @@ def test_the_version_gate_skips_outside_the_checked_range(monkeypatch):
     monkeypatch.setitem(CHECKED, "torch", ("0.1", "0.2"))
     with pytest.raises(pytest.skip.Exception, match=r"checked on 0.1 <= torch < 0.2, not 2\."):
         checked("torch")
+    monkeypatch.setitem(CHECKED, "torch:part", ("0.1", "0.2"))  # a part's own range, of its distribution's version
+    with pytest.raises(pytest.skip.Exception, match=r"names of torch:part were checked on 0.1 <= torch < 0.2"):
+        checked("torch:part")
 
 
 def test_tensorboard_logger_version_and_purge_step(tmp_path):
@@ -214,7 +222,7 @@ def test_jsonargparse_refusal_reads_keys_and_values_where_they_were_raised():
     """The key parts and the refused value of real jsonargparse errors (a plain option, an option of a class given
     by class_path, whose own parser names the inner key), and the class path of a failed import: each a value this
     test chose, found without reading jsonargparse's words."""
-    checked("jsonargparse")
+    checked("jsonargparse:errors")
     from jsonargparse import ArgumentParser
 
     parser = ArgumentParser(exit_on_error=False)
@@ -240,13 +248,14 @@ def test_jsonargparse_unknown_key_reads_the_key_it_found_no_option_for():
     """A key of a config (raised by its ``check_values``), a flag of a class's own parser (its ``parse_args``'s
     unrecognised arguments) and a flag of the parser itself (no error to chain: read from the stack while its
     ``error`` runs): each the key this test gave, relative to the parser that refused it."""
-    checked("jsonargparse")
+    checked("jsonargparse:errors")
     from jsonargparse import ArgumentParser
 
     parser = ArgumentParser(exit_on_error=False)
     parser.add_argument("--n", type=int)
     parser.add_argument("--inner", type=_Inner)
-    assert compat.jsonargparse_unknown_key(_refused(parser, [f"--inner={{class_path: {__name__}._Inner, init_args: {{r: 2, rr: 3}}}}"])) == "rr"
+    given = f"--inner={{class_path: {__name__}._Inner, init_args: {{r: 2, rr: 3}}}}"
+    assert compat.jsonargparse_unknown_key(_refused(parser, [given])) == "rr"
     assert compat.jsonargparse_unknown_key(_refused(parser, [f"--inner={__name__}._Inner", "--inner.q=3"])) == "q"
 
     seen = []

@@ -135,7 +135,8 @@ def test_an_override_reaches_the_judge_a_later_overlay_interpolates(capsys):
 
 # ----------------------------------------------------------------- one-line errors naming the key and the choices
 @pytest.mark.parametrize("args, must", [
-    (["--model.init_args.grpo.loss_typ=dapo"], ["model.init_args.grpo: unknown option 'loss_typ'", "did you mean loss_type",
+    (["--model.init_args.grpo.loss_typ=dapo"], ["model.init_args.grpo: unknown option 'loss_typ'",
+                                                "did you mean loss_type",
                                                 "valid: see --help"]),  # grpo has more than 16 options
     (["--model.init_args.polcy.dtype=float32"], ["'polcy'", "did you mean policy"]),
     (["--model.init_args.policy.lora.rank=4"], ["'rank'", "alpha"]),

@@ -141,11 +141,11 @@ def unknown_key(key: str, model_class: Any, root: Any = None) -> str:
 
 
 def config_holding(key: str, configs: list[str]) -> str | None:
-    """The last of the config files ``configs`` that sets the dotted ``key`` (``model.init_args.x`` may be written
-    ``model.x``; a config may nest its keys under a subcommand), or None."""
+    """The last of the config files among ``configs`` that sets the dotted ``key`` (``model.init_args.x`` may be
+    written ``model.x``; a config may nest its keys under a subcommand), or None."""
     parts = key.split(".")
     forms = [parts, parts[:1] + parts[2:]] if parts[:2] == ["model", "init_args"] else [parts]
-    for config in reversed(configs):
+    for config in reversed([c for c in configs if Path(c).expanduser().is_file()]):  # config text: no file to name
         tree = config_tree(config)
         for sub in [tree[s] for s in SUBCOMMANDS if isinstance(tree.get(s), dict)] or [tree]:
             for form in forms:
@@ -507,18 +507,11 @@ def _text(ex: BaseException) -> str:
 
 def declared_type(key: str, model_class: Any) -> Any:
     """The type the option at the dotted ``key`` (``model.init_args.grpo.beta``, ``trainer.max_steps``) declares, or
-    ``None`` where it cannot be resolved (a ``class_path`` value, a list item, an unknown key)."""
-    head, *rest = key.split(".")
-    if head == "model" and rest[:1] == ["init_args"]:
-        rest = rest[1:]
-    root = _roots(model_class).get(head) if head != "model" or model_class is not None else None
-    tp, is_root = root, True
-    for part in rest:
-        options = options_of(tp, root=is_root) if tp is not None else None
-        if options is None or part not in options or options[part] is _OPAQUE:
-            return None
-        tp, is_root = options[part], False
-    return tp if rest else None
+    ``None`` where it cannot be resolved (a top-level key, a ``class_path`` value, an unknown key)."""
+    parts = key.split(".")
+    done, tp, _ = walk(key, model_class)
+    top = 2 if parts[:2] == ["model", "init_args"] else 1  # the model, data and trainer themselves are no option
+    return tp if len(done) == len(parts) > top and tp is not _OPAQUE else None
 
 
 MOVED_CLASSES = {"lit_grpo.callbacks.AttentionOverlays": "lit_grpo.tasks.attention.overlays.AttentionOverlays",

@@ -1,5 +1,6 @@
 """The tokens of a command line as ``--key value`` pairs, read without importing anything but the standard library
-(``python -m lit_grpo`` reads its arguments before the slow imports: :func:`lit_grpo.settings.paths.refuse_before_imports`)."""
+(``python -m lit_grpo`` reads its arguments before the slow imports:
+:func:`lit_grpo.settings.paths.refuse_before_imports`)."""
 
 
 def iter_options(args: list[str]):

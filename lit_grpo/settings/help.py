@@ -63,15 +63,10 @@ def _option_group(model_class: Any, parts: list[str]) -> type | None:
     an optional group, a plain option: jsonargparse's own help flag, or its error, stands)."""
     import dataclasses
 
-    from lit_grpo.settings.args import options_of
+    from lit_grpo.settings.args import walk
 
-    tp: Any = model_class
-    for i, part in enumerate(parts):
-        options = options_of(tp, root=i == 0)
-        if options is None or part not in options:
-            return None
-        tp = options[part]
-    return tp if isinstance(tp, type) and dataclasses.is_dataclass(tp) else None
+    done, tp, _ = walk(".".join(["model", "init_args", *parts]), model_class)
+    return tp if len(done) == len(parts) + 2 and isinstance(tp, type) and dataclasses.is_dataclass(tp) else None
 
 
 def extra_help(parser_class: type, model_class: Any) -> str:

@@ -97,7 +97,8 @@ def read_config(path: str, text: bool = False) -> Any:
 
 
 def config_tree(path: str) -> dict:
-    """The mapping :func:`read_config` finds; ``{}`` when there is none (:func:`lit_grpo.settings.args.check_config_file` says why)."""
+    """The mapping :func:`read_config` finds; ``{}`` when there is none
+    (:func:`lit_grpo.settings.args.check_config_file` says why)."""
     try:
         tree = read_config(path, text=True)
     except ConfigError:
