@@ -235,6 +235,20 @@ def jsonargparse_unknown_key(chain: list[BaseException]) -> str | None:
     return unrecognised(frame) if frame is not None else None
 
 
+def jsonargparse_list_indices(chain: list[BaseException]) -> list[int]:
+    """The index of the list item jsonargparse was reading when it raised, for each list on the way (outermost
+    first): the ``n`` of its ``adapt_typehints``'s loop over a list, which its keys leave out."""
+    frames: dict[int, int] = {}
+    for exc in chain:
+        tb = exc.__traceback__
+        while tb is not None:
+            frame, n = tb.tb_frame, tb.tb_frame.f_locals.get("n")
+            if frame.f_code.co_name == "adapt_typehints" and _in_jsonargparse(frame) and type(n) is int:
+                frames.setdefault(id(frame), n)
+            tb = tb.tb_next
+    return list(frames.values())
+
+
 def jsonargparse_import_path(exc: BaseException) -> str | None:
     """The class path jsonargparse failed to import when it raised ``exc`` (an ``ImportError`` or
     ``AttributeError``), or None: its importer's ``name`` argument, which its error holds only in words."""

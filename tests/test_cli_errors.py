@@ -74,7 +74,9 @@ def test_declared_types_resolve_through_the_option_groups():
     assert type_name(declared_type("model.init_args.grpo.max_grad_norm", GRPOModule), "x") == "one of float, None"
     assert type_name(declared_type("data.batch_size", None), "x") == "int"
     assert declared_type("model.init_args.no_such.key", GRPOModule) is None
-    assert declared_type("trainer.callbacks", None) is not None and declared_type("seed_everything", None) is None
+    assert declared_type("trainer.callbacks", None) is not None and declared_type("ckpt_path", None) is None
+    assert type_name(declared_type("seed_everything", None), "x") == "one of bool, int"  # a top-level option
+    assert type_name(declared_type("model.init_args.rewards.weight", GRPOModule), "x") == "float"  # a list's item
 
 
 @pytest.mark.parametrize("kwargs, expected", [
@@ -290,7 +292,7 @@ def test_a_config_given_whole_or_not_a_mapping_is_one_line(capsys, tmp_path, tex
     ("--model.init_args.lr_scheduler.init_args.total_iters=abc", "model.init_args.lr_scheduler.init_args.total_iters"),
     ("--trainer.logger.init_args.default_hp_metric=maybe", "trainer.logger.init_args.default_hp_metric"),
     ("--trainer.callbacks+={class_path: lightning.pytorch.callbacks.ModelCheckpoint, init_args: {every_n_train_steps: "
-     "fifty}}", "trainer.callbacks.init_args.every_n_train_steps"),
+     "fifty}}", "trainer.callbacks[3].init_args.every_n_train_steps"),  # after configs/demo.yaml's three
     # a dataclass option group has none: its fields follow its key
     ("--model.init_args.policy.lora.r=x", "model.init_args.policy.lora.r"),
     ("--model.init_args.grpo={beta: x}", "model.init_args.grpo.beta"),
@@ -338,3 +340,41 @@ def test_an_unknown_key_is_refused_by_the_parser_and_named_with_its_group_and_fi
         path.write_text(given + "\n")
         given = f"--config={path}"
     assert _error(capsys, given).startswith("error: " + line.format(path=path))
+
+
+@pytest.mark.parametrize("arg, line", [
+    # a top-level option's declared type (bool | int), not the first member's failure
+    ("--seed_everything=abc", "error: seed_everything: expected one of bool, int (got abc)"),
+    # a choice that is both an int and a str (precision 16 and "16") is listed once
+    ("--trainer.precision=bogus", "error: trainer.precision: must be one of 64, 32, 16, transformer-engine, "
+                                  "transformer-engine-float16, 16-true, 16-mixed, bf16-true, bf16-mixed, 32-true, "
+                                  "64-true, bf16 or null (got bogus)"),
+    # a key below a plain value: said before jsonargparse shows its own parse of the rest
+    ("--model.init_args.grpo.beta.x=1",
+     "error: --model.init_args.grpo.beta.x: model.init_args.grpo.beta is one value (float), with no options below it"),
+    ("--model.init_args.grpo.max_grad_norm.a=1", "error: --model.init_args.grpo.max_grad_norm.a: "
+     "model.init_args.grpo.max_grad_norm is one value (one of float, None), with no options below it"),
+    # a group given a value that is neither a file nor its options
+    ("--trainer=5", "error: --trainer: '5' is neither a config file nor a mapping of trainer options: give a YAML "
+                    "file, '{option: value}', or set one option (--trainer.<option>=...)"),
+])
+def test_a_value_where_the_declared_type_says_more_than_the_parser(capsys, arg, line):
+    assert _error(capsys, arg) == line
+
+
+@pytest.mark.parametrize("given, line", [
+    # the index of a list's item, which jsonargparse's keys leave out, read where it was reading the list
+    ("model: {init_args: {rewards: [{name: format}, {name: binary, weight: abc}]}}",
+     "model.init_args.rewards[1].weight: expected float (got abc)"),
+    ("--model.init_args.rewards=[{name: format}, {name: format}, {name: binary, weight: abc}]",
+     "model.init_args.rewards[2].weight: expected float (got abc)"),
+    ("trainer: {callbacks: [{class_path: lightning.pytorch.callbacks.ModelCheckpoint}, "
+     "{class_path: lightning.pytorch.callbacks.ModelCheckpoint, init_args: {save_top_k: abc}}]}",
+     "trainer.callbacks[1].init_args.save_top_k: "),
+])
+def test_an_item_of_a_list_is_named_by_its_index(capsys, tmp_path, given, line):
+    path = tmp_path / "over.yaml"
+    if not given.startswith("--"):
+        path.write_text(given + "\n")
+        given = f"--config={path}"
+    assert _error(capsys, given).startswith("error: " + line)

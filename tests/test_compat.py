@@ -270,3 +270,16 @@ def test_jsonargparse_unknown_key_reads_the_key_it_found_no_option_for():
     with pytest.raises(SystemExit):
         root.parse_args(["--n=1", "--nn=2"])
     assert seen == ["nn"]
+
+
+def test_jsonargparse_list_indices_reads_the_item_it_was_reading():
+    """The index of the refused item of a list option, and of an item of a list inside it, outermost first."""
+    checked("jsonargparse:errors")
+    from jsonargparse import ArgumentParser
+
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_argument("--items", type=list[int])
+    parser.add_argument("--rows", type=list[list[int]])
+    assert compat.jsonargparse_list_indices(_refused(parser, ["--items=[1, 2, x]"])) == [2]
+    assert compat.jsonargparse_list_indices(_refused(parser, ["--rows=[[1], [2, 3, x]]"])) == [1, 2]
+    assert compat.jsonargparse_list_indices([ValueError("x")]) == []

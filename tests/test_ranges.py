@@ -122,8 +122,8 @@ def _numbers(tp) -> list:
 def test_every_numeric_option_declares_its_range():
     """A float option of the module, the data, the judge or a reward declares ``Finite`` (``Annotated[float, Ge(0),
     Finite]``: no bound refuses NaN), and an integer option a range unless it is listed in ANY_INT (see
-    lit_grpo.settings). RewardSpec.weight is finite by its ``__post_init__`` (in a list, which the parser names
-    without the index)."""
+    lit_grpo.settings). RewardSpec.weight is finite by its ``__post_init__`` (a weight from
+    ``${oc.env:...}`` is text when the parser checks the type)."""
     undeclared = [f"{group}.{name}" for group, types in _option_types().items() for name, tp in types.items()
                   for number in _numbers(tp)
                   if (Finite not in getattr(number, "__metadata__", ()) if typing.get_origin(number) is not None

@@ -232,8 +232,8 @@ class RewardSpec(Checked):
             who = repr(self.label) if self.label == self.name else f"{self.label!r} ({self.name})"
             shown = SettingError([p.removeprefix("kwargs.") for p in exc.problems], f"reward {who} option")
             raise SettingError(exc.problems, "RewardSpec", str(shown)) from None  # keys stay under kwargs
-        if isinstance(self.weight, (int, float)) and not math.isfinite(self.weight):  # here, not in the type: in a
-            # list (rewards, metrics) the parser would name the key without its index, this names rewards[i].weight
+        if isinstance(self.weight, (int, float)) and not math.isfinite(self.weight):  # here, not in the type: a
+            # weight from ${oc.env:...} is still text when the parser checks the type (pydantic: "not a number")
             raise SettingError([f"weight: must be a finite number (got {self.weight!r})"], "RewardSpec")
 
     @staticmethod

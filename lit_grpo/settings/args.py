@@ -40,9 +40,10 @@ import pydantic
 import yaml
 
 from lit_grpo.settings.argv import iter_options
-from lit_grpo.compat import jsonargparse_import_path, jsonargparse_refusal, jsonargparse_unknown_key
+from lit_grpo.compat import (jsonargparse_import_path, jsonargparse_list_indices, jsonargparse_refusal,
+                             jsonargparse_unknown_key)
 from lit_grpo.registry import did_you_mean
-from lit_grpo.settings import ConfigError, describe, type_name
+from lit_grpo.settings import ConfigError, bare_type, describe, type_name
 from lit_grpo.settings.paths import config_tree, read_config
 
 
@@ -99,7 +100,7 @@ def walk(key: str, model_class: Any, root: Any = None) -> tuple[list[str], Any, 
     (:data:`ROOT_KEYS`), or the ``__init__`` parameters of ``root``, a class whose parser this is."""
     done: list[str] = []
     options = options_of(root, root=True) if root is not None else \
-        {**dict.fromkeys(ROOT_KEYS, _OPAQUE), **_roots(model_class)}
+        {**dict.fromkeys(ROOT_KEYS, _OPAQUE), "seed_everything": Union[bool, int], **_roots(model_class)}
     tp = None
     for part in key.split("."):
         if done == ["model"] and part == "init_args":
@@ -192,6 +193,9 @@ def check_override(key: str, model_class: Any, value: str | None = None) -> None
         _check_group_file(key, value)
     done, tp, _ = walk(key, model_class)
     below = key.split(".")[len(done):]
+    plain = typing.get_args(bare_type(tp)) or (bare_type(tp),)  # Optional[float]: float, None
+    if below and all(any(p is t for t in (int, float, str, bool, type(None))) for p in plain):
+        raise ConfigError(f"--{key}: {'.'.join(done)} is one value ({type_name(tp, None)}), with no options below it")
     if (_without_none(tp) is dict or typing.get_origin(_without_none(tp)) is dict) and len(below) > 1:
         at = ".".join(done)
         if at.endswith("evaluation.scorer_kwargs") and below[0] == "judge":  # the judge has one place
@@ -230,6 +234,8 @@ def _check_group_file(key: str, value: str) -> None:
 
         raise ConfigError(f"--{key}: " + (wrong_folder("config file", value, search_roots()) or f"config file "
                                           f"{value!r} not found (relative paths are read from {os.getcwd()})"))
+    raise ConfigError(f"--{key}: {value!r} is neither a config file nor a mapping of {key} options: give a YAML file, "
+                      f"'{{option: value}}', or set one option (--{key}.<option>=...)")
 
 
 def _mapping(value: str | None) -> dict | None:
@@ -510,7 +516,8 @@ def declared_type(key: str, model_class: Any) -> Any:
     ``None`` where it cannot be resolved (a top-level key, a ``class_path`` value, an unknown key)."""
     parts = key.split(".")
     done, tp, _ = walk(key, model_class)
-    top = 2 if parts[:2] == ["model", "init_args"] else 1  # the model, data and trainer themselves are no option
+    # the model, data and trainer themselves are no option (a top-level key such as seed_everything is)
+    top = 2 if parts[:2] == ["model", "init_args"] else 1 if parts[0] in ("model", "data", "trainer") else 0
     return tp if len(done) == len(parts) > top and tp is not _OPAQUE else None
 
 
@@ -557,6 +564,17 @@ def _full_key(keys: list[str], model_class: Any) -> str:
     return ".".join(parts)
 
 
+def _with_indices(key: str, indices: list[int], model_class: Any) -> str:
+    """``key`` with the index of each list item in it (``model.init_args.rewards[1].weight``), in order."""
+    parts, shown = key.split("."), []
+    for i, part in enumerate(parts):
+        tp = declared_type(".".join(parts[:i + 1]), model_class)
+        members = typing.get_args(tp) if typing.get_origin(tp) in (Union, types.UnionType) else (tp,)
+        listed = any(typing.get_origin(m) is list for m in members)  # a list, or a union holding one (callbacks)
+        shown.append(f"{part}[{indices.pop(0)}]" if listed and indices and i + 1 < len(parts) else part)
+    return ".".join(shown)
+
+
 def short_error(message: str, ex: BaseException | None = None, model_class: Any = None,
                 configs: list[str] = (), root: Any = None) -> str:
     """One line from a jsonargparse error ``ex`` (``message`` when there is none): the full key, then the innermost
@@ -586,6 +604,7 @@ def short_error(message: str, ex: BaseException | None = None, model_class: Any 
     root = _text(causes[-1]) if causes else message
     detail = next((line.strip() for line in root.splitlines() if line.strip()), message.strip())
     declared = declared_type(key, model_class) if key else None
+    key = _with_indices(key, jsonargparse_list_indices(causes), model_class) if key else key
     checked = next((c for c in reversed(causes) if isinstance(c, pydantic.ValidationError)), None)
     if checked is not None and key:  # a declared range or type (pydantic's structured error): the one wording
         return describe(key, checked.errors()[0], declared)
@@ -594,7 +613,7 @@ def short_error(message: str, ex: BaseException | None = None, model_class: Any 
                for a in typing.get_args(m)]
     if choices:  # a fixed choice: its Literal names them (the declared type, not the library's wording)
         none = " or null" if type(None) in typing.get_args(declared) else ""
-        detail = f"must be one of {', '.join(map(str, choices))}{none} (got {got})"
+        detail = f"must be one of {', '.join(dict.fromkeys(map(str, choices)))}{none} (got {got})"  # 16 and "16"
     elif declared is not None and (values or typing.get_origin(declared) in (Union, types.UnionType)):
         # the declared type, not jsonargparse's words (for a union they are only its first member's failure)
         detail = f"expected {type_name(declared, None)}" + (f" (got {got})" if values else "")
