@@ -166,8 +166,19 @@ def option_slot(cls: type, field: str, group: str) -> None:
     dataclass, built by :func:`built_group`) holds the option group
     ``group``: :func:`load_option_groups` types it with the group's dataclass. For modules whose annotations are read
     as they are written (the option dataclasses: jsonargparse keeps a field's ``Annotated`` bounds only then), where
-    ``option_group(...)`` in the annotation would be fixed at import, before any task could register the group."""
+    ``option_group(...)`` in the annotation would be fixed at import, before any task could register the group.
+    A slot declared after :func:`load_option_groups` ran (its module imported later) is typed at once."""
     _SLOTS.append((cls, field, group))
+    if _typing:
+        _type_slot(cls, field, group)
+
+
+def _type_slot(cls: type, field: str, group: str) -> None:
+    # the three places a dataclass field's type is read: the class's annotations (get_type_hints, pydantic),
+    # the generated __init__'s (inspect.signature: jsonargparse) and the field itself (dataclasses.fields)
+    typed = option_group(group) | None
+    cls.__annotations__[field] = cls.__init__.__annotations__[field] = typed
+    next(f for f in dataclasses.fields(cls) if f.name == field).type = typed
 
 
 def load_option_groups() -> None:
@@ -175,12 +186,8 @@ def load_option_groups() -> None:
     does before it reads its options."""
     global _typing
     _typing = True
-    for cls, field, group in _SLOTS:
-        # the three places a dataclass field's type is read: the class's annotations (get_type_hints, pydantic),
-        # the generated __init__'s (inspect.signature: jsonargparse) and the field itself (dataclasses.fields)
-        typed = option_group(group) | None
-        cls.__annotations__[field] = cls.__init__.__annotations__[field] = typed
-        next(f for f in dataclasses.fields(cls) if f.name == field).type = typed
+    for slot in _SLOTS:
+        _type_slot(*slot)
 
 
 def built_group(name: str, value: Any) -> Any:

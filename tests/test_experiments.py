@@ -294,6 +294,8 @@ def test_seeds_section_ranks_per_seed_and_pools_over_seeds():
     (["--sweeps", '[{condition: asm, settings: [{weight: "one"}]}]'],
      "error: phyx: sweeps.settings.weight: expected a float. Got value: one"),
     (["--jobz", "3"], "error: phyx: unknown option 'jobz' (did you mean jobs?); valid: see --help"),
+    # a start of an option's name is refused, not read as the option (--job would run with jobs 3)
+    (["--job", "3"], "error: phyx: unknown option 'job' (did you mean jobs?); valid: see --help"),
     (["--sweeps", "[{condition: bogus, settings: [{weight: 1.0}]}]"],
      "error: phyx: sweep: unknown condition 'bogus' (conditions ['asm', 'fmt_acc', 'rubric'])"),
     (["--sweeps", "[{condition: fmt_acc, reference: asm, settings: [{weight: 1.0}]}]"],
@@ -306,6 +308,17 @@ def test_runner_settings_out_of_range_are_one_line(capsys, args, message):
     with pytest.raises(SystemExit) as exit_:
         parse(["phyx", "--config", "configs/experiments/phyx_demo.yaml", *args])
     assert exit_.value.code == 2 and capsys.readouterr().err.strip() == message
+
+
+def test_a_runner_key_in_a_config_file_is_named_with_the_file(capsys, tmp_path):
+    from lit_grpo.tasks.phyx.experiments import parse
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("jobz: 3\n")
+    with pytest.raises(SystemExit) as exit_:
+        parse(["phyx", "--config", "configs/experiments/phyx_demo.yaml", "--config", str(bad)])
+    assert exit_.value.code == 2 and capsys.readouterr().err.strip() == \
+        f"error: phyx: {bad}: unknown option 'jobz' (did you mean jobs?); valid: see --help"
 
 
 # ----------------------------------------------------------------------------- a stop signal to the runner

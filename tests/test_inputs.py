@@ -122,6 +122,27 @@ def test_lora_turned_off_and_the_judge_reset_from_the_command_line(capsys):
     assert printed["policy"]["lora"] is None and printed["evaluation"]["judge"] is None
 
 
+def test_a_task_option_group_is_typed_when_the_command_line_starts(tmp_path):
+    """The judge and the embedded model are option groups a task types (option_slot): in a fresh process, where the
+    core's option dataclasses are imported only after the command line started typing groups, one judge option is
+    set on its own (not stored as a list with a warning) and a misspelt one is refused naming its group."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    base = [sys.executable, "-m", "lit_grpo", "fit", "--config", "configs/demo.yaml"]
+    done = subprocess.run([*base, "--model.init_args.evaluation.judge.num_judges=5", "--print_config"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "Warning" not in done.stderr, done.stderr[-2000:]
+    judge = yaml.safe_load(done.stdout)["model"]["init_args"]["evaluation"]["judge"]
+    assert judge["num_judges"] == 5 and judge["model"] == "openai/gpt-oss-120b"  # the rest: JudgeConfig's defaults
+    for option, line in (("evaluation.judge.modle=x", "model.init_args.evaluation.judge: unknown option 'modle' "
+                                                      "(did you mean model?)"),
+                         ("policy.embedded.seeed=1", "model.init_args.policy.embedded: unknown option 'seeed' "
+                                                     "(did you mean seed?)")):
+        done = subprocess.run([*base, f"--model.init_args.{option}", "--print_config"], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2 and done.stderr.startswith(f"error: {line}") and done.stderr.count("\n") == 1, \
+            done.stderr[-2000:]
+
+
 def test_an_override_reaches_the_judge_a_later_overlay_interpolates(capsys):
     """The rubric overlay's reward judge is ``${....evaluation.judge}``: one override sets both."""
     code, out, err = run(capsys, "fit", "--config", "configs/granite_vision_phyx_oe.yaml", "--config",

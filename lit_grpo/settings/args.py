@@ -142,11 +142,11 @@ def unknown_key(key: str, model_class: Any, root: Any = None) -> str:
 
 
 def config_holding(key: str, configs: list[str]) -> str | None:
-    """The last of the config files among ``configs`` that sets the dotted ``key`` (``model.init_args.x`` may be
-    written ``model.x``; a config may nest its keys under a subcommand), or None."""
+    """The first of the config files among ``configs`` that sets the dotted ``key`` (the parser stops at it), or
+    None (``model.init_args.x`` may be written ``model.x``; a config may nest its keys under a subcommand)."""
     parts = key.split(".")
     forms = [parts, parts[:1] + parts[2:]] if parts[:2] == ["model", "init_args"] else [parts]
-    for config in reversed([c for c in configs if Path(c).expanduser().is_file()]):  # config text: no file to name
+    for config in [c for c in configs if Path(c).expanduser().is_file()]:  # config text: no file to name
         tree = config_tree(config)
         for sub in [tree[s] for s in SUBCOMMANDS if isinstance(tree.get(s), dict)] or [tree]:
             for form in forms:
@@ -576,9 +576,10 @@ def _with_indices(key: str, indices: list[int], model_class: Any) -> str:
 
 
 def short_error(message: str, ex: BaseException | None = None, model_class: Any = None,
-                configs: list[str] = (), root: Any = None) -> str:
+                configs: list[str] = (), root: Any = None, subcommands: tuple[str, ...] = SUBCOMMANDS) -> str:
     """One line from a jsonargparse error ``ex`` (``message`` when there is none): the full key, then the innermost
-    explanation.
+    explanation. ``configs``: the config files given (the one holding an unknown key is named); ``root`` and
+    ``subcommands``: another command line's top-level class and subcommands (:func:`walk`; default: training's).
 
     The errors ``ex`` was raised from (jsonargparse chains each wrapper to its cause) give the structure: every
     wrapper names one part of the key (``model``, then ``grpo.beta`` of the model's own parser, which is under
@@ -598,7 +599,7 @@ def short_error(message: str, ex: BaseException | None = None, model_class: Any 
     unknown = jsonargparse_unknown_key(causes)
     if unknown is not None:  # a key that names no option: where it was set, and the options there
         key = _full_key([*keys, unknown], model_class)
-        key = key.split(".", 1)[1] if key.split(".")[0] in SUBCOMMANDS else key  # a config's "fit:" block
+        key = key.split(".", 1)[1] if key.split(".")[0] in subcommands else key  # a config's "fit:" block
         source = config_holding(key, list(configs))
         return (f"{source}: " if source else "") + unknown_key(key, model_class, root)
     root = _text(causes[-1]) if causes else message

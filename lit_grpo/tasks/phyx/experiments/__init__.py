@@ -5,6 +5,7 @@ reward-design paper's comparison (:mod:`lit_grpo.tasks.phyx.experiments.phyx`).
 """
 
 import concurrent.futures
+import sys
 import time
 from typing import Any
 
@@ -24,18 +25,23 @@ def parse(args: list[str] | None = None) -> PhyxExperiment:
     from jsonargparse import ArgumentError
 
     from lit_grpo.settings.args import short_error
+    from lit_grpo.settings.argv import iter_options
 
-    parser = ArgumentParser(prog="python -m lit_grpo.tasks.phyx.experiments", description="Run an experiment and write its table.",
-                            exit_on_error=False)
+    # abbreviations off, as on the training command line: --job is refused, not read as --jobs
+    parser = ArgumentParser(prog="python -m lit_grpo.tasks.phyx.experiments",
+                            description="Run an experiment and write its table.", exit_on_error=False, allow_abbrev=False)
     phyx = ArgumentParser(description="The physics paper's table: SFT and three GRPO conditions, MCQ and OE.",
-                          exit_on_error=False)
+                          exit_on_error=False, allow_abbrev=False)
     phyx.add_argument("--config", action=ActionConfigFile, help="experiment YAML, e.g. configs/experiments/phyx_demo.yaml")
     phyx.add_class_arguments(PhyxExperiment)
     parser.add_subcommands().add_subcommand("phyx", phyx)
     try:
         cfg = parser.parse_args(args).phyx
     except ArgumentError as exc:  # a typo or a wrong type, named by its key in one line (as the training CLI)
-        parser.exit(2, f"error: phyx: {short_error(str(exc), exc, root=PhyxExperiment)}\n")
+        given = sys.argv[1:] if args is None else list(args)
+        configs = [v for k, v, _ in iter_options(given) if k in ("config", "c") and v]  # to name the one at fault
+        line = short_error(str(exc), exc, configs=configs, root=PhyxExperiment, subcommands=("phyx",))
+        parser.exit(2, f"error: phyx: {line}\n")
     cfg.pop("config", None)
     try:
         exp = PhyxExperiment(**{k: v for k, v in vars(phyx.instantiate(cfg)).items() if not k.startswith("__")})
