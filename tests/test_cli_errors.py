@@ -16,6 +16,15 @@ from lit_grpo.settings import type_name
 from lit_grpo.rewards import RewardSpec, build_reward
 
 
+def _given(capsys, tmp_path, given):
+    """The error line for ``given``: a flag, or the text of a config file given after configs/demo.yaml."""
+    path = tmp_path / "over.yaml"
+    if not given.startswith("--"):
+        path.write_text(given + "\n")
+        given = f"--config={path}"
+    return _error(capsys, given), path
+
+
 def _error(capsys, *args):
     with pytest.raises(SystemExit) as exc:
         main(["fit", "--config", "configs/demo.yaml", *args, "--print_config"])
@@ -33,6 +42,20 @@ def _error(capsys, *args):
      "error: model.init_args.grpo.max_grad_norm: must be > 0 or null (got abc)"),
     ("--model.init_args.evaluation.temperature=hot",
      "error: model.init_args.evaluation.temperature: must be > 0 or null (got hot)"),
+    # a top-level option's declared type (bool | int), not the first member's failure
+    ("--seed_everything=abc", "error: seed_everything: expected one of bool, int (got abc)"),
+    # a choice that is both an int and a str (precision 16 and "16") is listed once
+    ("--trainer.precision=bogus", "error: trainer.precision: must be one of 64, 32, 16, transformer-engine, "
+                                  "transformer-engine-float16, 16-true, 16-mixed, bf16-true, bf16-mixed, 32-true, "
+                                  "64-true, bf16 or null (got bogus)"),
+    # a key below a plain value: said before jsonargparse shows its own parse of the rest
+    ("--model.init_args.grpo.beta.x=1",
+     "error: --model.init_args.grpo.beta.x: model.init_args.grpo.beta is one value (float), with no options below it"),
+    ("--model.init_args.grpo.max_grad_norm.a=1", "error: --model.init_args.grpo.max_grad_norm.a: "
+     "model.init_args.grpo.max_grad_norm is one value (one of float, None), with no options below it"),
+    # a group given a value that is neither a file nor its options
+    ("--trainer=5", "error: --trainer: '5' is neither a config file nor a mapping of trainer options: give a YAML "
+                    "file, '{option: value}', or set one option (--trainer.<option>=...)"),
 ])
 def test_a_wrong_value_is_named_by_its_full_key_and_declared_type(capsys, arg, line):
     assert _error(capsys, arg) == line
@@ -335,31 +358,10 @@ def test_the_key_of_a_class_option_includes_its_init_args(capsys, arg, key):
                                        "its keys (--data.train.reader_args.a=...) or give it whole"),
 ])
 def test_an_unknown_key_is_refused_by_the_parser_and_named_with_its_group_and_file(capsys, tmp_path, given, line):
-    path = tmp_path / "over.yaml"
-    if not given.startswith("--"):
-        path.write_text(given + "\n")
-        given = f"--config={path}"
-    assert _error(capsys, given).startswith("error: " + line.format(path=path))
+    got, path = _given(capsys, tmp_path, given)
+    assert got.startswith("error: " + line.format(path=path))
 
 
-@pytest.mark.parametrize("arg, line", [
-    # a top-level option's declared type (bool | int), not the first member's failure
-    ("--seed_everything=abc", "error: seed_everything: expected one of bool, int (got abc)"),
-    # a choice that is both an int and a str (precision 16 and "16") is listed once
-    ("--trainer.precision=bogus", "error: trainer.precision: must be one of 64, 32, 16, transformer-engine, "
-                                  "transformer-engine-float16, 16-true, 16-mixed, bf16-true, bf16-mixed, 32-true, "
-                                  "64-true, bf16 or null (got bogus)"),
-    # a key below a plain value: said before jsonargparse shows its own parse of the rest
-    ("--model.init_args.grpo.beta.x=1",
-     "error: --model.init_args.grpo.beta.x: model.init_args.grpo.beta is one value (float), with no options below it"),
-    ("--model.init_args.grpo.max_grad_norm.a=1", "error: --model.init_args.grpo.max_grad_norm.a: "
-     "model.init_args.grpo.max_grad_norm is one value (one of float, None), with no options below it"),
-    # a group given a value that is neither a file nor its options
-    ("--trainer=5", "error: --trainer: '5' is neither a config file nor a mapping of trainer options: give a YAML "
-                    "file, '{option: value}', or set one option (--trainer.<option>=...)"),
-])
-def test_a_value_where_the_declared_type_says_more_than_the_parser(capsys, arg, line):
-    assert _error(capsys, arg) == line
 
 
 @pytest.mark.parametrize("given, line", [
@@ -373,8 +375,4 @@ def test_a_value_where_the_declared_type_says_more_than_the_parser(capsys, arg, 
      "trainer.callbacks[1].init_args.save_top_k: "),
 ])
 def test_an_item_of_a_list_is_named_by_its_index(capsys, tmp_path, given, line):
-    path = tmp_path / "over.yaml"
-    if not given.startswith("--"):
-        path.write_text(given + "\n")
-        given = f"--config={path}"
-    assert _error(capsys, given).startswith("error: " + line)
+    assert _given(capsys, tmp_path, given)[0].startswith("error: " + line)
