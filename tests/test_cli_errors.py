@@ -66,7 +66,7 @@ def test_a_wrong_value_is_named_by_its_full_key_and_declared_type(capsys, arg, l
      "error: sampling.repetition_penalty is refused: the loss cannot model it"),
     ("--model={init_args: {sampling: {min_p: 0.1}}}", "error: sampling.min_p is refused: the loss cannot model it"),
     ("--model.init_args.sampling={temperature: 1.0, temprature: 0.5}",
-     "error: sampling.temprature is not an option; sampling options: num_generations, temperature, top_p, top_k, "
+     "error: sampling.temprature is not an option (did you mean temperature?); sampling options: num_generations, temperature, top_p, top_k, "
      "max_completion_length"),
     ("--model.init_args={grpo: {betta: 0.1}}",
      "error: model.init_args.grpo: unknown option 'betta' (did you mean beta?)"),

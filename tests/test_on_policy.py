@@ -168,7 +168,7 @@ def test_an_unmodelled_sampling_option_is_refused_in_one_line(args, capsys):
     with pytest.raises(SystemExit):
         main(["fit", "--config", "configs/demo.yaml", "--model.init_args.sampling.temprature", "0.5", "--print_config"])
     err = capsys.readouterr().err.strip()
-    assert err == ("error: sampling.temprature is not an option; sampling options: num_generations, temperature, "
+    assert err == ("error: sampling.temprature is not an option (did you mean temperature?); sampling options: num_generations, temperature, "
                    "top_p, top_k, max_completion_length")
 
 

@@ -34,6 +34,7 @@ from annotated_types import Ge, Gt, Le
 
 from lit_grpo.families import RowLayout
 from lit_grpo.grpo import selective_log_softmax
+from lit_grpo.registry import did_you_mean
 from lit_grpo.settings import Checked, Finite
 
 
@@ -60,12 +61,13 @@ def refuse_sampling_option(name: str) -> str:
     """The one-line refusal of a ``sampling`` option that :class:`SamplingConfig` does not have: a generation
     option (``repetition_penalty``, ``min_p``, ...) changes the sampled distribution in a way the loss's
     log-probs do not model, so it is refused rather than silently trained off-policy."""
-    options = ", ".join(f.name for f in dataclasses.fields(SamplingConfig))
+    names = [f.name for f in dataclasses.fields(SamplingConfig)]
+    options = ", ".join(names)
     if name in GenerationConfig().to_dict():
         return (f"sampling.{name} is refused: the loss cannot model it (its log-probs are those of temperature, "
                 f"top-k and top-p only, so sampling with {name} would train on a distribution other than the one "
                 f"sampled); sampling options: {options}")
-    return f"sampling.{name} is not an option; sampling options: {options}"
+    return f"sampling.{name} is not an option{did_you_mean(name, names)}; sampling options: {options}"
 
 
 @dataclasses.dataclass(eq=False)
