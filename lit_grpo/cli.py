@@ -30,7 +30,7 @@ from lit_grpo.checkpoint_io import with_atomic_io
 from lit_grpo.compat import has_option, raised_by_jsonargparse
 from lit_grpo.settings import ConfigError, HelpFormatter
 from lit_grpo.settings.args import BASE_KEY, SUBCOMMANDS, expand_bases, model_class_of, prepare_args, short_error
-from lit_grpo.settings.argv import iter_options
+from lit_grpo.settings.argv import config_files
 from lit_grpo.settings.help import extra_help, help_args
 from lit_grpo.data.datamodule import VLMDataModule
 from lit_grpo.data.sample import prompt_limit
@@ -190,7 +190,7 @@ class GRPOCLI(LightningCLI):
         sub = self.config.get("subcommand")
         given = sys.argv[1:] if args is None else args if isinstance(args, list) else []
         # the --config files, beside which a path written relative to the config is also looked for
-        files = [value for key, value, _ in iter_options(given) if key in ("config", "c") and value]
+        files = config_files(given)
         config = (self.config[sub] if sub else self.config).as_dict()
         check_config(config, sub, files)
         watch_variables(key_variables(config))  # a run's api_key_env masked on the console too
@@ -365,8 +365,8 @@ def _main(args: list[str] | None) -> GRPOCLI:
     _parsing_settings()
     given = expand_bases(sys.argv[1:] if args is None else list(args))
     model_class = model_class_of(given)
-    given = help_args(prepare_args(_comment_print_config(given)), model_class)
-    configs = [value for key, value, _ in iter_options(given) if key in ("config", "c") and value]
+    given = help_args(prepare_args(_comment_print_config(given), model_class), model_class)
+    configs = config_files(given)
     if args is None:
         sys.argv[1:] = given
     else:

@@ -93,6 +93,12 @@ def options_of(tp: Any, root: bool = False) -> dict[str, Any] | None:
     return None
 
 
+def _item(tp: Any) -> Any:
+    """``tp`` without ``None``, and a list's item type for a list (its options are its items')."""
+    tp = _without_none(tp)
+    return typing.get_args(tp)[0] if typing.get_origin(tp) is list else tp
+
+
 def walk(key: str, model_class: Any, root: Any = None) -> tuple[list[str], Any, dict[str, Any] | None]:
     """The longest start of the dotted ``key`` whose parts name options (``model.init_args`` is the model's own
     options), the type it ends at and that type's options (a list's: its items'); None where they cannot be
@@ -110,10 +116,8 @@ def walk(key: str, model_class: Any, root: Any = None) -> tuple[list[str], Any, 
             break
         done.append(part)
         tp = options[part]
-        item = _without_none(tp)
-        item = typing.get_args(item)[0] if typing.get_origin(item) is list else item
         # the model, data and trainer are classes: their options are their __init__'s parameters
-        options = options_of(item, root=len(done) == 1 and root is None) if tp is not _OPAQUE else None
+        options = options_of(_item(tp), root=len(done) == 1 and root is None) if tp is not _OPAQUE else None
     return done, tp, options
 
 
@@ -129,8 +133,7 @@ def unknown_key(key: str, model_class: Any, root: Any = None) -> str:
     done, tp, options = walk(key, model_class, root)
     if options is None or len(done) == len(parts):  # below what can be listed: the last part is the unknown one
         done, tp, options = parts[:-1], None, {}
-    parent, name, group = ".".join(done), parts[len(done)], _without_none(tp)
-    group = typing.get_args(group)[0] if typing.get_origin(group) is list else group
+    parent, name, group = ".".join(done), parts[len(done)], _item(tp)
     if group is SamplingConfig:  # a generation option the loss cannot model: refused with the reason
         return refuse_sampling_option(name)
     where = f"{parent}: " if parent else ""
@@ -335,7 +338,7 @@ def model_class_of(args: list[str]) -> Any:
     return cls
 
 
-def prepare_args(args: list[str]) -> list[str]:
+def prepare_args(args: list[str], model_class: Any = None) -> list[str]:
     """Check every config file and override of ``args`` for what jsonargparse cannot say (:func:`check_config_file`,
     :func:`check_override`), and that the options of a class come after its ``class_path``
     (:func:`check_class_order`); pass model overrides holding ``null`` or a backslash as a nested dict. Returns the
@@ -344,7 +347,7 @@ def prepare_args(args: list[str]) -> list[str]:
     Raises:
         ConfigError: see :func:`check_config_file`, :func:`check_override` and :func:`check_class_order`.
     """
-    model_class = model_class_of(args)
+    model_class = model_class or model_class_of(args)  # the caller's, when it has read it already
     out: list[str] = []
     last = 0
     for key, value, (start, end) in iter_options(args):

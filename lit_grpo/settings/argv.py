@@ -18,3 +18,8 @@ def iter_options(args: list[str]):
             i += 2 if has_value else 1
         else:
             i += 1
+
+
+def config_files(args: list[str]) -> list[str]:
+    """The values of every ``--config`` / ``-c`` in ``args``, in order."""
+    return [value for key, value, _ in iter_options(args) if key in ("config", "c") and value]

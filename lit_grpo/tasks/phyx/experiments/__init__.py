@@ -25,7 +25,7 @@ def parse(args: list[str] | None = None) -> PhyxExperiment:
     from jsonargparse import ArgumentError
 
     from lit_grpo.settings.args import short_error
-    from lit_grpo.settings.argv import iter_options
+    from lit_grpo.settings.argv import config_files
 
     # abbreviations off, as on the training command line: --job is refused, not read as --jobs
     parser = ArgumentParser(prog="python -m lit_grpo.tasks.phyx.experiments",
@@ -38,8 +38,7 @@ def parse(args: list[str] | None = None) -> PhyxExperiment:
     try:
         cfg = parser.parse_args(args).phyx
     except ArgumentError as exc:  # a typo or a wrong type, named by its key in one line (as the training CLI)
-        given = sys.argv[1:] if args is None else list(args)
-        configs = [v for k, v, _ in iter_options(given) if k in ("config", "c") and v]  # to name the one at fault
+        configs = config_files(sys.argv[1:] if args is None else list(args))  # to name the one at fault
         line = short_error(str(exc), exc, configs=configs, root=PhyxExperiment, subcommands=("phyx",))
         parser.exit(2, f"error: phyx: {line}\n")
     cfg.pop("config", None)
