@@ -2,8 +2,9 @@
 each field's docstring is its ``--print_config`` comment).
 
 Every numeric field declares its range in its type (``Annotated[float, Ge(0), Finite]``, :mod:`lit_grpo.settings`),
-every fixed choice is a ``Literal``, and the groups are :class:`~lit_grpo.settings.Checked`: a value out of range,
-not finite or not a choice is refused however it arrives. A new field declares its range the same way; :func:`check_settings` keeps the choices (names) and the rules
+every fixed choice is a ``Literal``, every name of a registered variant its registry's ``name_type()``, and the
+groups are :class:`~lit_grpo.settings.Checked`: a value out of range, not finite, not a choice or not registered is
+refused however it arrives. A new field declares its range the same way; :func:`check_settings` keeps the rules
 that tie several options together."""
 
 
@@ -14,8 +15,10 @@ from annotated_types import Ge, Gt, Le
 from lit_grpo.grpo import ADVANTAGE_SCALES, LOSS_OPTIONS
 from lit_grpo.objectives import LOSS_TYPES
 from lit_grpo.registry import option_slot
+from lit_grpo.rollout import ENGINES
 from lit_grpo.settings import Checked, Finite
 from lit_grpo.rewards import RewardSpec
+from lit_grpo.rewards.registry import REWARDS
 
 
 @dataclasses.dataclass
@@ -46,15 +49,14 @@ class GRPOConfig(Checked):
     # no upper bound: loss_type cispo uses epsilon_high itself as the ratio's cap, which must be >= 1 there
     epsilon_high: Annotated[float, Ge(0), Finite] = 0.2
     """Upper clip range (``1 + epsilon_high``; DAPO's clip-higher uses 0.28)."""
-    # a str, not a Literal: loss types are registered (objectives.py, a task may add one); check_settings reads the
-    # registry when the groups are built
-    loss_type: str = "dapo"
+    # a registered name, not a Literal: a task may register a loss type (objectives.py)
+    loss_type: LOSS_TYPES.name_type() = "dapo"
     """The objective (docs/objectives.md): TRL's ``grpo`` | ``bnpo`` | ``dr_grpo`` | ``dapo`` | ``luspo`` (the
     clipped surrogate, aggregated as ``seq-mean-token-mean`` | ``micro-batch-token-mean`` |
     ``seq-mean-token-sum-norm`` | ``token-mean`` | ``seq-mean-token-sum``, names also accepted) or ``cispo`` |
     ``sapo`` | ``vespo`` (their own per-token terms); see ``lit_grpo.objectives``."""
-    # a str for the same reason: the scalings are registered, each under its formula name and TRL's alias
-    scale_rewards: str = "group"
+    # registered for the same reason, each under its formula name and TRL's alias
+    scale_rewards: ADVANTAGE_SCALES.name_type() = "group"
     """Advantage scaling: ``group`` (``group-std``) | ``batch`` (``batch-std``) | ``none`` (``no-std``)."""
     # TRL's 1e-4: a group with equal rewards divides 0 by eps, not by 0
     advantage_eps: Annotated[float, Ge(0), Finite] = 1e-4
@@ -158,7 +160,7 @@ class EvalConfig(Checked):
     """Extra rewards computed only in evaluation (e.g. ``boxed_format`` compliance); not trained on."""
     before_fit: bool = False
     """Run validation once before the first training step (the step-0 point of the curves)."""
-    scorer: str | None = None
+    scorer: REWARDS.name_type() | None = None
     """Registered reward giving the correctness of each evaluation completion (logged as
     ``<stage>/<mode>/accuracy`` and tabulated by ``lit_grpo.tasks.table.AccuracyTable``, whose caption names it):
     ``accuracy`` (paper protocol, MCQ), ``open_equivalence`` (paper protocol, open-ended: one judge call on the
@@ -194,7 +196,7 @@ class PerfConfig(Checked):
 
     renamed: ClassVar[dict[str, str]] = {"share_prefix": "engine: shared (share_prefix true) or plain (false)"}
     """Options that were renamed -> what replaces them (a config that sets one is refused, naming it)."""
-    engine: str = "shared"
+    engine: ENGINES.name_type() = "shared"
     """The registered rollout engine (:data:`lit_grpo.rollout.ENGINES`): ``shared`` runs each prompt once per pass
     (sampling, old log-probs, reference, update) and lets its completions attend to its cached keys and values;
     ``plain`` gives every completion row its own prompt copy (``transformers``' ``generate``, full forwards)."""
@@ -226,16 +228,9 @@ class PerfConfig(Checked):
     TRL's option of the same name) and is woken for each weight push and the next rollout: the update gets that
     memory, at the cost of the waking. No effect on a CPU."""
 
-    def __post_init__(self):
-        super().__post_init__()
-        from lit_grpo.rollout import ENGINES
-
-        if self.engine not in ENGINES:
-            raise ValueError(f"perf.engine: {ENGINES.unknown(self.engine)}")
-
 
 def check_settings(grpo: GRPOConfig, sampling) -> None:
-    """Refuse choices that name no variant and combinations of options that cannot train (``sampling``: a
+    """Refuse combinations of options that cannot train (``sampling``: a
     :class:`lit_grpo.rollout.SamplingConfig`; each number alone is checked by its declared range when the groups
     are built).
 
@@ -248,13 +243,8 @@ def check_settings(grpo: GRPOConfig, sampling) -> None:
         raise ValueError("; ".join(problems))
 
 
-def _either(names) -> str:
-    names = list(names)
-    return ", ".join(names[:-1]) + " or " + names[-1]
-
-
 def objective_problems(grpo: GRPOConfig) -> list[str]:
-    """What is wrong with the objective's choices and option combinations (:func:`check_settings`), one phrase
+    """What is wrong with the objective's option combinations (:func:`check_settings`), one phrase
     each."""
     problems = []
 
@@ -262,15 +252,12 @@ def objective_problems(grpo: GRPOConfig) -> list[str]:
         if not ok:
             problems.append(f"grpo.{name} must be {rule}, got {getattr(grpo, name)!r}")
 
-    need(grpo.loss_type in LOSS_TYPES, "loss_type", _either(LOSS_TYPES.names()))
-    need(grpo.scale_rewards in ADVANTAGE_SCALES, "scale_rewards", _either(ADVANTAGE_SCALES.names()))
     if grpo.multi_objective_aggregation == "normalize_then_sum":
         # GDPO's batch-level normalisation of the weighted sum is its own scaling; a second one would be applied twice
         need(grpo.scale_rewards in ("group", "group-std", "grpo"), "scale_rewards",
              "group with multi_objective_aggregation normalize_then_sum (each reward is scaled by its group's std "
              "and the sum by the batch's; no other scaling applies)")
-    # an unknown loss_type counts as clipped here: only the loss_type problem is then reported, not a delta one
-    clipped = grpo.loss_type not in LOSS_TYPES or LOSS_TYPES.get(grpo.loss_type).policy == "clip"
+    clipped = LOSS_TYPES.get(grpo.loss_type).policy == "clip"
     need(grpo.delta is None or clipped, "delta", f"null with loss_type {grpo.loss_type} (it caps the ratio of the "
          f"clipped surrogate, which {grpo.loss_type} does not use)")
     need(grpo.delta is None or not clipped or grpo.delta > 1 + grpo.epsilon_high, "delta",

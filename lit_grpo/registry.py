@@ -19,7 +19,7 @@ import dataclasses
 import importlib
 import importlib.metadata
 import pkgutil
-from typing import Any, Callable, Generic, TypeVar
+from typing import Annotated, Any, Callable, Generic, TypeVar
 
 T = TypeVar("T")
 TASK_PACKAGE = "lit_grpo.tasks"
@@ -67,6 +67,15 @@ def did_you_mean(word: str, choices, cutoff: float = 0.6) -> str:
     return f" (did you mean {lowered[close[0]]}?)" if close else ""
 
 
+class UnknownName(KeyError, ValueError):
+    """A name no registry entry has (:meth:`Registry.get`, :meth:`Registry.name_type`): the message names the closest
+    and the valid ones. A ``KeyError`` (a lookup that failed) and a ``ValueError`` (a value refused), shown without
+    the quotes a ``KeyError`` puts around its message."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 class Registry(Generic[T]):
     """Registered objects by name; ``kind`` names what is registered in error messages."""
 
@@ -92,9 +101,9 @@ class Registry(Generic[T]):
         return deco
 
     def get(self, name: str) -> T:
-        """The entry called ``name``; an unknown name raises ``KeyError`` (:meth:`unknown`)."""
+        """The entry called ``name``; an unknown name raises :class:`UnknownName` (:meth:`unknown`'s words)."""
         if name not in self:
-            raise KeyError(self.unknown(name))
+            raise UnknownName(self.unknown(name))
         return self._entries[name]
 
     def unknown(self, name: Any) -> str:
@@ -106,6 +115,25 @@ class Registry(Generic[T]):
         not installed), so an unknown name that a task would have registered says what to install."""
         missing = "".join(f"; task {t} not loaded: {why}" for t, why in unloadable.items()) if self.tasks else ""
         return ", ".join(self.names()) + missing
+
+    def name_type(self) -> Any:
+        """The declared type of an option that names an entry: ``str`` whose value must be registered, refused with
+        :meth:`unknown`'s words. The check sits in the type (a pydantic validator), so the parser refuses an
+        unknown name when the config is read (jsonargparse hands ``Annotated`` types to pydantic; ``--print_config``
+        included) and :class:`~lit_grpo.settings.Checked` when a Python caller builds the group; the names are
+        read when a value is checked, so a task that registers one later still counts."""
+        import pydantic
+
+        def registered(name: str) -> str:
+            try:
+                known = name in self  # a reward's dotted path is imported here
+            except ValueError as exc:  # it names a module that fails to import, or no callable
+                raise UnknownName(str(exc)) from None
+            if not known:
+                raise UnknownName(self.unknown(name))
+            return name
+
+        return Annotated[str, pydantic.AfterValidator(registered)]
 
     def names(self) -> list[str]:
         """Every registered name, sorted (with ``tasks``: after importing every task)."""

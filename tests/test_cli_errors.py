@@ -365,6 +365,31 @@ def test_an_unknown_key_is_refused_by_the_parser_and_named_with_its_group_and_fi
 
 
 @pytest.mark.parametrize("given, line", [
+    ("--model.init_args.grpo.loss_type=dapoo", "model.init_args.grpo.loss_type: unknown loss type 'dapoo' (did you "
+     "mean dapo?); registered: bnpo, cispo, dapo, dr_grpo, grpo, luspo, micro-batch-token-mean, sapo, "
+     "seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm, token-mean, vespo"),
+    ("model: {init_args: {grpo: {scale_rewards: Group}}}", "model.init_args.grpo.scale_rewards: unknown advantage "
+     "scaling 'Group' (did you mean group?); registered: batch, batch-std, dr_grpo, group, group-std, grpo, no-std, "
+     "none, reinforce++"),
+    ("--model.init_args.perf.engine=vlm", "model.init_args.perf.engine: unknown rollout engine 'vlm' (did you mean "
+     "vllm?); registered: plain, shared, vllm, vllm_server"),
+    ("--model.init_args.rewards=[{name: format}, {name: binry}]", "model.init_args.rewards[1].name: unknown reward "
+     "'binry' (did you mean binary?); registered: accuracy, attention, binary, boxed_format, format, open_accuracy, "
+     "open_equivalence, phyx_official, rubric"),
+    ("--model.init_args.evaluation.scorer=nope.module.fn", "model.init_args.evaluation.scorer: unknown reward "
+     "'nope.module.fn'; registered: accuracy, "),
+    ("--data.template=visualsphinx_sed", "data.template: unknown prompt template 'visualsphinx_sed' (did you mean "
+     "visualsphinx_seed?); registered: physics_rubric, phyx_official, visualsphinx_official, visualsphinx_seed"),
+    ("data: {train: {reader: phix}}", "data.train.reader: unknown dataset reader 'phix' (did you mean phyx?); "
+     "registered: phyx, visualsphinx"),
+])
+def test_a_name_no_registry_holds_is_refused_when_the_config_is_read(capsys, tmp_path, given, line):
+    """A registered name (loss type, scaling, engine, reward, scorer, template, reader) is checked by its declared
+    type while the config is parsed (``--print_config`` stops before any startup check), naming the closest."""
+    assert _given(capsys, tmp_path, given)[0].startswith("error: " + line)
+
+
+@pytest.mark.parametrize("given, line", [
     # the index of a list's item, which jsonargparse's keys leave out, read where it was reading the list
     ("model: {init_args: {rewards: [{name: format}, {name: binary, weight: abc}]}}",
      "model.init_args.rewards[1].weight: expected float (got abc)"),

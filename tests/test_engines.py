@@ -77,7 +77,7 @@ def test_a_config_names_the_registered_engine_and_the_step_drives_its_lifecycle(
 
 
 def test_an_unknown_engine_is_refused_naming_the_registered_ones():
-    with pytest.raises(ValueError, match=r"perf.engine: unknown rollout engine 'sglang'; registered: .*plain, shared.*, vllm"):
+    with pytest.raises(ValueError, match=r"PerfConfig.engine: unknown rollout engine 'sglang'; registered: .*plain, shared.*, vllm"):
         PerfConfig(engine="sglang")
 
 

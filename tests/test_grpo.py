@@ -66,8 +66,8 @@ def test_group_advantages_match_loop_oracle(scale):
 def test_group_advantages_errors():
     with pytest.raises(ValueError, match="groups of 3"):
         group_advantages(torch.zeros(4), 3)
-    with pytest.raises(ValueError, match="scale"):
-        group_advantages(torch.zeros(4), 2, scale="rank")
+    with pytest.raises(ValueError, match=r"^unknown advantage scaling 'grup' \(did you mean group\?\); registered: batch"):
+        group_advantages(torch.zeros(4), 2, scale="grup")
 
 
 # ------------------------------------------------------------------ loss

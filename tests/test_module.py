@@ -88,11 +88,11 @@ def test_mask_truncated_completions_removes_them_from_the_loss(tiny_model_dir, p
 
 
 @pytest.mark.parametrize("grpo,sampling,message", [
-    ({"loss_type": "dapoo"}, {}, "grpo.loss_type must be bnpo, cispo, dapo, dr_grpo, grpo, luspo, "
-     "micro-batch-token-mean, sapo, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm, token-mean or "
-     "vespo, got 'dapoo'"),
-    ({"scale_rewards": "grup"}, {}, "grpo.scale_rewards must be batch, batch-std, dr_grpo, group, group-std, grpo, "
-     "no-std, none or reinforce++, got 'grup'"),
+    ({"loss_type": "dapoo"}, {}, "GRPOConfig.loss_type: unknown loss type 'dapoo' (did you mean dapo?); registered: "
+     "bnpo, cispo, dapo, dr_grpo, grpo, luspo, micro-batch-token-mean, sapo, seq-mean-token-mean, seq-mean-token-sum, "
+     "seq-mean-token-sum-norm, token-mean, vespo"),
+    ({"scale_rewards": "grup"}, {}, "GRPOConfig.scale_rewards: unknown advantage scaling 'grup' (did you mean group?); "
+     "registered: batch, batch-std, dr_grpo, group, group-std, grpo, no-std, none, reinforce++"),
     ({"importance_sampling_level": "seq"}, {}, "GRPOConfig.importance_sampling_level: must be one of token, sequence (got seq)"),
     ({"delta": 1.1}, {}, "grpo.delta must be null or above 1 + epsilon_high (the cap of the ratio; INTELLECT-2 uses "
      "4), got 1.1"),

@@ -150,8 +150,9 @@ def test_accuracy_reward_does_not_apply_to_open_ended_rows():
 def test_registry_rejects_duplicates_and_lists_names():
     with pytest.raises(ValueError, match="already registered"):
         REWARDS.register("binary")(lambda completions, **_: [])
-    with pytest.raises(KeyError, match="binary"):
-        build_rewards([RewardSpec("bianry")])
+    with pytest.raises(ValueError, match=r"^RewardSpec.name: unknown reward 'bianry' \(did you mean binary\?\); "
+                       r"registered: accuracy, .*binary"):
+        RewardSpec("bianry")  # the name's declared type refuses it when the spec is built
     with pytest.raises(ValueError, match="alias"):
         build_rewards([RewardSpec("format"), RewardSpec("format")])
 

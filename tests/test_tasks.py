@@ -156,7 +156,7 @@ except KeyError as exc:
     print(json.dumps([ok, str(exc)]))
 """)
     assert out[0] == [True, True]
-    assert out[1].startswith("\"unknown dataset reader 'nope'; registered: visualsphinx; task lit_grpo.tasks.phyx not "
+    assert out[1].startswith("unknown dataset reader 'nope'; registered: visualsphinx; task lit_grpo.tasks.phyx not "
                              "loaded: import of pint halted")
 
 
@@ -212,7 +212,9 @@ def test_an_unknown_name_gets_the_one_hint_and_the_registered_names():
     things.register("beta")(object())
     assert things.unknown("alpah") == "unknown thing 'alpah' (did you mean alpha?); registered: alpha, beta"
     assert things.unknown("zzz") == "unknown thing 'zzz'; registered: alpha, beta"
-    with pytest.raises(KeyError, match=r"unknown thing 'bta' \(did you mean beta\?\)"):
+    with pytest.raises(KeyError, match=r"unknown thing 'bta' \(did you mean beta\?\)") as info:
         things.get("bta")
+    # a refused value too, shown as its message (a KeyError's str() would quote it)
+    assert isinstance(info.value, ValueError) and str(info.value) == things.unknown("bta")
     assert did_you_mean("num_generation", ["num_generations", "temperature"]) == " (did you mean num_generations?)"
     assert did_you_mean("VLLM", ["plain", "vllm"]) == " (did you mean vllm?)"  # case is no distance

@@ -73,7 +73,7 @@ class DatasetSpec(Checked):
 
     path: str | None = None
     """Local file or folder, or a hub id ``owner/name``; default: ``generate.path``."""
-    reader: str = "visualsphinx"
+    reader: READERS.name_type() = "visualsphinx"
     """Registered reader: ``visualsphinx`` or ``phyx``."""
     split: str = "train"
     """Split of the source to read."""
@@ -128,8 +128,6 @@ class DatasetSpec(Checked):
                 raise ValueError(f"{name}.rows {self.rows!r} keeps no row (stop <= start); e.g. '1000:3000'")
         if self.path is None and self.generate is None:
             raise ValueError(f"{name}.path is not set (a file, a folder or a hub id)")
-        if self.reader not in READERS:
-            raise ValueError(f"{name}.reader: {READERS.unknown(self.reader)}")
         # a generated file need not exist yet: load writes it first
         if self.generated() or Path(self.path).expanduser().exists():
             return
@@ -282,7 +280,7 @@ class VLMDataModule(L.LightningDataModule):
         predict: DatasetSpec | None = None,
         batch_size: Annotated[int, Ge(1)] = 4,
         eval_batch_size: Annotated[int, Ge(1)] = 8,
-        template: str = "visualsphinx_seed",
+        template: TEMPLATES.name_type() = "visualsphinx_seed",
         system_prompt: str | None = None,
         max_prompt_length: Annotated[int, Ge(1)] | None = None,
         num_workers: Annotated[int, Ge(0)] = 0,

@@ -150,8 +150,13 @@ def option_default(name: str, option: str) -> Any:
 
 def reward_option_types(name: str | None) -> dict[str, Any]:
     """Option -> declared type (bounds kept, :mod:`lit_grpo.settings`) of the reward registered as ``name``; empty
-    for a name that is not registered (refused elsewhere, naming the registered ones)."""
-    if name not in REWARDS:
+    for a name that is not registered (refused by the name's own type, naming the registered ones or why a dotted
+    path does not import)."""
+    try:
+        known = name in REWARDS
+    except ValueError:  # a dotted path that does not import
+        known = False
+    if not known:
         return {}
     entry, options = REWARDS.get(name), reward_options(name)
     hints = argument_types(entry)
@@ -213,7 +218,7 @@ def settings_class(name: str, key: str) -> type | None:
 class RewardSpec(Checked):
     """One term of the total reward: ``weight * reward(name, **kwargs)``."""
 
-    name: str
+    name: REWARDS.name_type()
     """Registered reward name (``binary``, ``format``, ``accuracy``, ...) or dotted path to a reward outside the
     package (``my_pkg.my_reward``, see :class:`RewardRegistry`)."""
     weight: float = 1.0

@@ -34,6 +34,8 @@ from typing import Annotated, Any, Literal, Union
 import pydantic
 from annotated_types import Ge, Gt, Le, Lt, Predicate
 
+from lit_grpo.registry import UnknownName
+
 __all__ = ["Finite", "Checked", "SettingError", "rule", "problems", "check_arguments", "argument_types",
            "CLASS_RANGES"]
 
@@ -99,6 +101,8 @@ def describe(key: str, err: dict[str, Any], tp: Any = None) -> str:
     sentence for a value of the wrong type; then the value given."""
     if err["type"] == "value_error" and isinstance(err.get("ctx", {}).get("error"), SettingError):
         return err["ctx"]["error"].problems[0] if not key else f"{key}.{err['ctx']['error'].problems[0]}"
+    if err["type"] == "value_error" and isinstance(err.get("ctx", {}).get("error"), UnknownName):
+        return f"{key}: {err['ctx']['error']}"  # names the value, the closest registered name and the valid ones
     declared = rule(tp)
     if declared or err["type"] in _CONSTRAINTS:  # the whole declared rule (a value that is no number breaks it too)
         what = declared or _CONSTRAINTS[err["type"]].format(**{k: _num(v) if not isinstance(v, str) else v

@@ -2,12 +2,12 @@
 
 :func:`check_config` takes the parsed configuration of one subcommand (a plain nested dict: ``model``,
 ``data``, ``trainer``) and refuses, in one line naming the key and the valid choices: an API key anywhere
-in it (:mod:`lit_grpo.api_keys`; the value is never shown); first, every number that is not finite or out of
-its declared type (:mod:`lit_grpo.settings`: the model's option groups, the rewards' weights and options, the
-judge, the data module, the generators, the optimizer and lr scheduler, which torch is also asked to build on a
-dummy parameter); then unknown reward / metric / scorer names, reward options the reward does not take, an
-unknown loss or advantage scaling, an unknown prompt template, reader or generator, a data path that does not
-exist (a path is generated only where a ``generate`` block names it), and a model folder that does not exist
+in it (:mod:`lit_grpo.api_keys`; the value is never shown); first, every value out of its declared type
+(:mod:`lit_grpo.settings`: numbers not finite or out of range, and names no registry holds: rewards, metrics, the
+scorer, the loss type, the advantage scaling, the engine, the prompt template, the reader; through the model's
+option groups, the rewards' weights and options, the judge, the data module, the generators, the optimizer and lr
+scheduler, which torch is also asked to build on a dummy parameter); then reward options the reward does not take,
+an unknown generator, a data path that does not exist (a path is generated only where a ``generate`` block names it), and a model folder that does not exist
 (see :func:`lit_grpo.policy.check_model_path`).
 """
 
@@ -18,7 +18,7 @@ import os
 import re
 from typing import Any
 
-from lit_grpo.errors import InputError, first_and_more
+from lit_grpo.errors import first_and_more
 from lit_grpo.settings import ConfigError
 from lit_grpo.settings.paths import SPECIAL_CKPT, SPLITS
 from lit_grpo.settings import SettingError, check_arguments
@@ -101,13 +101,7 @@ def _optimizer_problems(init: dict[str, Any]) -> list[str]:
 def _check_reward(spec: dict[str, Any], where: str) -> None:
     from lit_grpo.rewards.registry import REWARDS, RewardSpec, check_options, reward_info
 
-    name = spec.get("name")
-    try:
-        known = name in REWARDS  # a dotted path imports its module here
-    except InputError as exc:
-        raise ValueError(f"{where}.name: {exc}") from None
-    if not known:
-        raise ValueError(f"{where}.name: {REWARDS.unknown(name)}")
+    name = spec.get("name")  # registered: its type says so (check_ranges ran first)
     kwargs = spec.get("kwargs") or {}
     try:  # unknown keys (did-you-mean, the valid ones), each value against its parameter's type, judge settings
         check_options(RewardSpec(name, kwargs=kwargs))
@@ -295,12 +289,7 @@ def check_wandb_login(path: str, init_args: dict[str, Any]) -> None:
 
 def _check_data(arg: tuple[dict[str, Any], str | None, list]) -> None:
     from lit_grpo.data.datamodule import DatasetSpec, check_datasets
-    from lit_grpo.data.sample import TEMPLATES
-
     data, subcommand, roots = arg
-    if data.get("template") is not None and data["template"] not in TEMPLATES:
-        raise ValueError(f"data.template: unknown prompt template {data['template']!r}; "
-                         f"registered: {TEMPLATES.listing()}")
     specs = {k: DatasetSpec(**data[k]) if isinstance(data.get(k), dict) else None
              for k in ("train", "val", "test", "predict")}
     # the same fallbacks as the DataModule: test falls back to val, predict to test
