@@ -235,6 +235,22 @@ def jsonargparse_unknown_key(chain: list[BaseException]) -> str | None:
     return unrecognised(frame) if frame is not None else None
 
 
+def jsonargparse_class(chain: list[BaseException]) -> type | None:
+    """The class of the innermost ``class_path`` jsonargparse was reading when it raised (the ``val_class`` of its
+    ``adapt_typehints``: an optimizer, a callback, a logger), or None: its parameters are the valid init_args."""
+    import inspect
+
+    found = None
+    for exc in chain:  # outermost first, each traceback outer frame first: the last class seen is the innermost
+        tb = exc.__traceback__
+        while tb is not None:
+            frame, cls = tb.tb_frame, tb.tb_frame.f_locals.get("val_class")
+            if frame.f_code.co_name == "adapt_typehints" and _in_jsonargparse(frame) and inspect.isclass(cls):
+                found = cls
+            tb = tb.tb_next
+    return found
+
+
 def jsonargparse_list_indices(chain: list[BaseException]) -> list[int]:
     """The index of the list item jsonargparse was reading when it raised, for each list on the way (outermost
     first): the ``n`` of its ``adapt_typehints``'s loop over a list, which its keys leave out."""

@@ -283,3 +283,25 @@ def test_jsonargparse_list_indices_reads_the_item_it_was_reading():
     assert compat.jsonargparse_list_indices(_refused(parser, ["--items=[1, 2, x]"])) == [2]
     assert compat.jsonargparse_list_indices(_refused(parser, ["--rows=[[1], [2, 3, x]]"])) == [1, 2]
     assert compat.jsonargparse_list_indices([ValueError("x")]) == []
+
+
+class _Outer:
+    def __init__(self, inner: _Inner | None = None, q: int = 0):
+        self.inner, self.q = inner, q
+
+
+def test_jsonargparse_class_reads_the_class_it_was_reading():
+    """The class given by class_path whose init_args jsonargparse refused: the innermost, for a class inside
+    another's init_args; None for an error outside any class."""
+    checked("jsonargparse:errors")
+    from jsonargparse import ArgumentParser
+
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_argument("--n", type=int)
+    parser.add_argument("--outer", type=_Outer)
+    given = f"--outer={{class_path: {__name__}._Outer, init_args: {{q: 1, qq: 2}}}}"
+    assert compat.jsonargparse_class(_refused(parser, [given])) is _Outer
+    given = (f"--outer={{class_path: {__name__}._Outer, init_args: {{inner: {{class_path: {__name__}._Inner, "
+             "init_args: {rr: 3}}}}")
+    assert compat.jsonargparse_class(_refused(parser, [given])) is _Inner
+    assert compat.jsonargparse_class(_refused(parser, ["--n=x"])) is None

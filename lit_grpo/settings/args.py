@@ -40,8 +40,8 @@ import pydantic
 import yaml
 
 from lit_grpo.settings.argv import iter_options
-from lit_grpo.compat import (jsonargparse_import_path, jsonargparse_list_indices, jsonargparse_refusal,
-                             jsonargparse_unknown_key)
+from lit_grpo.compat import (jsonargparse_class, jsonargparse_import_path, jsonargparse_list_indices,
+                             jsonargparse_refusal, jsonargparse_unknown_key)
 from lit_grpo.registry import did_you_mean
 from lit_grpo.settings import ConfigError, bare_type, describe, type_name
 from lit_grpo.settings.paths import config_tree, read_config
@@ -121,27 +121,56 @@ def walk(key: str, model_class: Any, root: Any = None) -> tuple[list[str], Any, 
     return done, tp, options
 
 
-def unknown_key(key: str, model_class: Any, root: Any = None) -> str:
+def unknown_key(key: str, model_class: Any, root: Any = None, cls: Any = None, indices: list[int] = ()) -> str:
     """The line for the dotted ``key`` that names no option (jsonargparse refused it): the options of the group its
     first unknown part is in, with the closest one; a renamed option's new name; why a sampling option is refused;
-    where the optimizer is set."""
+    where the optimizer is set. ``cls``: the class given by ``class_path`` whose ``init_args`` hold the key (an
+    optimizer, a callback, a logger: its init arguments are the valid ones, :func:`class_options`); ``indices``:
+    the index of each list item on the way (``trainer.callbacks[1].init_args``)."""
     from lit_grpo.rollout import SamplingConfig, refuse_sampling_option
 
     parts = key.split(".")
     if parts[0] in ("optimizer", "lr_scheduler"):  # a top-level key, as Lightning's own CLI has them
         return f"{parts[0]}: {OPTIMIZER_HINT}"
     done, tp, options = walk(key, model_class, root)
+    # init_args itself mistyped (below the init_args that _full_key puts after a class given by class_path)
+    typo = next((i for i in range(len(done), len(parts)) if parts[i] != "init_args"
+                 and did_you_mean(parts[i], ["init_args"])), None)
+    if typo is not None:
+        return f"{'.'.join(parts[:typo]).removesuffix('.init_args')}: unknown option {parts[typo]!r} (did you mean " \
+               "init_args?)"
     if options is None or len(done) == len(parts):  # below what can be listed: the last part is the unknown one
         done, tp, options = parts[:-1], None, {}
+        if cls is not None and parts[-2:-1] == ["init_args"]:  # an init argument of a class given by class_path
+            options = dict.fromkeys(class_options(cls, declared_type(".".join(parts[:-2]), model_class)))
     parent, name, group = ".".join(done), parts[len(done)], _item(tp)
     if group is SamplingConfig:  # a generation option the loss cannot model: refused with the reason
         return refuse_sampling_option(name)
+    parent = _with_indices(f"{parent}.{name}", list(indices), model_class).rpartition(".")[0] if parent else parent
     where = f"{parent}: " if parent else ""
     if name in getattr(group, "renamed", {}):  # an option that was renamed: the error names the new one
         return f"{where}{name} is now {group.renamed[name]}"
     # a long list is noise on one error line; --help shows it
     listed = "" if not options else "; valid: " + (", ".join(sorted(options)) if len(options) <= 16 else "see --help")
     return f"{where}unknown option {name!r}{did_you_mean(name, list(options))}{listed}"
+
+
+def class_options(cls: type, option_type: Any) -> list[str]:
+    """The init arguments a config may give ``cls``, a class given by ``class_path`` to an option declared
+    ``option_type``: jsonargparse's own list (``add_class_arguments``: the parameters a subclass passes on through
+    ``**kwargs`` included), less those a ``Callable[[...], X]`` option is called with (an optimizer's ``params``, a
+    scheduler's ``optimizer``); empty when jsonargparse cannot list them."""
+    from jsonargparse import ArgumentParser
+
+    tp = _without_none(option_type)
+    called = typing.get_args(tp)[0] if typing.get_origin(tp) is collections.abc.Callable else []
+    try:
+        skip = set(list(inspect.signature(cls).parameters)[:len(called)])
+        parser = ArgumentParser(exit_on_error=False)
+        parser.add_class_arguments(cls, fail_untyped=False)
+    except Exception:  # a class jsonargparse cannot read: no list, the key is still named
+        return []
+    return sorted({k.split(".")[0] for k in parser.get_defaults().keys()} - skip)
 
 
 def config_holding(key: str, configs: list[str]) -> str | None:
@@ -604,7 +633,8 @@ def short_error(message: str, ex: BaseException | None = None, model_class: Any 
         key = _full_key([*keys, unknown], model_class)
         key = key.split(".", 1)[1] if key.split(".")[0] in subcommands else key  # a config's "fit:" block
         source = config_holding(key, list(configs))
-        return (f"{source}: " if source else "") + unknown_key(key, model_class, root)
+        line = unknown_key(key, model_class, root, jsonargparse_class(causes), jsonargparse_list_indices(causes))
+        return (f"{source}: " if source else "") + line
     root = _text(causes[-1]) if causes else message
     detail = next((line.strip() for line in root.splitlines() if line.strip()), message.strip())
     declared = declared_type(key, model_class) if key else None
