@@ -350,6 +350,13 @@ def test_the_key_of_a_class_option_includes_its_init_args(capsys, arg, key):
     # init_args itself mistyped: named where it is, not read as an option of the class
     ("--model.init_arg.grpo.beta=1", "model: unknown option 'init_arg' (did you mean init_args?)"),
     ("--trainer.logger.init_arg.name=x", "trainer.logger: unknown option 'init_arg' (did you mean init_args?)"),
+    ("--model.init_args.optimizer.clas_path=torch.optim.SGD",
+     "model.init_args.optimizer: unknown option 'clas_path' (did you mean class_path?)"),
+    ("model: {init_args: {lr_scheduler: {class_pth: torch.optim.lr_scheduler.LinearLR}}}",
+     "{path}: model.init_args.lr_scheduler: unknown option 'class_pth' (did you mean class_path?)"),
+    ("trainer: {callbacks: [{class_path: lightning.pytorch.callbacks.ModelCheckpoint}, "
+     "{class_path: lightning.pytorch.callbacks.ModelCheckpoint, init_arg: {save_top_k: 1}}]}",
+     "{path}: trainer.callbacks[1]: unknown option 'init_arg' (did you mean init_args?)"),
     # a config file: named with the key; a list's item, the model's short form and a subcommand block too
     ("trainr: {max_steps: 3}", "{path}: unknown option 'trainr' (did you mean trainer?); valid: ckpt_path, data, "
                                "model, return_predictions, seed_everything, trainer, verbose, weights_only"),

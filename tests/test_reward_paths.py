@@ -136,12 +136,15 @@ def test_a_path_whose_module_fails_to_import_or_is_not_a_reward_says_so(tmp_path
     (tmp_path / "rewards_needing_pkg.py").write_text("import surely_not_installed_pkg\n\ndef r(completions):\n"
                                                       "    return [0.0] * len(completions)\n")
     (tmp_path / "rewards_with_a_number.py").write_text("NOT_A_REWARD = 3\n")
+    (tmp_path / "rewards_failing.py").write_text("raise RuntimeError('no config here')\n")  # an error of its own
     monkeypatch.syspath_prepend(str(tmp_path))
     cases = {
         "rewards_needing_pkg.r": "rewards[0].name: reward 'rewards_needing_pkg.r': importing rewards_needing_pkg failed: "
                                  "No module named 'surely_not_installed_pkg'",
         "rewards_with_a_number.NOT_A_REWARD": "rewards[0].name: reward 'rewards_with_a_number.NOT_A_REWARD': "
                                               "rewards_with_a_number.NOT_A_REWARD is a int, not a function or class",
+        "rewards_failing.r": "rewards[0].name: reward 'rewards_failing.r': importing rewards_failing failed: "
+                             "RuntimeError: no config here",
         ".r": "rewards[0].name: unknown reward '.r'",
         "no_such_module_here.r": "rewards[0].name: unknown reward 'no_such_module_here.r'",
     }

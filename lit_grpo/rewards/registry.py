@@ -60,17 +60,19 @@ class RewardRegistry(Registry):
         if not module or not attr or module.startswith("."):  # a relative path has no package to resolve against
             return False
         try:
-            obj = getattr(importlib.import_module(module), attr)
-        except AttributeError:
-            return False
-        except ModuleNotFoundError as exc:
-            # only the missing module itself makes the name unknown;
-            # a module that exists but fails on a missing import of
-            # its own is a real error, reported as one
-            if exc.name is not None and (module == exc.name or module.startswith(exc.name + ".")):
+            imported = importlib.import_module(module)
+        except Exception as exc:  # the user's module runs here: any error of its own is named, never a traceback
+            # only the missing module itself makes the name unknown; a module that exists but fails (a missing
+            # import of its own, an error in its code) is a real error, reported as one
+            missing = isinstance(exc, ModuleNotFoundError) and exc.name is not None
+            if missing and (module == exc.name or module.startswith(exc.name + ".")):
                 return False  # no such module: the name is unknown
-            raise InputError(f"reward {path!r}: importing {module} failed: {exc} (install it, or fix the module)") \
+            why = str(exc) if missing else f"{type(exc).__name__}: {exc}"
+            raise InputError(f"reward {path!r}: importing {module} failed: {why} (install it, or fix the module)") \
                 from None
+        obj = getattr(imported, attr, None)
+        if obj is None:
+            return False
         if not callable(obj):
             raise InputError(f"reward {path!r}: {module}.{attr} is a {type(obj).__name__}, not a function or class")
         # the same object registered already: the path is a second name for it, keeping its registration's columns

@@ -133,12 +133,10 @@ def unknown_key(key: str, model_class: Any, root: Any = None, cls: Any = None, i
     if parts[0] in ("optimizer", "lr_scheduler"):  # a top-level key, as Lightning's own CLI has them
         return f"{parts[0]}: {OPTIMIZER_HINT}"
     done, tp, options = walk(key, model_class, root)
-    # init_args itself mistyped (below the init_args that _full_key puts after a class given by class_path)
-    typo = next((i for i in range(len(done), len(parts)) if parts[i] != "init_args"
-                 and did_you_mean(parts[i], ["init_args"])), None)
-    if typo is not None:
-        return f"{'.'.join(parts[:typo]).removesuffix('.init_args')}: unknown option {parts[typo]!r} (did you mean " \
-               "init_args?)"
+    typo = _class_key_typo(parts, len(done))
+    if typo is not None:  # named where it is, with the index of a list's item (trainer.callbacks[1])
+        parent = _with_indices(".".join(parts[:typo]) + ".x", list(indices), model_class).rpartition(".")[0]
+        return f"{parent}: unknown option {parts[typo + 1]!r}{did_you_mean(parts[typo + 1], CLASS_KEYS)}"
     if options is None or len(done) == len(parts):  # below what can be listed: the last part is the unknown one
         done, tp, options = parts[:-1], None, {}
         if cls is not None and parts[-2:-1] == ["init_args"]:  # an init argument of a class given by class_path
@@ -153,6 +151,19 @@ def unknown_key(key: str, model_class: Any, root: Any = None, cls: Any = None, i
     # a long list is noise on one error line; --help shows it
     listed = "" if not options else "; valid: " + (", ".join(sorted(options)) if len(options) <= 16 else "see --help")
     return f"{where}unknown option {name!r}{did_you_mean(name, list(options))}{listed}"
+
+
+CLASS_KEYS = ("class_path", "init_args")
+"""The keys of an option given as a class: ``{class_path: ..., init_args: {...}}``."""
+
+
+def _class_key_typo(parts: list[str], start: int) -> int | None:
+    """Where ``parts`` (from ``start``, the first part no option resolves) hold a mistyped ``class_path`` or
+    ``init_args``: the index of the class option's ``init_args`` that :func:`_full_key` put before it (the key as
+    written leaves it out), or None."""
+    typo = next((i for i in range(max(start, 1), len(parts)) if parts[i] not in CLASS_KEYS
+                 and did_you_mean(parts[i], CLASS_KEYS)), None)
+    return typo - 1 if typo is not None and parts[typo - 1] == "init_args" else None
 
 
 def class_options(cls: type, option_type: Any) -> list[str]:
@@ -632,7 +643,9 @@ def short_error(message: str, ex: BaseException | None = None, model_class: Any 
     if unknown is not None:  # a key that names no option: where it was set, and the options there
         key = _full_key([*keys, unknown], model_class)
         key = key.split(".", 1)[1] if key.split(".")[0] in subcommands else key  # a config's "fit:" block
-        source = config_holding(key, list(configs))
+        typo = _class_key_typo(key.split("."), 0)  # a mistyped class key: in a file, without the init_args added
+        written = key if typo is None else ".".join(p for i, p in enumerate(key.split(".")) if i != typo)
+        source = config_holding(written, list(configs))
         line = unknown_key(key, model_class, root, jsonargparse_class(causes), jsonargparse_list_indices(causes))
         return (f"{source}: " if source else "") + line
     root = _text(causes[-1]) if causes else message
