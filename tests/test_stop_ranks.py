@@ -63,8 +63,11 @@ def test_sigterm_to_rank_1_alone_stops_both_ranks_with_a_checkpoint_and_143(tmp_
     ranks = tmp_path / "ranks.txt"
     signal_at = {"class_path": "test_stop_ranks.SignalRankAt", "init_args": {"ranks": str(ranks)}}
     hang = [{"class_path": "test_resume.HangAt", "init_args": {"step": 2}}] if hangs else []
+    # the reward by its dotted path: the name it registers is known only once test_resume is imported, and the
+    # parser checks reward names before it imports the callbacks' classes
     rewards = {"model.init_args.rewards": [{"name": "binary", "weight": 1.0},
-                                           {"name": "hangs_when_armed", "weight": 0.0}]} if hangs else {}
+                                           {"name": "test_resume._hangs_when_armed", "alias": "hangs_when_armed",
+                                            "weight": 0.0}]} if hangs else {}
     args = fit_args(tmp_path, callbacks=[signal_at, *hang], **{
         "trainer.max_steps": 100, "trainer.devices": 2, "trainer.strategy": "ddp",
         "data.train.generate.num": 400}, **rewards)
