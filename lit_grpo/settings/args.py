@@ -135,7 +135,7 @@ def unknown_key(key: str, model_class: Any, root: Any = None, cls: Any = None, i
     done, tp, options = walk(key, model_class, root)
     typo = _class_key_typo(parts, len(done))
     if typo is not None:  # named where it is, with the index of a list's item (trainer.callbacks[1])
-        parent = _with_indices(".".join(parts[:typo]) + ".x", list(indices), model_class).rpartition(".")[0]
+        parent = _indexed_parent(".".join(parts[:typo]), indices, model_class)
         return f"{parent}: unknown option {parts[typo + 1]!r}{did_you_mean(parts[typo + 1], CLASS_KEYS)}"
     if options is None or len(done) == len(parts):  # below what can be listed: the last part is the unknown one
         done, tp, options = parts[:-1], None, {}
@@ -144,7 +144,7 @@ def unknown_key(key: str, model_class: Any, root: Any = None, cls: Any = None, i
     parent, name, group = ".".join(done), parts[len(done)], _item(tp)
     if group is SamplingConfig:  # a generation option the loss cannot model: refused with the reason
         return refuse_sampling_option(name)
-    parent = _with_indices(f"{parent}.{name}", list(indices), model_class).rpartition(".")[0] if parent else parent
+    parent = _indexed_parent(parent, indices, model_class) if parent else parent
     where = f"{parent}: " if parent else ""
     if name in getattr(group, "renamed", {}):  # an option that was renamed: the error names the new one
         return f"{where}{name} is now {group.renamed[name]}"
@@ -616,6 +616,12 @@ def _with_indices(key: str, indices: list[int], model_class: Any) -> str:
         listed = any(typing.get_origin(m) is list for m in members)  # a list, or a union holding one (callbacks)
         shown.append(f"{part}[{indices.pop(0)}]" if listed and indices and i + 1 < len(parts) else part)
     return ".".join(shown)
+
+
+def _indexed_parent(parent: str, indices: list[int], model_class: Any) -> str:
+    """``parent``, the group of an unknown key, with the index of each list item in it, its own last part included
+    (``trainer.callbacks[1]``): :func:`_with_indices` indexes a list only below it, so one part is put after it."""
+    return _with_indices(f"{parent}.x", list(indices), model_class).rpartition(".")[0]
 
 
 def short_error(message: str, ex: BaseException | None = None, model_class: Any = None,
