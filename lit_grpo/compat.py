@@ -8,7 +8,9 @@ stated there). Each function says why no public API serves. Libraries are import
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import contextlib
+import functools
+from typing import Any, Callable, Iterator
 
 # -- Lightning's loggers --------------------------------------------------------------------------------------
 
@@ -155,6 +157,41 @@ def argument_groups(parser: Any) -> list[tuple[str | None, list]]:
 def has_option(parser: Any, option: str) -> bool:
     """Whether ``parser`` defines the option string ``option`` (``"--model"``): argparse has no public lookup."""
     return option in parser._option_string_actions
+
+
+# -- jsonargparse's parsing --------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def lists_replace() -> Iterator[None]:
+    """While open: a list that a later config file or flag gives whole replaces the earlier list of that option.
+    jsonargparse (4.32-4.53) adapts a list of the earlier one's length item by item with the earlier item as
+    ``prev_val``, in its private ``adapt_typehints``, which every level of its parsing calls through the module: a
+    dataclass item or a ``class_path`` item is merged into the earlier one (``rewards: [{name: format}]`` over
+    ``[{name: binary, weight: 0.5}]`` kept the weight 0.5). No public setting turns that off; the wrapper drops
+    ``prev_val`` for a whole list. A list extended with ``+=`` and a flag into a list's last item
+    (``--trainer.callbacks.init_args.monitor=x``, a nested key, not a list) still build on the earlier one."""
+    import jsonargparse
+
+    _typehints = getattr(jsonargparse, "_typehints", None)
+    adapt = getattr(_typehints, "adapt_typehints", None)
+    # already open (a parse inside a parse), or a jsonargparse without the name (its own merging then applies)
+    if adapt is None or getattr(adapt, "replaces_lists", False):
+        yield
+        return
+
+    @functools.wraps(adapt)
+    def replacing(val: Any, typehint: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(val, list) and not kwargs.get("append"):
+            kwargs["prev_val"] = None
+        return adapt(val, typehint, *args, **kwargs)
+
+    replacing.replaces_lists = True
+    _typehints.adapt_typehints = replacing
+    try:
+        yield
+    finally:
+        _typehints.adapt_typehints = adapt
 
 
 # -- jsonargparse's errors ---------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ range was checked, until someone re-checks the names and widens it."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 import threading
@@ -24,6 +25,8 @@ CHECKED = {
     # the names of the functions that raise its errors and of their locals (the key, the value, the unrecognised
     # arguments, the class path): read in 4.53.0 only
     "jsonargparse:errors": ("4.53", "4.54"),
+    # adapt_typehints merging a list item by item into an earlier list of its length: read in 4.53.0 only
+    "jsonargparse:lists": ("4.53", "4.54"),
     "torchdata": ("0.11", "0.12"),     # ran on 0.11.0
     "torch": ("2.13", "2.14"),         # ran on 2.13.0+cpu
     "torchvision": ("0.28", "0.29"),   # _has_ops read in 0.28.0's wheel (not installed where this was written)
@@ -305,3 +308,29 @@ def test_jsonargparse_class_reads_the_class_it_was_reading():
              "init_args: {rr: 3}}}}")
     assert compat.jsonargparse_class(_refused(parser, [given])) is _Inner
     assert compat.jsonargparse_class(_refused(parser, ["--n=x"])) is None
+
+
+@dataclasses.dataclass
+class _Item:
+    name: str
+    weight: float = 1.0
+
+
+def test_lists_replace_drops_the_earlier_items_of_a_list_given_whole():
+    """jsonargparse merges a later list into an earlier one of its length, item by item; inside ``lists_replace``
+    the later list is taken as given, and the module's function is its own again after it."""
+    checked("jsonargparse:lists")
+    from jsonargparse import ActionConfigFile, ArgumentParser, _typehints
+
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_argument("--config", action=ActionConfigFile)
+    parser.add_argument("--specs", type=list[_Item], default=[])
+    given = ["--config", "{specs: [{name: a, weight: 0.5}]}", "--config", "{specs: [{name: b}]}"]
+    assert [vars(i) for i in parser.parse_args(given).specs] == [{"name": "b", "weight": 0.5}]  # merged
+    adapt = _typehints.adapt_typehints
+    with compat.lists_replace(), compat.lists_replace():  # nested: one wrapper
+        assert _typehints.adapt_typehints.__wrapped__ is adapt
+        assert [vars(i) for i in parser.parse_args(given).specs] == [{"name": "b", "weight": 1.0}]
+        appended = parser.parse_args([*given[:2], "--specs+={name: c}"]).specs
+        assert [(i.name, i.weight) for i in appended] == [("a", 0.5), ("c", 1.0)]
+    assert _typehints.adapt_typehints is adapt

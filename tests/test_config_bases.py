@@ -58,6 +58,37 @@ def test_a_later_file_wins_key_by_key_and_the_command_line_wins_over_all(chain, 
     assert yaml.safe_load(capsys.readouterr().out)["trainer"]["max_steps"] == 4
 
 
+def test_a_later_list_of_the_same_length_replaces_the_earlier_one_item_by_item_too(tmp_path, capsys):
+    """demo.yaml: rewards [binary 1.0, boxed_format 0.5], metrics [boxed_format], callbacks [ModelCheckpoint with a
+    dirpath, CompletionSamples every 10 steps, EvalSummary]. A later file's list of the same length is what the run
+    gets, nothing of the earlier items kept (jsonargparse alone merged them: format got weight 0.5)."""
+    two = _write(tmp_path / "two.yaml", "model: {init_args: {rewards: [{name: accuracy}, {name: format}]}}\n")
+    init = composed("configs/demo.yaml", two)["model"]["init_args"]
+    assert [(r["name"], r["weight"]) for r in init["rewards"]] == [("accuracy", 1.0), ("format", 1.0)]
+    one = _write(tmp_path / "one.yaml", "model: {init_args: {rewards: [{name: format, kwargs: {tags: [answer]}, "
+                 "alias: fmt}], evaluation: {metrics: [{name: accuracy, weight: 2.0}]}}}\n")
+    other = _write(tmp_path / "other.yaml", "model: {init_args: {rewards: [{name: binary}], "
+                   "evaluation: {metrics: [{name: format}]}}}\n")
+    init = composed("configs/demo.yaml", one, other)["model"]["init_args"]
+    assert init["rewards"] == [{"name": "binary", "weight": 1.0, "kwargs": {}, "alias": None}]
+    assert init["evaluation"]["metrics"] == [{"name": "format", "weight": 1.0, "kwargs": {}, "alias": None}]
+    callbacks = _write(tmp_path / "callbacks.yaml", "trainer:\n  callbacks:\n"
+                       "  - {class_path: lightning.pytorch.callbacks.ModelCheckpoint, init_args: {monitor: m}}\n"
+                       "  - {class_path: lit_grpo.callbacks.CompletionSamples, init_args: {num_prompts: 2}}\n"
+                       "  - lit_grpo.callbacks.EvalSummary\n")
+    got = composed("configs/demo.yaml", callbacks)["trainer"]["callbacks"]
+    assert [c["init_args"].get("dirpath") for c in got] == [None, None, None]
+    assert (got[0]["init_args"]["monitor"], got[1]["init_args"]["num_prompts"]) == ("m", 2)
+    # a list extended with += and a flag into the last item still build on the earlier list
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", "configs/demo.yaml", "--trainer.callbacks+=lit_grpo.callbacks.ExportPretrained",
+              "--trainer.callbacks.init_args.merge=true", "--print_config"])
+    got = yaml.safe_load(capsys.readouterr().out)["trainer"]["callbacks"]
+    assert [c["class_path"].rsplit(".", 1)[1] for c in got] == ["ModelCheckpoint", "CompletionSamples", "EvalSummary",
+                                                              "ExportPretrained"]
+    assert got[0]["init_args"]["dirpath"] == "checkpoints/demo_grpo" and got[3]["init_args"]["merge"] is True
+
+
 @pytest.mark.parametrize("text, must", [
     ("_base_: nope.yaml\n", ["_base_ nope.yaml does not exist", "relative to the folder of the file naming it"]),
     ("_base_: 3\n", ["_base_ must be a config file's path or a list of them, got 3"]),
