@@ -131,12 +131,14 @@ def test_a_path_is_checked_at_startup_like_a_registered_name(my_rewards):
 
 
 def test_a_path_whose_module_fails_to_import_or_is_not_a_reward_says_so(tmp_path, monkeypatch):
-    """A module that imports a package which is not installed names that package (not "unknown reward"); an attribute
-    that is not callable is named with its type; a path with no module part is an unknown name."""
+    """A module that imports a package which is not installed names that package (not "unknown reward"), one that
+    raises or exits on import says so; an attribute that is not callable is named with its type; a path with no
+    module part is an unknown name."""
     (tmp_path / "rewards_needing_pkg.py").write_text("import surely_not_installed_pkg\n\ndef r(completions):\n"
                                                       "    return [0.0] * len(completions)\n")
     (tmp_path / "rewards_with_a_number.py").write_text("NOT_A_REWARD = 3\n")
     (tmp_path / "rewards_failing.py").write_text("raise RuntimeError('no config here')\n")  # an error of its own
+    (tmp_path / "rewards_exiting.py").write_text("import sys\nsys.exit(3)\n")  # ended the command without a word
     monkeypatch.syspath_prepend(str(tmp_path))
     cases = {
         "rewards_needing_pkg.r": "rewards[0].name: reward 'rewards_needing_pkg.r': importing rewards_needing_pkg failed: "
@@ -145,6 +147,8 @@ def test_a_path_whose_module_fails_to_import_or_is_not_a_reward_says_so(tmp_path
                                               "rewards_with_a_number.NOT_A_REWARD is a int, not a function or class",
         "rewards_failing.r": "rewards[0].name: reward 'rewards_failing.r': importing rewards_failing failed: "
                              "RuntimeError: no config here",
+        "rewards_exiting.r": "rewards[0].name: reward 'rewards_exiting.r': importing rewards_exiting failed: "
+                             "it called sys.exit(3)",
         ".r": "rewards[0].name: unknown reward '.r'",
         "no_such_module_here.r": "rewards[0].name: unknown reward 'no_such_module_here.r'",
     }

@@ -61,13 +61,15 @@ class RewardRegistry(Registry):
             return False
         try:
             imported = importlib.import_module(module)
-        except Exception as exc:  # the user's module runs here: any error of its own is named, never a traceback
+        except (Exception, SystemExit) as exc:  # the user's module runs here: any error of its own (a sys.exit too,
+            # which would end the command without a word) is named, never a traceback
             # only the missing module itself makes the name unknown; a module that exists but fails (a missing
             # import of its own, an error in its code) is a real error, reported as one
             missing = isinstance(exc, ModuleNotFoundError) and exc.name is not None
             if missing and (module == exc.name or module.startswith(exc.name + ".")):
                 return False  # no such module: the name is unknown
-            why = str(exc) if missing else f"{type(exc).__name__}: {exc}"
+            why = (str(exc) if missing else f"it called sys.exit({exc.code!r})" if isinstance(exc, SystemExit)
+                   else f"{type(exc).__name__}: {exc}")
             raise InputError(f"reward {path!r}: importing {module} failed: {why} (install it, or fix the module)") \
                 from None
         obj = getattr(imported, attr, None)
