@@ -14,6 +14,7 @@ before any model work and before any log folder: keys are checked against the op
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import sys
@@ -35,7 +36,7 @@ from lit_grpo.settings.help import extra_help, help_args
 from lit_grpo.data.datamodule import VLMDataModule
 from lit_grpo.data.sample import prompt_limit
 from lit_grpo import environment
-from lit_grpo.distributed import end_with_launcher
+from lit_grpo.distributed import end_process_groups, end_with_launcher
 from lit_grpo.errors import InputError, UserError, fail
 from lit_grpo.loggers import RunFolder, continue_run_folder, logger_lines
 from lit_grpo.progress import with_progress_bar
@@ -304,8 +305,9 @@ def main(args: list[str] | None = None) -> GRPOCLI:
     from lit_grpo.api_keys import mask_console, unmask_console
 
     if args is None:  # the command line: a printed traceback masks API keys too; a launched rank ends with its launcher
-        sys.excepthook = masked_excepthook
+        sys.excepthook = masked_excepthook                # and its process groups before the interpreter
         end_with_launcher()
+        atexit.register(end_process_groups)
     masked = mask_console()  # everything printed from here on (rewards, tracebacks, logging, W&B's capture of it)
     try:
         return _main(args)

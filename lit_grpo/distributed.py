@@ -1,5 +1,6 @@
-"""The collectives a step and an evaluation need; identity when torch.distributed is not initialised. And
-:func:`end_with_launcher`: a launched rank never outlives the process that launched it."""
+"""The collectives a step and an evaluation need; identity when torch.distributed is not initialised. And a rank's
+life: :func:`end_with_launcher` (it never outlives the process that launched it), :func:`end_process_groups` (its
+process groups end before the interpreter does)."""
 
 from __future__ import annotations
 
@@ -127,3 +128,12 @@ def end_with_launcher(poll_s: float = 0.5) -> bool:
     threading.Thread(target=watch, name="end_with_launcher", daemon=True).start()
     return True
 
+
+
+def end_process_groups() -> None:
+    """Destroy this process's process groups, if any: the command line registers it to run at exit
+    (:func:`lit_grpo.cli.main`). Lightning does so only for NCCL; a gloo group (CPU runs, and the signal watch's
+    group of :mod:`lit_grpo.runs` on any device) left to the interpreter's end aborted a finished rank now and then
+    (SIGABRT, "terminate called without an active exception", after its last checkpoint was written)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()

@@ -38,7 +38,8 @@ def run_together(commands: list[list[str]], timeout: float, env: dict[str, str] 
     Raises:
         AssertionError: naming the failed or late command, with the end of its output.
     """
-    base = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1", **(env or {})}
+    # PYTHONFAULTHANDLER: a process that dies of a signal (SIGABRT, SIGSEGV) prints where each thread was
+    base = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1", "PYTHONFAULTHANDLER": "1", **(env or {})}
     with tempfile.TemporaryDirectory() as logs:
         outs = [open(Path(logs, f"{i}.log"), "w+") for i in range(len(commands))]
         procs = [subprocess.Popen(c, cwd=ROOT, env={**base, "MASTER_PORT": str(free_port())}, stdout=out,
