@@ -34,14 +34,14 @@ def _error(capsys, *args):
 
 
 @pytest.mark.parametrize("arg, line", [
-    ("--model.init_args.grpo.beta=abc", "error: model.init_args.grpo.beta: must be >= 0 (got abc)"),
-    ("--data.batch_size=x", "error: data.batch_size: must be >= 1 (got x)"),
-    ("--model.init_args.policy.lora.r=x", "error: model.init_args.policy.lora.r: must be >= 1 (got x)"),
+    ("--model.init_args.grpo.beta=abc", "error: model.init_args.grpo.beta: must be a number >= 0 (got abc)"),
+    ("--data.batch_size=x", "error: data.batch_size: must be an integer >= 1 (got x)"),
+    ("--model.init_args.policy.lora.r=x", "error: model.init_args.policy.lora.r: must be an integer >= 1 (got x)"),
     # the rule the option declares (pydantic's structured error), null where the type admits None
     ("--model.init_args.grpo.max_grad_norm=abc",
-     "error: model.init_args.grpo.max_grad_norm: must be > 0 or null (got abc)"),
+     "error: model.init_args.grpo.max_grad_norm: must be a number > 0 or null (got abc)"),
     ("--model.init_args.evaluation.temperature=hot",
-     "error: model.init_args.evaluation.temperature: must be > 0 or null (got hot)"),
+     "error: model.init_args.evaluation.temperature: must be a number > 0 or null (got hot)"),
     # a top-level option's declared type (bool | int), not the first member's failure
     ("--seed_everything=abc", "error: seed_everything: expected one of bool, int (got abc)"),
     # a choice that is both an int and a str (precision 16 and "16") is listed once
@@ -115,7 +115,7 @@ def test_a_reward_option_is_named_by_its_declared_type(kwargs, expected):
 def test_a_judge_setting_is_found_field_by_field():
     with pytest.raises(ValueError) as err:
         build_reward(RewardSpec("rubric", kwargs={"judge": {"model": "m", "num_judges": "three"}}))
-    assert str(err.value) == "reward 'rubric' option judge.num_judges: must be >= 1 (got three)"
+    assert str(err.value) == "reward 'rubric' option judge.num_judges: must be an integer >= 1 (got three)"
 
 
 @pytest.mark.parametrize("arg, line", [

@@ -166,7 +166,7 @@ def test_an_override_reaches_the_judge_a_later_overlay_interpolates(capsys):
     (["--model.init_args.evaluation.scorer_kwargs.judge.num_judges=5"],
      ["--model.init_args.evaluation.judge.num_judges"]),
     (["--model.init_args.evaluation.judge.num_judgez=5"], ["'num_judgez'", "did you mean num_judges"]),
-    (["--model.init_args.grpo.beta=abc"], ["model.init_args.grpo.beta", "must be >= 0", "abc"]),
+    (["--model.init_args.grpo.beta=abc"], ["model.init_args.grpo.beta", "must be a number >= 0", "abc"]),
     (["--model.init_args.grpo.loss_type=foo"], ["model.init_args.grpo.loss_type", "dapo"]),
     (["--model.init_args.grpo.importance_sampling_level=seq"],  # a Literal: the parser names the key and choices
      ["model.init_args.grpo.importance_sampling_level: must be one of token, sequence (got seq)"]),

@@ -192,15 +192,15 @@ def test_unknown_reward_options_are_refused_naming_the_valid_ones(name, kwargs, 
 @pytest.mark.parametrize("name, kwargs, expected", [
     ("binary", {"mode": 3}, "option mode: expected str (got 3)"),
     ("format", {"tags": "answer"}, "option tags: expected list (got answer)"),
-    ("rubric", {"absent_factor": "x"}, "option absent_factor: must be in [0, 1] (got x)"),
+    ("rubric", {"absent_factor": "x"}, "option absent_factor: must be a number in [0, 1] (got x)"),
     ("rubric", {"weights": {"principle": "x"}},
-     "option weights.principle: must be >= 0 (got x)"),
+     "option weights.principle: must be a number >= 0 (got x)"),
     # a judge's settings: its own check (unknown keys, did-you-mean, the offline hint), then field by field
     ("open_accuracy", {"judge": {"num_judgse": 3}}, "unknown judge settings ['num_judgse']"),
     ("open_accuracy", {"judge": {"num_judgse": 3}}, "Did you mean num_judges?"),
     ("open_accuracy", {"judge": {"rel_tol": 0.1}}, "rel_tol is an offline judge setting: judge.offline.rel_tol"),
-    ("rubric", {"judge": {"timeout_s": "slow"}}, "option judge.timeout_s: must be > 0 (got slow)"),
-    ("open_accuracy", {"judge": {"offline": {"rel_tol": "a"}}}, "option judge.offline.rel_tol: must be >= 0"),
+    ("rubric", {"judge": {"timeout_s": "slow"}}, "option judge.timeout_s: must be a number > 0 (got slow)"),
+    ("open_accuracy", {"judge": {"offline": {"rel_tol": "a"}}}, "option judge.offline.rel_tol: must be a number >= 0"),
     ("open_accuracy", {"judge": 5}, "option judge: expected one of Judge, JudgeConfig, dict[str, Any], None (got 5)"),
 ])
 def test_reward_option_values_are_checked_against_their_types(name, kwargs, expected):
