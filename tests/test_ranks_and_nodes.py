@@ -102,11 +102,7 @@ def runs(tmp_path_factory):
                       "--ckpt_path", _checkpoint(f["sharded"], PER_EPOCH), nnodes=2, node_rank=i) for i in (0, 1)]
     validate = _fit(f["evaluated"], *fsdp)
     validate[2] = "validate"
-    # the two nodes on their own: their gloo group on 127.0.0.1 beside 7 other runs (15 processes on 2 cores) was
-    # where a node's process aborted in native code now and then (SIGABRT, "terminate called without an active
-    # exception"), in the whole suite only
-    run_together(nodes, timeout=900)
-    run_together([*[resumed(n) for n in RESUMED if n != "nodes" and not n.endswith("_max_resumed")],
+    run_together([*nodes, *[resumed(n) for n in RESUMED if n != "nodes" and not n.endswith("_max_resumed")],
                   [sys.executable, *validate, "--trainer.devices", "1", "--ckpt_path",
                    _checkpoint(f["sharded"], "last")]], timeout=900)
     run_together([resumed(n) for n in RESUMED if n.endswith("_max_resumed")], timeout=900)
