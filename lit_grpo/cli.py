@@ -28,7 +28,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lit_grpo.callbacks import FinalValidation
 from lit_grpo.checkpoint_io import with_atomic_io
-from lit_grpo.compat import has_option, lists_replace, raised_by_jsonargparse
+from lit_grpo.compat import has_option, jsonargparse_import_path, lists_replace, raised_by_jsonargparse
 from lit_grpo.settings import ConfigError, HelpFormatter
 from lit_grpo.settings.args import BASE_KEY, SUBCOMMANDS, expand_bases, model_class_of, prepare_args, short_error
 from lit_grpo.settings.argv import config_files
@@ -187,8 +187,16 @@ class GRPOCLI(LightningCLI):
         from jsonargparse import Namespace
 
         # parse_object for a config given from Python as a dict or a Namespace, parse_args for a list of arguments
-        with lists_replace():  # a later config's list replaces an earlier one, as docs/configs.md says
-            self.config = parser.parse_object(args) if isinstance(args, (dict, Namespace)) else parser.parse_args(args)
+        try:
+            with lists_replace():  # a later config's list replaces an earlier one, as docs/configs.md says
+                self.config = parser.parse_object(args) if isinstance(args, (dict, Namespace)) \
+                    else parser.parse_args(args)
+        except SystemExit as exc:  # a module a class_path imports that exits: it would end the command without a word
+            path = jsonargparse_import_path(exc)
+            if path is None:  # --help, --print_config, a refusal: the parser's own exit
+                raise
+            raise ConfigError(f"class_path {path}: importing {path.rpartition('.')[0]} called sys.exit({exc.code!r}) "
+                              "(fix the module: one that a class_path names must not exit when imported)") from None
         sub = self.config.get("subcommand")
         given = sys.argv[1:] if args is None else args if isinstance(args, list) else []
         # the --config files, beside which a path written relative to the config is also looked for

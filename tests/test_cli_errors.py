@@ -142,6 +142,17 @@ def test_a_class_path_that_cannot_be_imported_is_named(capsys, arg, line):
     assert _error(capsys, arg) == line
 
 
+@pytest.mark.parametrize("arg", ["--trainer.callbacks+=exiting_on_import.Callback",
+                                 "--model.init_args.optimizer=exiting_on_import.Optimizer"])
+def test_a_class_path_whose_module_exits_on_import_is_named(capsys, tmp_path, monkeypatch, arg):
+    """A module that calls sys.exit when imported ended the command with its status and no word."""
+    (tmp_path / "exiting_on_import.py").write_text("import sys\nsys.exit(3)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = arg.split("=")[1]
+    assert _error(capsys, arg) == (f"error: class_path {path}: importing exiting_on_import called sys.exit(3) (fix "
+                                   "the module: one that a class_path names must not exit when imported)")
+
+
 OVERLAY = "sets model options, but no model class_path comes before: a config that changes some options of another " \
     "(an overlay) goes after the config it changes: --config BASE.yaml --config "
 OPTION = "sets model options, but no model class_path comes before: give the config that names it first " \
