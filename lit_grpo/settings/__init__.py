@@ -96,6 +96,8 @@ def rule(tp: Any) -> str | None:
 
 
 _NOUNS = {float: "a number", int: "an integer"}
+_NOT_FINITE = ("predicate_failed", "finite_number")
+"""pydantic's error types of a value that is not finite (``Finite``'s predicate; an integer given ``inf``)."""
 
 
 def _bounded(tp: Any) -> Any:
@@ -119,7 +121,7 @@ def describe(key: str, err: dict[str, Any], tp: Any = None) -> str:
         if declared and declared[0] in "<>i":  # bounds: say what kind of value, where the bound alone does not
             if err["type"] not in _CONSTRAINTS:  # no number at all ("abc"): a number, or an integer
                 what = f"{_NOUNS.get(_bounded(tp), 'a value')} {what}"
-            elif _CONSTRAINTS[err["type"]] == "a finite number":  # inf meets ">= 0": it is its finiteness that fails
+            elif err["type"] in _NOT_FINITE:  # inf meets ">= 0": it is its finiteness that fails
                 what = f"{'an integer' if _bounded(tp) is int else 'a finite number'} {what}"
         what = f"must be {what}"
     elif tp is not None:  # a value of another type: the declared one, named as Python writes it
