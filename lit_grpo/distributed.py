@@ -129,7 +129,6 @@ def end_with_launcher(poll_s: float = 0.5) -> bool:
     return True
 
 
-
 def end_process_groups() -> None:
     """Destroy this process's process groups, if any: the command line registers it to run at exit
     (:func:`lit_grpo.cli.main`). Lightning does so only for NCCL; a gloo group (CPU runs, and the signal watch's

@@ -70,8 +70,8 @@ class RewardRegistry(Registry):
                 return False  # no such module: the name is unknown
             why = (str(exc) if missing else f"it called sys.exit({exc.code!r})" if isinstance(exc, SystemExit)
                    else f"{type(exc).__name__}: {exc}")
-            raise InputError(f"reward {path!r}: importing {module} failed: {why} (install it, or fix the module)") \
-                from None
+            fix = "install it, or fix the module" if missing else "fix the module"  # it is there: its code failed
+            raise InputError(f"reward {path!r}: importing {module} failed: {why} ({fix})") from None
         obj = getattr(imported, attr, None)
         if obj is None:
             return False
