@@ -101,9 +101,12 @@ _NOT_FINITE = ("predicate_failed", "finite_number")
 
 
 def _bounded(tp: Any) -> Any:
-    """The type that the bounds of ``tp`` (an ``Annotated`` type, or a union holding one) are declared on."""
+    """The type that the bounds of ``tp`` (an ``Annotated`` type, or a union holding one) are declared on; None
+    when it declares no bound."""
     members = typing.get_args(tp) if typing.get_origin(tp) in (Union, types.UnionType) else (tp,)
-    return next((typing.get_args(m)[0] for m in members if typing.get_origin(m) is Annotated), None)
+    return next((typing.get_args(m)[0] for m in members if typing.get_origin(m) is Annotated
+                 and any(getattr(x, k, None) is not None for x in m.__metadata__ for k in ("ge", "gt", "le", "lt"))),
+                None)
 
 
 def describe(key: str, err: dict[str, Any], tp: Any = None) -> str:
@@ -118,11 +121,12 @@ def describe(key: str, err: dict[str, Any], tp: Any = None) -> str:
     if declared or err["type"] in _CONSTRAINTS:  # the whole declared rule (a value that is no number breaks it too)
         what = declared or _CONSTRAINTS[err["type"]].format(**{k: _num(v) if not isinstance(v, str) else v
                                                                for k, v in err.get("ctx", {}).items()})
-        if declared and declared[0] in "<>i":  # bounds: say what kind of value, where the bound alone does not
+        bounded = _bounded(tp) if declared else None
+        if bounded is not None:  # bounds: say what kind of value, where the bound alone does not
             if err["type"] not in _CONSTRAINTS:  # no number at all ("abc"): a number, or an integer
-                what = f"{_NOUNS.get(_bounded(tp), 'a value')} {what}"
+                what = f"{_NOUNS.get(bounded, 'a value')} {what}"
             elif err["type"] in _NOT_FINITE:  # inf meets ">= 0": it is its finiteness that fails
-                what = f"{'an integer' if _bounded(tp) is int else 'a finite number'} {what}"
+                what = f"{'an integer' if bounded is int else 'a finite number'} {what}"
         what = f"must be {what}"
     elif tp is not None:  # a value of another type: the declared one, named as Python writes it
         what = f"expected {type_name(tp, err['input'])}"
