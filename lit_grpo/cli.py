@@ -20,6 +20,7 @@ import os
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 import yaml
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
@@ -361,13 +362,44 @@ def _loader_without_base_key() -> None:
     set_loader("omegaconf+", without_base, (pyyaml.YAMLError,))
 
 
+def run_name(*, _root_: Any) -> str:
+    """``${run_name:}`` in a config (``dirpath: checkpoints/${run_name:}_grpo``): the ``name`` of ``trainer.logger``,
+    or of the first logger when it is a list of them (TensorBoard and W&B at once). A relative interpolation of the
+    key (``${....logger.init_args.name}``) reads one logger only: a list breaks it.
+
+    Raises:
+        InterpolationResolutionError: that logger sets no name (none, switched off, or one without ``name``, as
+            MLflow's); omegaconf adds the key that asked, the message says what to set.
+    """
+    from omegaconf import DictConfig, ListConfig
+    from omegaconf.errors import InterpolationResolutionError
+
+    trainer = next((sub["trainer"] for sub in (_root_, *(_root_.get(s) for s in SUBCOMMANDS))
+                    if isinstance(sub, DictConfig) and "trainer" in sub), None)
+    logger = trainer.get("logger") if isinstance(trainer, DictConfig) else None
+    logger = logger[0] if isinstance(logger, ListConfig) and len(logger) else logger
+    init_args = logger.get("init_args") if isinstance(logger, DictConfig) else None
+    name = init_args.get("name") if isinstance(init_args, DictConfig) else None
+    if isinstance(name, str) and name:
+        return name
+    what = logger.get("class_path") if isinstance(logger, DictConfig) else None
+    raise InterpolationResolutionError(
+        "${run_name:} is the name of trainer.logger (the first logger of a list), but "
+        + (f"{what} has none" if what else f"the run has no logger ({logger})") + ": use a logger with a name "
+        "(trainer.logger.init_args.name: a TensorBoard, W&B or CSV logger), or write this value out")
+
+
 def _parsing_settings() -> None:
     """How the command line reads options: field docstrings as their help, a config file's ``_base_`` key dropped
-    (:func:`_loader_without_base_key`), the tasks' option groups typed (:func:`lit_grpo.registry.option_group`)."""
+    (:func:`_loader_without_base_key`), ``${run_name:}`` (:func:`run_name`), the tasks' option groups typed
+    (:func:`lit_grpo.registry.option_group`)."""
     from jsonargparse import set_parsing_settings
+    from omegaconf import OmegaConf
 
     set_parsing_settings(docstring_parse_attribute_docstrings=True)
     _loader_without_base_key()
+    if not OmegaConf.has_resolver("run_name"):  # omegaconf 2.4 renamed register_new_resolver
+        getattr(OmegaConf, "register_resolver", OmegaConf.register_new_resolver)("run_name", run_name)
     load_option_groups()  # attention, judge, embedded typed from here on; types read before (a default's check
     argument_types.cache_clear()  # when the core was imported) took them as mappings
 

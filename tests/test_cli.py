@@ -104,6 +104,43 @@ def test_omegaconf_interpolation_sees_command_line_override(tmp_path, capsys):
     assert yaml.safe_load(capsys.readouterr().out)["trainer"]["val_check_interval"] == 3
 
 
+def test_the_checkpoint_folder_follows_the_first_logger_of_a_list(tmp_path, capsys):
+    """The shipped configs' checkpoint folder is ``checkpoints/${run_name:}...``: the name of trainer.logger, or of
+    its first logger when it is a list (TensorBoard and W&B at once, as configs/wandb.yaml suggests); the relative
+    ``${....logger.init_args.name}`` it replaced failed on a list. The name set later by flag is the one used."""
+    pair = tmp_path / "pair.yaml"
+    pair.write_text("trainer:\n  logger:\n"
+                    "    - {class_path: lightning.pytorch.loggers.CSVLogger, init_args: {save_dir: logs, name: one}}\n"
+                    "    - {class_path: lit_grpo.loggers.TensorBoardLogger, init_args: {save_dir: logs, name: two}}\n")
+    cases = [(["configs/demo.yaml"], [], "checkpoints/demo_grpo"),
+             (["configs/demo.yaml", pair], [], "checkpoints/one_grpo"),
+             (["configs/demo.yaml"], ["--trainer.logger.init_args.name=lr0"], "checkpoints/lr0_grpo"),
+             (["configs/demo_phyx_mcq.yaml"], [], "checkpoints/demo_phyx_mcq"),
+             (["configs/demo_phyx_mcq.yaml", "configs/demo_phyx_mcq_asm.yaml"], [],
+              "checkpoints/demo_phyx_mcq_asm"),
+             (["configs/demo_phyx_oe.yaml", pair], [], "checkpoints/one"),
+             (["configs/granite_vision_phyx_mcq.yaml", pair], [], "checkpoints/one")]
+    for configs, flags, dirpath in cases:
+        with pytest.raises(SystemExit):
+            main(["fit", *[a for c in configs for a in ("--config", str(c))], *flags, "--print_config"])
+        callbacks = yaml.safe_load(capsys.readouterr().out)["trainer"]["callbacks"]
+        assert [c["init_args"]["dirpath"] for c in callbacks if c["class_path"].endswith("ModelCheckpoint")] \
+            == [dirpath], (configs, flags)
+
+
+def test_a_run_name_no_logger_gives_is_one_line(capsys):
+    """No logger: ``${run_name:}`` names the key that asked and what to set."""
+    fix = ": use a logger with a name (trainer.logger.init_args.name: a TensorBoard, W&B or CSV logger), or write " \
+          "this value out\n"
+    start = "error: fit.trainer.callbacks[0].init_args.dirpath: ${run_name:} is the name of trainer.logger (the " \
+            "first logger of a list), but "
+    for flag, why in [("--trainer.logger=false", "the run has no logger (False)"),
+                      ("--trainer.logger=[]", "the run has no logger ([])")]:  # MLflow's: test_loggers
+        with pytest.raises(SystemExit) as exc:
+            main(["fit", "--config", "configs/demo.yaml", flag, "--print_config"])
+        assert exc.value.code == 2 and capsys.readouterr().err == start + why + fix, flag
+
+
 def _overrides(tmp_path, **extra) -> Path:
     cfg = {
         "trainer": {"max_steps": 2, "val_check_interval": 2, "logger": {
