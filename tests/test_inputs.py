@@ -315,6 +315,21 @@ def test_a_wrong_test_path_fails_before_the_model_is_built(capsys, tmp_path):
     assert not (tmp_path / "model").exists() and not (tmp_path / "logs").exists()
 
 
+@pytest.mark.parametrize("block, line", [
+    ("{path: PATH, num: abc}", "error: data.train.generate.num: must be an integer >= 1 (got abc)"),
+    ("{path: PATH, panel_size: .inf}", "error: data.train.generate.panel_size: must be a finite number (got inf)"),
+    ("{path: PATH, kind: puzzels}", "error: data.train.generate.kind: unknown data generator 'puzzels' (did you mean "
+                                    "puzzles?); registered: "),
+])
+def test_a_generate_block_is_typed_by_its_generator_also_without_a_kind(capsys, tmp_path, block, line):
+    """A block without ``kind`` is the default generator's (puzzles) and typed by its settings: ``num: abc`` was a
+    ``ValueError`` traceback from ``int()`` at load; nothing is generated."""
+    out = tmp_path / "gen.parquet"
+    code, _, err = run(capsys, "fit", "--config", "configs/demo.yaml", "--data.train.generate=" + block.replace(
+        "PATH", str(out)), "--trainer.logger.init_args.save_dir", str(tmp_path / "logs"))
+    assert one_line_error(code, err).startswith(line) and not out.exists()
+
+
 def test_generate_needs_its_own_path():
     with pytest.raises(ValueError, match="data.train.generate needs path"):
         DatasetSpec(path="data/x.parquet", generate={"kind": "puzzles", "num": 4}).check("data.train")

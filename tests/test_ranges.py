@@ -336,10 +336,16 @@ def _python_cases():
         (lambda: VLMDataModule(batch_size=0), "data.batch_size: must be >= 1 (got 0)"),
         (lambda: DatasetSpec(generate={"path": "x.parquet", "kind": "physics", "num": -5}),
          "DatasetSpec.generate.num: must be >= 1 (got -5)"),
+        # a block that names no kind is typed by the default generator's settings (it was not: a traceback at load)
+        (lambda: DatasetSpec(generate={"path": "x.parquet", "num": "abc"}),
+         "DatasetSpec.generate.num: must be an integer >= 1 (got abc)"),
+        (lambda: DatasetSpec(generate={"path": "x.parquet", "kind": "puzzels"}),
+         "DatasetSpec.generate.kind: unknown data generator 'puzzels' (did you mean puzzles?); registered: physics, "
+         "puzzles"),
     ]
 
 
-@pytest.mark.parametrize("case", range(9))
+@pytest.mark.parametrize("case", range(11))
 def test_python_callers_meet_the_same_ranges(case):
     build, message = _python_cases()[case]
     with pytest.raises(ValueError) as err:

@@ -35,6 +35,8 @@ READERS: Registry[Callable[..., Dataset]] = Registry("dataset reader", tasks=Tru
 GENERATORS: Registry[Callable[..., Path]] = Registry("data generator", tasks=True)
 """Data generators by name: ``fn(path, num=, seed=, progress=, **settings) -> Path`` (a ``forwards_to`` attribute
 names the callables whose keywords it passes on, for the settings a ``generate`` block may set)."""
+DEFAULT_GENERATOR = "puzzles"
+"""The ``kind`` of a ``generate`` block that names none."""
 NOT_SETTINGS = ("progress",)
 """Generator keywords a ``generate`` block does not set (:func:`ensure_generated` passes them)."""
 
@@ -51,11 +53,13 @@ def generator_options(kind: str) -> list[str]:
 
 
 def generator_option_types(kind: str | None) -> dict[str, Any]:
-    """Setting -> declared type of a ``generate`` block of ``kind`` (the generator's and those it passes on)."""
+    """Setting -> declared type of a ``generate`` block of ``kind`` (None: :data:`DEFAULT_GENERATOR`): ``kind`` a
+    registered name, the settings of the generator and those it passes on."""
+    kind = DEFAULT_GENERATOR if kind is None else kind
+    types: dict[str, Any] = {"kind": GENERATORS.name_type()}
     if kind not in GENERATORS:
-        return {}
+        return types
     fn = GENERATORS.get(kind)
-    types = {}
     for target in (*getattr(fn, "forwards_to", ()), fn):
         types.update(argument_types(target))
     return types
@@ -159,12 +163,11 @@ class DatasetSpec(Checked):
 
 
 def _check_generate(generate: dict[str, Any], where: str) -> None:
-    """A ``generate`` block names its ``path``, a registered ``kind`` and only settings that generator takes."""
+    """A ``generate`` block names its ``path`` and only settings its generator takes (its ``kind`` and their types
+    are declared: :func:`generator_option_types`)."""
     if not generate.get("path"):
         raise ValueError(f"{where} needs path: the file it writes (e.g. data/embedded/x.parquet)")
-    kind = generate.get("kind", "puzzles")
-    if kind not in GENERATORS:
-        raise ValueError(f"{where}.kind: {GENERATORS.unknown(kind)}")
+    kind = generate.get("kind", DEFAULT_GENERATOR)
     valid = generator_options(kind)
     unknown = sorted(set(generate) - set(valid))
     if unknown:
@@ -195,7 +198,7 @@ def check_datasets(specs: dict[str, DatasetSpec | None], roots: list[Path] | Non
 
 def generation_record(generate: dict[str, Any]) -> dict[str, Any]:
     """The settings a generated file is made from (its ``generate`` block without ``path``, kind filled in)."""
-    return {"kind": "puzzles", **{k: v for k, v in generate.items() if k != "path"}}
+    return {"kind": DEFAULT_GENERATOR, **{k: v for k, v in generate.items() if k != "path"}}
 
 
 def ensure_generated(generate: dict[str, Any]) -> Path:
