@@ -43,7 +43,7 @@ def _error(capsys, *args):
     ("--model.init_args.evaluation.temperature=hot",
      "error: model.init_args.evaluation.temperature: must be a number > 0 or null (got hot)"),
     # a top-level option's declared type (bool | int), not the first member's failure
-    ("--seed_everything=abc", "error: seed_everything: expected one of bool, int (got abc)"),
+    ("--seed_everything=abc", "error: seed_everything: expected bool or int (got abc)"),
     # a choice that is both an int and a str (precision 16 and "16") is listed once
     ("--trainer.precision=bogus", "error: trainer.precision: must be one of 64, 32, 16, transformer-engine, "
                                   "transformer-engine-float16, 16-true, 16-mixed, bf16-true, bf16-mixed, 32-true, "
@@ -52,7 +52,7 @@ def _error(capsys, *args):
     ("--model.init_args.grpo.beta.x=1",
      "error: --model.init_args.grpo.beta.x: model.init_args.grpo.beta is one value (float), with no options below it"),
     ("--model.init_args.grpo.max_grad_norm.a=1", "error: --model.init_args.grpo.max_grad_norm.a: "
-     "model.init_args.grpo.max_grad_norm is one value (one of float, None), with no options below it"),
+     "model.init_args.grpo.max_grad_norm is one value (float or null), with no options below it"),
     # a group given a value that is neither a file nor its options
     ("--trainer=5", "error: --trainer: '5' is neither a config file nor a mapping of trainer options: give a YAML "
                     "file, '{option: value}', or set one option (--trainer.<option>=...)"),
@@ -94,11 +94,11 @@ def test_a_chain_of_errors_gives_the_key_and_the_value_from_where_jsonargparse_r
 
 def test_declared_types_resolve_through_the_option_groups():
     assert type_name(declared_type("model.init_args.grpo.beta", GRPOModule), "x") == "float"
-    assert type_name(declared_type("model.init_args.grpo.max_grad_norm", GRPOModule), "x") == "one of float, None"
+    assert type_name(declared_type("model.init_args.grpo.max_grad_norm", GRPOModule), "x") == "float or null"
     assert type_name(declared_type("data.batch_size", None), "x") == "int"
     assert declared_type("model.init_args.no_such.key", GRPOModule) is None
     assert declared_type("trainer.callbacks", None) is not None and declared_type("ckpt_path", None) is None
-    assert type_name(declared_type("seed_everything", None), "x") == "one of bool, int"  # a top-level option
+    assert type_name(declared_type("seed_everything", None), "x") == "bool or int"  # a top-level option
     assert type_name(declared_type("model.init_args.rewards.weight", GRPOModule), "x") == "float"  # a list's item
 
 
@@ -335,6 +335,25 @@ def test_the_key_of_a_class_option_includes_its_init_args(capsys, arg, key):
     assert _error(capsys, arg).startswith(f"error: {key}: ")
 
 
+@pytest.mark.parametrize("args, line", [
+    # torch's parameters are typed float / int; their ranges (CLASS_RANGES) word what jsonargparse refused
+    (["--model.init_args.optimizer.init_args.lr=inf"],
+     "model.init_args.optimizer.init_args.lr: must be a finite number >= 0 (got inf)"),
+    (["--model.init_args.optimizer.init_args.lr=abc"], "model.init_args.optimizer.init_args.lr: must be a number >= 0 "
+                                                       "(got abc)"),
+    (["--model.init_args.lr_scheduler=torch.optim.lr_scheduler.LinearLR",
+      "--model.init_args.lr_scheduler.init_args.total_iters=1.5"],
+     "model.init_args.lr_scheduler.init_args.total_iters: must be an integer >= 0 (got 1.5)"),
+    # another class's init argument: its declared type, None in a config's spelling
+    (["--trainer.callbacks+={class_path: lightning.pytorch.callbacks.ModelCheckpoint, init_args: {every_n_train_steps: "
+      "fifty}}"], "trainer.callbacks[3].init_args.every_n_train_steps: expected int or null (got fifty)"),
+    (["--seed_everything=abc"], "seed_everything: expected bool or int (got abc)"),
+])
+def test_a_class_path_s_init_argument_is_refused_by_its_declared_type(capsys, args, line):
+    """Was jsonargparse's wording: ``expected a float. Got value: inf``, ``expected a int``, ``one of int, None``."""
+    assert _error(capsys, *args) == "error: " + line
+
+
 @pytest.mark.parametrize("given, line", [
     # a flag: refused by jsonargparse, worded from the declared options of the group the first unknown part is in
     ("--data.batch_sise=3", "data: unknown option 'batch_sise' (did you mean batch_size?); valid: batch_size, "
@@ -368,6 +387,18 @@ def test_the_key_of_a_class_option_includes_its_init_args(capsys, arg, key):
     ("trainer: {callbacks: [{class_path: lightning.pytorch.callbacks.ModelCheckpoint}, "
      "{class_path: lightning.pytorch.callbacks.ModelCheckpoint, init_arg: {save_top_k: 1}}]}",
      "{path}: trainer.callbacks[1]: unknown option 'init_arg' (did you mean init_args?)"),
+    # init_args written twice: the second is the unknown option, in the file that wrote it (a flag names none; the
+    # options below it are the class's own, not blamed)
+    ("--model.init_args.init_args.grpo.beta=1", "model.init_args: unknown option 'init_args'; valid: attention, "
+     "evaluation, grpo, lr_scheduler, optimizer, perf, policy, rewards, sampling"),
+    ("model: {init_args: {init_args: {grpo: {beta: 1}}}}", "{path}: model.init_args: unknown option 'init_args'"),
+    ("--model.init_args.optimizer.init_args.init_args.lr=1", "model.init_args.optimizer.init_args: unknown option "
+     "'init_args'; valid: amsgrad, betas, "),
+    ("--trainer.logger.init_args.init_args.name=x", "trainer.logger.init_args: unknown option 'init_args'; valid: "
+     "comment, "),
+    ("trainer: {callbacks: [{class_path: lightning.pytorch.callbacks.ModelCheckpoint, init_args: {init_args: "
+     "{dirpath: x}}}]}", "{path}: trainer.callbacks[0].init_args: unknown option 'init_args'; valid: "
+     "auto_insert_metric_name, dirpath, "),
     # a config file: named with the key; a list's item, the model's short form and a subcommand block too
     ("trainr: {max_steps: 3}", "{path}: unknown option 'trainr' (did you mean trainer?); valid: ckpt_path, data, "
                                "model, return_predictions, seed_everything, trainer, verbose, weights_only"),

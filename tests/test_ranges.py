@@ -71,7 +71,7 @@ class _Outer:
     ({"sizes": [3, 0]}, ["o.sizes[1]: must be >= 1 (got 0)"]),
     ({"limit": 0.0}, ["o.limit: must be > 0 or null (got 0.0)"]),
     ({"limit": INF}, ["o.limit: must be a finite number > 0 or null (got inf)"]),  # inf meets "> 0"
-    ({"inner": {"p": None}}, ["o.inner.p: must be a number in [0, 1] (got None)"]),  # None: no number
+    ({"inner": {"p": None}}, ["o.inner.p: must be a number in [0, 1] (got null)"]),  # None: no number
 ])
 def test_problems_walk_dataclasses_dicts_and_lists_by_their_declared_types(value, found):
     assert problems(value, _Outer, "o") == found

@@ -201,7 +201,7 @@ def test_unknown_reward_options_are_refused_naming_the_valid_ones(name, kwargs, 
     ("open_accuracy", {"judge": {"rel_tol": 0.1}}, "rel_tol is an offline judge setting: judge.offline.rel_tol"),
     ("rubric", {"judge": {"timeout_s": "slow"}}, "option judge.timeout_s: must be a number > 0 (got slow)"),
     ("open_accuracy", {"judge": {"offline": {"rel_tol": "a"}}}, "option judge.offline.rel_tol: must be a number >= 0"),
-    ("open_accuracy", {"judge": 5}, "option judge: expected one of Judge, JudgeConfig, dict[str, Any], None (got 5)"),
+    ("open_accuracy", {"judge": 5}, "option judge: expected one of Judge, JudgeConfig, dict[str, Any], null (got 5)"),
 ])
 def test_reward_option_values_are_checked_against_their_types(name, kwargs, expected):
     from lit_grpo.rewards import RewardSpec, build_reward

@@ -36,7 +36,7 @@ from annotated_types import Ge, Gt, Le, Lt, Predicate
 
 from lit_grpo.registry import UnknownName
 
-__all__ = ["Finite", "Checked", "SettingError", "rule", "problems", "check_arguments", "argument_types",
+__all__ = ["Finite", "Checked", "SettingError", "rule", "problems", "shown", "check_arguments", "argument_types",
            "CLASS_RANGES"]
 
 Finite = Predicate(math.isfinite)
@@ -132,8 +132,15 @@ def describe(key: str, err: dict[str, Any], tp: Any = None) -> str:
         what = f"expected {type_name(tp, err['input'])}"
     else:
         what = err["msg"][:1].lower() + err["msg"][1:]
-    got = err["input"]
-    return f"{key}: {what} (got {got if isinstance(got, str) else repr(got)})"  # a flag's text as typed
+    return f"{key}: {what} (got {shown(err['input'])})"
+
+
+def shown(value: Any) -> str:
+    """A refused value as a config writes it: a flag's text as typed, ``null``/``true``/``false`` in YAML's
+    spelling (not Python's ``None``/``True``), any other value as its ``repr``."""
+    if isinstance(value, str):
+        return value
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else repr(value)
 
 
 def _an_object(value: Any) -> Any:
@@ -271,15 +278,16 @@ def argument_types(target: Any) -> dict[str, Any]:
 
 def type_name(tp: Any, value: Any) -> str:
     """A declared type as an error message names it, bounds left out (``value``: the value refused): ``str``;
-    ``list`` for a ``list[str]`` given a non-list (``list[str]`` for a list); ``one of dict[str, float], None`` for
-    a union.
+    ``list`` for a ``list[str]`` given a non-list (``list[str]`` for a list); ``dict[str, float] or null`` for a union
+    of two, ``one of int, str, null`` for more (None in a config's spelling).
 
     >>> type_name(typing.Optional[dict[str, Annotated[float, Ge(0)]]], "x")
-    'one of dict[str, float], None'
+    'dict[str, float] or null'
     """
     tp = bare_type(tp)
     if typing.get_origin(tp) in (Union, types.UnionType):
-        return "one of " + ", ".join(_member_name(m) for m in typing.get_args(tp))
+        names = [_member_name(m) for m in typing.get_args(tp)]
+        return " or ".join(names) if len(names) == 2 else "one of " + ", ".join(names)
     origin = typing.get_origin(tp)
     return origin.__name__ if origin is not None and not isinstance(value, origin) else _member_name(tp)
 
@@ -298,7 +306,7 @@ def bare_type(tp: Any) -> Any:
 
 def _member_name(tp: Any) -> str:
     if tp is type(None):
-        return "None"
+        return "null"
     return tp.__name__ if typing.get_origin(tp) is None and isinstance(tp, type) else str(tp).replace("typing.", "")
 
 

@@ -43,7 +43,7 @@ from lit_grpo.settings.argv import iter_options
 from lit_grpo.compat import (jsonargparse_class, jsonargparse_import_path, jsonargparse_list_indices,
                              jsonargparse_refusal, jsonargparse_unknown_key)
 from lit_grpo.registry import did_you_mean
-from lit_grpo.settings import ConfigError, bare_type, describe, type_name
+from lit_grpo.settings import ConfigError, argument_types, bare_type, describe, problems, shown, type_name
 from lit_grpo.settings.paths import config_tree, read_config
 
 
@@ -137,10 +137,12 @@ def unknown_key(key: str, model_class: Any, root: Any = None, cls: Any = None, i
     if typo is not None:  # named where it is, with the index of a list's item (trainer.callbacks[1])
         parent = _indexed_parent(".".join(parts[:typo]), indices, model_class)
         return f"{parent}: unknown option {parts[typo + 1]!r}{did_you_mean(parts[typo + 1], CLASS_KEYS)}"
-    if options is None or len(done) == len(parts):  # below what can be listed: the last part is the unknown one
-        done, tp, options = parts[:-1], None, {}
-        if cls is not None and parts[-2:-1] == ["init_args"]:  # an init argument of a class given by class_path
-            options = dict.fromkeys(class_options(cls, declared_type(".".join(parts[:-2]), model_class)))
+    if options is None or len(done) == len(parts):  # below what can be listed: the last part is the unknown one,
+        twice = next((i for i in range(2, len(parts)) if parts[i - 1:i + 1] == ["init_args"] * 2), None)
+        end = len(parts) - 1 if cls is None or twice is None else twice  # or a class's init_args written twice
+        done, tp, options = parts[:end], None, {}
+        if cls is not None and parts[end - 1:end] == ["init_args"]:  # an init argument of a class given by class_path
+            options = dict.fromkeys(class_options(cls, declared_type(".".join(parts[:end - 1]), model_class)))
     parent, name, group = ".".join(done), parts[len(done)], _item(tp)
     if group is SamplingConfig:  # a generation option the loss cannot model: refused with the reason
         return refuse_sampling_option(name)
@@ -188,7 +190,8 @@ def config_holding(key: str, configs: list[str]) -> str | None:
     """The first of the config files among ``configs`` that sets the dotted ``key`` (the parser stops at it), or
     None (``model.init_args.x`` may be written ``model.x``; a config may nest its keys under a subcommand)."""
     parts = key.split(".")
-    forms = [parts, parts[:1] + parts[2:]] if parts[:2] == ["model", "init_args"] else [parts]
+    short = parts[:2] == ["model", "init_args"] and parts[2:3] != ["init_args"]  # not init_args written twice
+    forms = [parts, parts[:1] + parts[2:]] if short else [parts]
     for config in [c for c in configs if Path(c).expanduser().is_file()]:  # config text: no file to name
         tree = config_tree(config)
         for sub in [tree[s] for s in SUBCOMMANDS if isinstance(tree.get(s), dict)] or [tree]:
@@ -594,12 +597,14 @@ def _takes_class_path(tp: Any) -> bool:
     return inspect.isclass(tp) and not dataclasses.is_dataclass(tp) and tp.__module__ != "builtins"
 
 
-def _full_key(keys: list[str], model_class: Any) -> str:
+def _full_key(keys: list[str], model_class: Any, unknown: bool = False) -> str:
     """The dotted key from the parts each parser named: a class given by ``class_path`` has a parser of its own,
-    which names its options without the ``init_args`` they sit below (``model``, then ``grpo.beta``)."""
+    which names its options without the ``init_args`` they sit below (``model``, then ``grpo.beta``). ``unknown``:
+    the last part is a key that parser found no option for, so an ``init_args`` it starts with was written twice."""
     parts: list[str] = []
-    for part in keys:
-        if parts and part.split(".")[0] not in ("class_path", "init_args", "dict_kwargs"):
+    for i, part in enumerate(keys):
+        if parts and (part.split(".")[0] not in ("class_path", "init_args", "dict_kwargs")
+                      or unknown and i + 1 == len(keys)):
             so_far = ".".join(parts)  # the model is always given by class_path (declared_type names no root)
             if so_far == "model" or _takes_class_path(declared_type(so_far, model_class)):
                 parts.append("init_args")
@@ -642,12 +647,12 @@ def short_error(message: str, ex: BaseException | None = None, model_class: Any 
     keys, values = jsonargparse_refusal(causes)
     # a value given whole (a class's mapping, a list) is the user's own text, named by the key: not repeated
     values = [v for v in values if v is None or isinstance(v, (str, int, float, bool))]
-    got = str(values[-1]) if values else ""
+    got = shown(values[-1]) if values else ""
     keys = [k for i, k in enumerate(keys) if i + 1 == len(keys) or not keys[i + 1].startswith(k + ".")]  # --data=F:
     key = _full_key(keys, model_class)  # its parser names "data", then "data.batch_size"
     unknown = jsonargparse_unknown_key(causes)
     if unknown is not None:  # a key that names no option: where it was set, and the options there
-        key = _full_key([*keys, unknown], model_class)
+        key = _full_key([*keys, unknown], model_class, unknown=True)
         key = key.split(".", 1)[1] if key.split(".")[0] in subcommands else key  # a config's "fit:" block
         typo = _class_key_typo(key.split("."), 0)  # a mistyped class key: in a file, without the init_args added
         written = key if typo is None else ".".join(p for i, p in enumerate(key.split(".")) if i != typo)
@@ -661,6 +666,11 @@ def short_error(message: str, ex: BaseException | None = None, model_class: Any 
     checked = next((c for c in reversed(causes) if isinstance(c, pydantic.ValidationError)), None)
     if checked is not None and key:  # a declared range or type (pydantic's structured error): the one wording
         return describe(key, checked.errors()[0], declared)
+    cls = jsonargparse_class(causes) if declared is None and key.split(".")[-2:-1] == ["init_args"] else None
+    if cls is not None and values:  # an init argument of a class_path's class (torch's: CLASS_RANGES): its type
+        found = problems(values[-1], argument_types(cls).get(key.rsplit(".", 1)[1], Any), key)
+        if found:
+            return found[0]
     members = typing.get_args(declared) if typing.get_origin(declared) in (Union, types.UnionType) else [declared]
     choices = [a for m in members if typing.get_origin(m) is typing.Literal
                for a in typing.get_args(m)]
