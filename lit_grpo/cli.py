@@ -15,6 +15,7 @@ before any model work and before any log folder: keys are checked against the op
 from __future__ import annotations
 
 import atexit
+import inspect
 import logging
 import os
 import sys
@@ -30,7 +31,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lit_grpo.callbacks import FinalValidation
 from lit_grpo.checkpoint_io import with_atomic_io
 from lit_grpo.compat import has_option, jsonargparse_import_path, lists_replace, raised_by_jsonargparse
-from lit_grpo.settings import ConfigError, HelpFormatter
+from lit_grpo.settings import ConfigError, HelpFormatter, shown
 from lit_grpo.settings.args import BASE_KEY, SUBCOMMANDS, expand_bases, model_class_of, prepare_args, short_error
 from lit_grpo.settings.argv import config_files
 from lit_grpo.settings.help import extra_help, help_args
@@ -364,7 +365,8 @@ def _loader_without_base_key() -> None:
 
 def run_name(*, _root_: Any) -> str:
     """``${run_name:}`` in a config (``dirpath: checkpoints/${run_name:}_grpo``): the ``name`` of ``trainer.logger``,
-    or of the first logger when it is a list of them (TensorBoard and W&B at once). A relative interpolation of the
+    or of the first logger when it is a list of them (TensorBoard and W&B at once): the name the logger writes under,
+    its default where the config sets none (``true``: Lightning's default logger's). A relative interpolation of the
     key (``${....logger.init_args.name}``) reads one logger only: a list breaks it.
 
     Raises:
@@ -378,6 +380,10 @@ def run_name(*, _root_: Any) -> str:
                     if isinstance(sub, DictConfig) and "trainer" in sub), None)
     logger = trainer.get("logger") if isinstance(trainer, DictConfig) else None
     logger = logger[0] if isinstance(logger, ListConfig) and len(logger) else logger
+    if logger is True:  # Lightning's default logger, under its default name
+        from lightning.pytorch.loggers import TensorBoardLogger
+
+        return inspect.signature(TensorBoardLogger).parameters["name"].default
     init_args = logger.get("init_args") if isinstance(logger, DictConfig) else None
     name = init_args.get("name") if isinstance(init_args, DictConfig) else None
     if isinstance(name, str) and name:
@@ -385,7 +391,7 @@ def run_name(*, _root_: Any) -> str:
     what = logger.get("class_path") if isinstance(logger, DictConfig) else None
     raise InterpolationResolutionError(
         "${run_name:} is the name of trainer.logger (the first logger of a list), but "
-        + (f"{what} has none" if what else f"the run has no logger ({logger})") + ": use a logger with a name "
+        + (f"{what} has none" if what else f"the run has no logger ({shown(logger)})") + ": use a logger with a name "
         "(trainer.logger.init_args.name: a TensorBoard, W&B or CSV logger), or write this value out")
 
 
@@ -443,7 +449,7 @@ def _main(args: list[str] | None) -> GRPOCLI:
             datamodule_class=VLMDataModule,
             subclass_mode_model=True,
             parser_class=GRPOArgumentParser,
-            parser_kwargs={"parser_mode": "omegaconf+", "prog": PROG, "configs": configs,
+            parser_kwargs={"parser_mode": "omegaconf+", "prog": PROG, "configs": configs, "model_class": model_class,
                            **{sub: {"model_class": model_class, "configs": configs} for sub in SUBCOMMANDS}},
             save_config_callback=RunConfig,
             save_config_kwargs={"overwrite": True},

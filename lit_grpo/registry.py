@@ -151,7 +151,9 @@ class Registry(Generic[T]):
 
     def __contains__(self, name: str) -> bool:
         """Whether ``name`` is registered (with ``tasks``: importing tasks one at a time until it is)."""
-        while isinstance(name, str) and name not in self._entries and self.tasks and load_next_task():
+        if not isinstance(name, str):  # a config's list or mapping where a name goes: no name (not a TypeError)
+            return False
+        while name not in self._entries and self.tasks and load_next_task():
             pass
         return name in self._entries
 

@@ -115,6 +115,9 @@ def test_the_checkpoint_folder_follows_the_first_logger_of_a_list(tmp_path, caps
     cases = [(["configs/demo.yaml"], [], "checkpoints/demo_grpo"),
              (["configs/demo.yaml", pair], [], "checkpoints/one_grpo"),
              (["configs/demo.yaml"], ["--trainer.logger.init_args.name=lr0"], "checkpoints/lr0_grpo"),
+             # a logger that sets no name writes under its default one (Lightning's default logger's too)
+             (["configs/demo.yaml"], ["--trainer.logger=true"], "checkpoints/lightning_logs_grpo"),
+             (["configs/demo.yaml"], ["--trainer.logger=lightning.pytorch.loggers.CSVLogger"], "checkpoints/demo_grpo"),
              (["configs/demo_phyx_mcq.yaml"], [], "checkpoints/demo_phyx_mcq"),
              (["configs/demo_phyx_mcq.yaml", "configs/demo_phyx_mcq_asm.yaml"], [],
               "checkpoints/demo_phyx_mcq_asm"),
@@ -134,7 +137,8 @@ def test_a_run_name_no_logger_gives_is_one_line(capsys):
           "this value out\n"
     start = "error: fit.trainer.callbacks[0].init_args.dirpath: ${run_name:} is the name of trainer.logger (the " \
             "first logger of a list), but "
-    for flag, why in [("--trainer.logger=false", "the run has no logger (False)"),
+    for flag, why in [("--trainer.logger=false", "the run has no logger (false)"),
+                      ("--trainer.logger=null", "the run has no logger (null)"),
                       ("--trainer.logger=[]", "the run has no logger ([])")]:  # MLflow's: test_loggers
         with pytest.raises(SystemExit) as exc:
             main(["fit", "--config", "configs/demo.yaml", flag, "--print_config"])

@@ -344,6 +344,8 @@ def test_the_key_of_a_class_option_includes_its_init_args(capsys, arg, key):
     (["--model.init_args.lr_scheduler=torch.optim.lr_scheduler.LinearLR",
       "--model.init_args.lr_scheduler.init_args.total_iters=1.5"],
      "model.init_args.lr_scheduler.init_args.total_iters: must be an integer >= 0 (got 1.5)"),
+    (["--model.init_args.optimizer.init_args.betas=[0.9, abc]"],  # an item of a list: the item's range
+     "model.init_args.optimizer.init_args.betas: must be a number in [0, 1) (got abc)"),
     # another class's init argument: its declared type, None in a config's spelling
     (["--trainer.callbacks+={class_path: lightning.pytorch.callbacks.ModelCheckpoint, init_args: {every_n_train_steps: "
       "fifty}}"], "trainer.callbacks[3].init_args.every_n_train_steps: expected int or null (got fifty)"),
@@ -407,10 +409,23 @@ def test_a_class_path_s_init_argument_is_refused_by_its_declared_type(capsys, ar
      "name, weight"),
     ("model: {grpo: {betta: 1}}", "{path}: model.init_args.grpo: unknown option 'betta' (did you mean beta?)"),
     ("fit: {data: {batch_sise: 2}}", "{path}: data: unknown option 'batch_sise' (did you mean batch_size?)"),
+    # a "fit:" block in a config given after the subcommand is refused as a block (it blamed a real option in the
+    # config before it: "configs/demo.yaml: trainer: unknown option 'max_steps'")
+    ("fit: {trainer: {max_steps: 3}}",
+     "{path}: a 'fit:' block is read from a config given before the subcommand (--config F fit ...); in one given "
+     "after it, write its options without the block"),
+    ("fit: {model: {init_args: {grpo: {beta: 1}}}}", "{path}: a 'fit:' block is read from a config given before "),
     ("trainer: {callbacks: [{class_path: lightning.pytorch.callbacks.ModelCheckpoint}, "
      "{class_path: lightning.pytorch.callbacks.ModelCheckpoint, init_args: {save_top_kk: 1}}]}",
      "{path}: trainer.callbacks[1].init_args: unknown option 'save_top_kk' (did you mean save_top_k?); valid: "
      "auto_insert_metric_name, dirpath, "),
+    # the file is found by the item's index, not by the first item that has init_args
+    ("trainer: {callbacks: [{class_path: lightning.pytorch.callbacks.ModelCheckpoint, init_args: {dirpath: a}}, "
+     "{class_path: lightning.pytorch.callbacks.ModelCheckpoint, init_args: {every_n_stepz: 1}}]}",
+     "{path}: trainer.callbacks[1].init_args: unknown option 'every_n_stepz' (did you mean every_n_train_steps?)"),
+    ("trainer: {callbacks: [{class_path: lightning.pytorch.callbacks.ModelCheckpoint, init_args: {dirpath: a}}, "
+     "{class_path: lightning.pytorch.callbacks.ModelCheckpoint, init_args: {init_args: {dirpath: b}}}]}",
+     "{path}: trainer.callbacks[1].init_args: unknown option 'init_args'; valid: "),
     ("--model.init_args.rewards=[{name: format}, {name: format, wieght: 1}]",
      "model.init_args.rewards[1]: unknown option 'wieght' (did you mean weight?)"),
     # the rules an unknown key of a group carries: a renamed option, a sampling option the loss cannot model

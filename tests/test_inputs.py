@@ -320,6 +320,7 @@ def test_a_wrong_test_path_fails_before_the_model_is_built(capsys, tmp_path):
     ("{path: PATH, panel_size: .inf}", "error: data.train.generate.panel_size: must be a finite number (got inf)"),
     ("{path: PATH, kind: puzzels}", "error: data.train.generate.kind: unknown data generator 'puzzels' (did you mean "
                                     "puzzles?); registered: "),
+    ("{path: PATH, kind: [puzzles]}", "error: data.train.generate.kind: expected str (got ['puzzles'])"),  # TypeError
 ])
 def test_a_generate_block_is_typed_by_its_generator_also_without_a_kind(capsys, tmp_path, block, line):
     """A block without ``kind`` is the default generator's (puzzles) and typed by its settings: ``num: abc`` was a

@@ -34,6 +34,7 @@ NAN, INF = math.nan, math.inf
     (typing.Annotated[float, Gt(0), Le(1)], "in (0, 1]"), (typing.Annotated[float, Ge(0), Lt(1)], "in [0, 1)"),
     (typing.Annotated[float, Ge(-1), Le(2.5)], "in [-1, 2.5]"), (typing.Annotated[float, Finite], "a finite number"),
     (typing.Annotated[int, Ge(2)] | None, ">= 2 or null"), (typing.Literal["a", "b"], "one of a, b"), (float, None),
+    (typing.Literal["all"] | bool, "one of all, true, false"),  # W&B's log_model: a bool is a choice too
 ])
 def test_a_declared_type_says_what_it_allows(tp, text):
     assert rule(tp) == text

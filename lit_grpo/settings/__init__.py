@@ -74,8 +74,9 @@ def rule(tp: Any) -> str | None:
     members = typing.get_args(tp) if typing.get_origin(tp) in (Union, types.UnionType) else (tp,)
     nullable = " or null" if type(None) in members else ""
     for member in members:
-        if typing.get_origin(member) is Literal:
-            return "one of " + ", ".join(map(str, typing.get_args(member))) + nullable
+        if typing.get_origin(member) is Literal:  # and a bool beside it (W&B's log_model: "all" | bool)
+            return "one of " + ", ".join([*map(str, typing.get_args(member))] + ["true", "false"] * (bool in members)) \
+                + nullable
         if typing.get_origin(member) is not Annotated:
             continue
         meta = member.__metadata__

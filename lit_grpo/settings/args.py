@@ -186,9 +186,10 @@ def class_options(cls: type, option_type: Any) -> list[str]:
     return sorted({k.split(".")[0] for k in parser.get_defaults().keys()} - skip)
 
 
-def config_holding(key: str, configs: list[str]) -> str | None:
+def config_holding(key: str, configs: list[str], indices: list[int] = ()) -> str | None:
     """The first of the config files among ``configs`` that sets the dotted ``key`` (the parser stops at it), or
-    None (``model.init_args.x`` may be written ``model.x``; a config may nest its keys under a subcommand)."""
+    None (``model.init_args.x`` may be written ``model.x``; a config may nest its keys under a subcommand).
+    ``indices``: the index of each list's item on the way (``trainer.callbacks[1]``), where known."""
     parts = key.split(".")
     short = parts[:2] == ["model", "init_args"] and parts[2:3] != ["init_args"]  # not init_args written twice
     forms = [parts, parts[:1] + parts[2:]] if short else [parts]
@@ -197,9 +198,12 @@ def config_holding(key: str, configs: list[str]) -> str | None:
         for sub in [tree[s] for s in SUBCOMMANDS if isinstance(tree.get(s), dict)] or [tree]:
             for form in forms:
                 node: Any = sub
+                at = list(indices)
                 for part in form:
-                    if isinstance(node, list):  # a list's items: the first that has the part
-                        node = next((n for n in node if isinstance(n, dict) and part in n), {})
+                    if isinstance(node, list):  # a list's item: at its index, else the first that has the part
+                        i = at.pop(0) if at else None
+                        node = node[i] if i is not None and i < len(node) else \
+                            next((n for n in node if isinstance(n, dict) and part in n), {})
                     node = node.get(part, _ABSENT) if isinstance(node, dict) else _ABSENT
                 if node is not _ABSENT:
                     return config
@@ -652,13 +656,7 @@ def short_error(message: str, ex: BaseException | None = None, model_class: Any 
     key = _full_key(keys, model_class)  # its parser names "data", then "data.batch_size"
     unknown = jsonargparse_unknown_key(causes)
     if unknown is not None:  # a key that names no option: where it was set, and the options there
-        key = _full_key([*keys, unknown], model_class, unknown=True)
-        key = key.split(".", 1)[1] if key.split(".")[0] in subcommands else key  # a config's "fit:" block
-        typo = _class_key_typo(key.split("."), 0)  # a mistyped class key: in a file, without the init_args added
-        written = key if typo is None else ".".join(p for i, p in enumerate(key.split(".")) if i != typo)
-        source = config_holding(written, list(configs))
-        line = unknown_key(key, model_class, root, jsonargparse_class(causes), jsonargparse_list_indices(causes))
-        return (f"{source}: " if source else "") + line
+        return _unknown_line([*keys, unknown], causes, model_class, configs, root, subcommands)
     root = _text(causes[-1]) if causes else message
     detail = next((line.strip() for line in root.splitlines() if line.strip()), message.strip())
     declared = declared_type(key, model_class) if key else None
@@ -668,7 +666,9 @@ def short_error(message: str, ex: BaseException | None = None, model_class: Any 
         return describe(key, checked.errors()[0], declared)
     cls = jsonargparse_class(causes) if declared is None and key.split(".")[-2:-1] == ["init_args"] else None
     if cls is not None and values:  # an init argument of a class_path's class (torch's: CLASS_RANGES): its type
-        found = problems(values[-1], argument_types(cls).get(key.rsplit(".", 1)[1], Any), key)
+        tp = argument_types(cls).get(key.rsplit(".", 1)[1], Any)
+        listed = typing.get_origin(bare_type(tp)) in (list, tuple) and not isinstance(values[-1], (list, tuple))
+        found = problems(values[-1], typing.get_args(tp)[0] if listed else tp, key)  # a list's item: its item type
         if found:
             return found[0]
     members = typing.get_args(declared) if typing.get_origin(declared) in (Union, types.UnionType) else [declared]
@@ -687,3 +687,23 @@ def short_error(message: str, ex: BaseException | None = None, model_class: Any 
     detail = detail[0].lower() + detail[1:] if detail[:1].isupper() and not detail[1:2].isupper() else detail
     text = f"{key}: {detail}" if key else detail
     return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _unknown_line(keys: list[str], causes: list[BaseException], model_class: Any, configs: list[str], root: Any,
+                  subcommands: tuple[str, ...]) -> str:
+    """:func:`short_error`'s line for a key that names no option (the last of ``keys``, relative to the parser that
+    refused it): the config that set it, and :func:`unknown_key`'s line; a config's ``fit:`` block refused as a
+    whole where every option in it is known (a subcommand's parser reads no such block)."""
+    key = _full_key(keys, model_class, unknown=True)
+    sub, _, key = key.partition(".") if key.split(".")[0] in subcommands else ("", "", key)
+    if sub and len(walk(key, model_class, root)[0]) == len(key.split(".")):
+        source = next((c for c in configs if Path(c).expanduser().is_file()
+                       and isinstance(config_tree(c), dict) and sub in config_tree(c)), None)
+        return (f"{source}: " if source else "") + (
+            f"a '{sub}:' block is read from a config given before the subcommand (--config F {sub} ...); in one "
+            f"given after it, write its options without the block")
+    typo = _class_key_typo(key.split("."), 0)  # a mistyped class key: in a file, without the init_args added
+    written = key if typo is None else ".".join(p for i, p in enumerate(key.split(".")) if i != typo)
+    source = config_holding(written, list(configs), jsonargparse_list_indices(causes))
+    line = unknown_key(key, model_class, root, jsonargparse_class(causes), jsonargparse_list_indices(causes))
+    return (f"{source}: " if source else "") + line
