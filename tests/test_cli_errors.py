@@ -415,6 +415,7 @@ def test_a_class_path_s_init_argument_is_refused_by_its_declared_type(capsys, ar
      "{path}: a 'fit:' block is read from a config given before the subcommand (--config F fit ...); in one given "
      "after it, write its options without the block"),
     ("fit: {model: {init_args: {grpo: {beta: 1}}}}", "{path}: a 'fit:' block is read from a config given before "),
+    ("fit: 5", "{path}: a 'fit:' block is read from a config given before "),  # was a KeyError traceback
     ("trainer: {callbacks: [{class_path: lightning.pytorch.callbacks.ModelCheckpoint}, "
      "{class_path: lightning.pytorch.callbacks.ModelCheckpoint, init_args: {save_top_kk: 1}}]}",
      "{path}: trainer.callbacks[1].init_args: unknown option 'save_top_kk' (did you mean save_top_k?); valid: "

@@ -696,7 +696,7 @@ def _unknown_line(keys: list[str], causes: list[BaseException], model_class: Any
     whole where every option in it is known (a subcommand's parser reads no such block)."""
     key = _full_key(keys, model_class, unknown=True)
     sub, _, key = key.partition(".") if key.split(".")[0] in subcommands else ("", "", key)
-    if sub and len(walk(key, model_class, root)[0]) == len(key.split(".")):
+    if sub and (not key or len(walk(key, model_class, root)[0]) == len(key.split("."))):  # "fit: 5" too
         source = next((c for c in configs if Path(c).expanduser().is_file()
                        and isinstance(config_tree(c), dict) and sub in config_tree(c)), None)
         return (f"{source}: " if source else "") + (
