@@ -327,6 +327,7 @@ def main(args: list[str] | None = None) -> GRPOCLI:
         fail(f"trainer: {exc}")
     except OmegaConfBaseException as exc:  # an interpolation that does not resolve (e.g. a key of another logger)
         key = getattr(exc, "full_key", None)
+        key = key.partition(".")[2] or key if key and key.split(".")[0] in SUBCOMMANDS else key  # as other lines
         fail(f"{key + ': ' if key else ''}{str(exc).splitlines()[0]}")
     except UserError as exc:  # a wrong file, row, checkpoint or folder met while running: what to fix, no traceback
         if args is not None:  # called from Python (a notebook, a test): the exception itself
@@ -363,7 +364,7 @@ def _loader_without_base_key() -> None:
     set_loader("omegaconf+", without_base, (pyyaml.YAMLError,))
 
 
-def run_name(*, _root_: Any) -> str:
+def run_name(*given: Any, _root_: Any) -> str:
     """``${run_name:}`` in a config (``dirpath: checkpoints/${run_name:}_grpo``): the ``name`` of ``trainer.logger``,
     or of the first logger when it is a list of them (TensorBoard and W&B at once): the name the logger writes under,
     its default where the config sets none (``true``: Lightning's default logger's). A relative interpolation of the
@@ -376,6 +377,8 @@ def run_name(*, _root_: Any) -> str:
     from omegaconf import DictConfig, ListConfig
     from omegaconf.errors import InterpolationResolutionError
 
+    if given:
+        raise InterpolationResolutionError(f"${{run_name:}} takes no argument (got {', '.join(map(str, given))})")
     trainer = next((sub["trainer"] for sub in (_root_, *(_root_.get(s) for s in SUBCOMMANDS))
                     if isinstance(sub, DictConfig) and "trainer" in sub), None)
     logger = trainer.get("logger") if isinstance(trainer, DictConfig) else None

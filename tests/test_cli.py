@@ -135,7 +135,7 @@ def test_a_run_name_no_logger_gives_is_one_line(capsys):
     """No logger: ``${run_name:}`` names the key that asked and what to set."""
     fix = ": use a logger with a name (trainer.logger.init_args.name: a TensorBoard, W&B or CSV logger), or write " \
           "this value out\n"
-    start = "error: fit.trainer.callbacks[0].init_args.dirpath: ${run_name:} is the name of trainer.logger (the " \
+    start = "error: trainer.callbacks[0].init_args.dirpath: ${run_name:} is the name of trainer.logger (the " \
             "first logger of a list), but "
     for flag, why in [("--trainer.logger=false", "the run has no logger (false)"),
                       ("--trainer.logger=null", "the run has no logger (null)"),
@@ -143,6 +143,11 @@ def test_a_run_name_no_logger_gives_is_one_line(capsys):
         with pytest.raises(SystemExit) as exc:
             main(["fit", "--config", "configs/demo.yaml", flag, "--print_config"])
         assert exc.value.code == 2 and capsys.readouterr().err == start + why + fix, flag
+    with pytest.raises(SystemExit) as exc:  # an argument: omegaconf's TypeError line named Python's call
+        main(["fit", "--config", "configs/demo.yaml", "--trainer.callbacks.init_args.keys=${run_name:x}",
+              "--print_config"])
+    assert exc.value.code == 2 and capsys.readouterr().err == \
+        "error: trainer.callbacks[2].init_args.keys: ${run_name:} takes no argument (got x)\n"
 
 
 def _overrides(tmp_path, **extra) -> Path:

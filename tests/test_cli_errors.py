@@ -350,10 +350,27 @@ def test_the_key_of_a_class_option_includes_its_init_args(capsys, arg, key):
     (["--trainer.callbacks+={class_path: lightning.pytorch.callbacks.ModelCheckpoint, init_args: {every_n_train_steps: "
       "fifty}}"], "trainer.callbacks[3].init_args.every_n_train_steps: expected int or null (got fifty)"),
     (["--seed_everything=abc"], "seed_everything: expected bool or int (got abc)"),
+    # true where a number goes: pydantic's lax mode takes it, jsonargparse does not; the declared type is named
+    (["--model.init_args.optimizer=torch.optim.SGD", "--model.init_args.optimizer.init_args.momentum=true"],
+     "model.init_args.optimizer.init_args.momentum: expected float (got true)"),
 ])
 def test_a_class_path_s_init_argument_is_refused_by_its_declared_type(capsys, args, line):
     """Was jsonargparse's wording: ``expected a float. Got value: inf``, ``expected a int``, ``one of int, None``."""
     assert _error(capsys, *args) == "error: " + line
+
+
+@pytest.mark.parametrize("text, line", [
+    ("fit: []", "fit: a mapping of seed_everything, trainer, model, data (got [])"),  # a traceback (AttributeError)
+    ("fit: 5", "fit: a mapping of seed_everything, trainer, model, data (got 5)"),
+    ("validate: null", "validate: a mapping of seed_everything, trainer, model, data (got null)"),
+])
+def test_a_subcommand_block_that_is_no_mapping_is_one_line(capsys, tmp_path, text, line):
+    """A config given before the subcommand may hold a ``fit:`` block; one that is no mapping is named."""
+    path = tmp_path / "block.yaml"
+    path.write_text(text + "\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["--config", str(path), "fit", "--config", "configs/demo.yaml", "--print_config"])
+    assert exc.value.code == 2 and capsys.readouterr().err == f"error: {path}: {line}\n"
 
 
 @pytest.mark.parametrize("given, line", [
@@ -408,14 +425,15 @@ def test_a_class_path_s_init_argument_is_refused_by_its_declared_type(capsys, ar
      "{path}: model.init_args.rewards[0]: unknown option 'wieght' (did you mean weight?); valid: alias, kwargs, "
      "name, weight"),
     ("model: {grpo: {betta: 1}}", "{path}: model.init_args.grpo: unknown option 'betta' (did you mean beta?)"),
-    ("fit: {data: {batch_sise: 2}}", "{path}: data: unknown option 'batch_sise' (did you mean batch_size?)"),
     # a "fit:" block in a config given after the subcommand is refused as a block (it blamed a real option in the
-    # config before it: "configs/demo.yaml: trainer: unknown option 'max_steps'")
+    # config before it: "configs/demo.yaml: trainer: unknown option 'max_steps'"; "fit: 5" was a KeyError traceback)
     ("fit: {trainer: {max_steps: 3}}",
      "{path}: a 'fit:' block is read from a config given before the subcommand (--config F fit ...); in one given "
      "after it, write its options without the block"),
     ("fit: {model: {init_args: {grpo: {beta: 1}}}}", "{path}: a 'fit:' block is read from a config given before "),
-    ("fit: 5", "{path}: a 'fit:' block is read from a config given before "),  # was a KeyError traceback
+    ("fit: {trainer: {logger: {init_args: {name: x}}}}", "{path}: a 'fit:' block is read from a config given before "),
+    ("fit: {data: {batch_sise: 2}}", "{path}: a 'fit:' block is read from a config given before "),
+    ("fit: 5", "{path}: a 'fit:' block is read from a config given before "),
     ("trainer: {callbacks: [{class_path: lightning.pytorch.callbacks.ModelCheckpoint}, "
      "{class_path: lightning.pytorch.callbacks.ModelCheckpoint, init_args: {save_top_kk: 1}}]}",
      "{path}: trainer.callbacks[1].init_args: unknown option 'save_top_kk' (did you mean save_top_k?); valid: "

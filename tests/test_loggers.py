@@ -140,7 +140,7 @@ def test_an_interpolation_the_new_logger_cannot_resolve_is_one_line():
     with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exc:
         main(["fit", "--config", "configs/demo.yaml", "--trainer.logger", "lightning.pytorch.loggers.MLFlowLogger"])
     assert exc.value.code == 2
-    assert err.getvalue() == ("error: fit.trainer.callbacks[0].init_args.dirpath: ${run_name:} is the name of "
+    assert err.getvalue() == ("error: trainer.callbacks[0].init_args.dirpath: ${run_name:} is the name of "
                               "trainer.logger (the first logger of a list), but lightning.pytorch.loggers.MLFlowLogger "
                               "has none: use a logger with a name (trainer.logger.init_args.name: a TensorBoard, W&B "
                               "or CSV logger), or write this value out\n")

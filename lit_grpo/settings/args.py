@@ -299,16 +299,24 @@ def _mapping(value: str | None) -> dict | None:
     return parsed if isinstance(parsed, dict) else None
 
 
-def check_config_file(path: str) -> None:
+def check_config_file(path: str, after_subcommand: bool = False) -> None:
     """What jsonargparse cannot say of the config file or text ``path`` (:func:`read_config`): where it is not valid
-    YAML (line and column), not a mapping, or config text naming ``_base_`` files.
+    YAML (line and column), not a mapping, config text naming ``_base_`` files, or a subcommand's block (``fit:``)
+    that is no mapping, or in a config given after the subcommand (whose parser reads no such block).
 
     Raises:
-        ConfigError: see :func:`read_config`; a config that is not a mapping, or config text with a ``_base_`` key.
+        ConfigError: see :func:`read_config`; a config that is not a mapping, config text with a ``_base_`` key, a
+            subcommand's block where none is read or one that is not a mapping.
     """
     tree = read_config(path)
     if tree is not None and not isinstance(tree, dict):
         raise ConfigError(f"{path}: a config is a mapping of {', '.join(ROOT_KEYS)}")
+    sub = next((s for s in SUBCOMMANDS if isinstance(tree, dict) and s in tree), None)
+    if sub and after_subcommand:  # jsonargparse refuses it by a key inside, which may be a real option
+        raise ConfigError(f"{path}: a '{sub}:' block is read from a config given before the subcommand (--config F "
+                          f"{sub} ...); in one given after it, write its options without the block")
+    if sub and not isinstance(tree[sub], dict):
+        raise ConfigError(f"{path}: {sub}: a mapping of {', '.join(ROOT_KEYS[:4])} (got {shown(tree[sub])})")
     # inline text has no folder for its bases' relative paths to start from
     if isinstance(tree, dict) and BASE_KEY in tree and not Path(path).expanduser().is_file():
         raise ConfigError(f"{BASE_KEY} needs a config file (its paths are relative to the file's folder), "
@@ -396,12 +404,13 @@ def prepare_args(args: list[str], model_class: Any = None) -> list[str]:
     """
     model_class = model_class or model_class_of(args)  # the caller's, when it has read it already
     out: list[str] = []
-    last = 0
+    last, after_subcommand = 0, False
     for key, value, (start, end) in iter_options(args):
+        after_subcommand = after_subcommand or bool(set(args[last:start]) & set(SUBCOMMANDS))  # a positional "fit"
         out += args[last:start]
         last = end
         if key in ("config", "c") and value:
-            check_config_file(value)
+            check_config_file(value, after_subcommand)
         elif key not in ("print_config", "help", "h") and not key.endswith(".help"):  # help: lit_grpo.settings.help
             check_override(key, model_class, value)
         joined = [f"--{key}={value}"] if value and value.startswith("-") and end - start == 2 else None
@@ -669,8 +678,8 @@ def short_error(message: str, ex: BaseException | None = None, model_class: Any 
         tp = argument_types(cls).get(key.rsplit(".", 1)[1], Any)
         listed = typing.get_origin(bare_type(tp)) in (list, tuple) and not isinstance(values[-1], (list, tuple))
         found = problems(values[-1], typing.get_args(tp)[0] if listed else tp, key)  # a list's item: its item type
-        if found:
-            return found[0]
+        if found or tp is not Any:  # pydantic's lax mode took what jsonargparse refused (true for a float)
+            return found[0] if found else f"{key}: expected {type_name(tp, values[-1])} (got {got})"
     members = typing.get_args(declared) if typing.get_origin(declared) in (Union, types.UnionType) else [declared]
     choices = [a for m in members if typing.get_origin(m) is typing.Literal
                for a in typing.get_args(m)]
@@ -692,16 +701,9 @@ def short_error(message: str, ex: BaseException | None = None, model_class: Any 
 def _unknown_line(keys: list[str], causes: list[BaseException], model_class: Any, configs: list[str], root: Any,
                   subcommands: tuple[str, ...]) -> str:
     """:func:`short_error`'s line for a key that names no option (the last of ``keys``, relative to the parser that
-    refused it): the config that set it, and :func:`unknown_key`'s line; a config's ``fit:`` block refused as a
-    whole where every option in it is known (a subcommand's parser reads no such block)."""
+    refused it): the config that set it, and :func:`unknown_key`'s line."""
     key = _full_key(keys, model_class, unknown=True)
-    sub, _, key = key.partition(".") if key.split(".")[0] in subcommands else ("", "", key)
-    if sub and (not key or len(walk(key, model_class, root)[0]) == len(key.split("."))):  # "fit: 5" too
-        source = next((c for c in configs if Path(c).expanduser().is_file()
-                       and isinstance(config_tree(c), dict) and sub in config_tree(c)), None)
-        return (f"{source}: " if source else "") + (
-            f"a '{sub}:' block is read from a config given before the subcommand (--config F {sub} ...); in one "
-            f"given after it, write its options without the block")
+    key = key.partition(".")[2] or key if key.split(".")[0] in subcommands else key  # a config's "fit:" block
     typo = _class_key_typo(key.split("."), 0)  # a mistyped class key: in a file, without the init_args added
     written = key if typo is None else ".".join(p for i, p in enumerate(key.split(".")) if i != typo)
     source = config_holding(written, list(configs), jsonargparse_list_indices(causes))
