@@ -32,7 +32,8 @@ from lit_grpo.callbacks import FinalValidation
 from lit_grpo.checkpoint_io import with_atomic_io
 from lit_grpo.compat import has_option, jsonargparse_import_path, lists_replace, raised_by_jsonargparse
 from lit_grpo.settings import ConfigError, HelpFormatter, shown
-from lit_grpo.settings.args import BASE_KEY, SUBCOMMANDS, expand_bases, model_class_of, prepare_args, short_error
+from lit_grpo.settings.args import (BASE_KEY, SUBCOMMANDS, expand_bases, model_class_of, prepare_args, short_error,
+                                    without_subcommand)
 from lit_grpo.settings.argv import config_files
 from lit_grpo.settings.help import extra_help, help_args
 from lit_grpo.data.datamodule import VLMDataModule
@@ -327,7 +328,7 @@ def main(args: list[str] | None = None) -> GRPOCLI:
         fail(f"trainer: {exc}")
     except OmegaConfBaseException as exc:  # an interpolation that does not resolve (e.g. a key of another logger)
         key = getattr(exc, "full_key", None)
-        key = key.partition(".")[2] or key if key and key.split(".")[0] in SUBCOMMANDS else key  # as other lines
+        key = without_subcommand(key) if key else key  # as other lines name it
         fail(f"{key + ': ' if key else ''}{str(exc).splitlines()[0]}")
     except UserError as exc:  # a wrong file, row, checkpoint or folder met while running: what to fix, no traceback
         if args is not None:  # called from Python (a notebook, a test): the exception itself

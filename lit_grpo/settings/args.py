@@ -702,10 +702,16 @@ def _unknown_line(keys: list[str], causes: list[BaseException], model_class: Any
                   subcommands: tuple[str, ...]) -> str:
     """:func:`short_error`'s line for a key that names no option (the last of ``keys``, relative to the parser that
     refused it): the config that set it, and :func:`unknown_key`'s line."""
-    key = _full_key(keys, model_class, unknown=True)
-    key = key.partition(".")[2] or key if key.split(".")[0] in subcommands else key  # a config's "fit:" block
+    key = without_subcommand(_full_key(keys, model_class, unknown=True), subcommands)  # a config's "fit:" block
     typo = _class_key_typo(key.split("."), 0)  # a mistyped class key: in a file, without the init_args added
     written = key if typo is None else ".".join(p for i, p in enumerate(key.split(".")) if i != typo)
-    source = config_holding(written, list(configs), jsonargparse_list_indices(causes))
-    line = unknown_key(key, model_class, root, jsonargparse_class(causes), jsonargparse_list_indices(causes))
+    indices = jsonargparse_list_indices(causes)
+    source = config_holding(written, list(configs), indices)
+    line = unknown_key(key, model_class, root, jsonargparse_class(causes), list(indices))
     return (f"{source}: " if source else "") + line
+
+
+def without_subcommand(key: str, subcommands: tuple[str, ...] = SUBCOMMANDS) -> str:
+    """``key`` without a leading subcommand (``fit.trainer.max_steps`` -> ``trainer.max_steps``), as error lines
+    name keys."""
+    return key.partition(".")[2] or key if key.split(".")[0] in subcommands else key
