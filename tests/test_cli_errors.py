@@ -350,9 +350,9 @@ def test_the_key_of_a_class_option_includes_its_init_args(capsys, arg, key):
     (["--trainer.callbacks+={class_path: lightning.pytorch.callbacks.ModelCheckpoint, init_args: {every_n_train_steps: "
       "fifty}}"], "trainer.callbacks[3].init_args.every_n_train_steps: expected int or null (got fifty)"),
     (["--seed_everything=abc"], "seed_everything: expected bool or int (got abc)"),
-    # true where a number goes: pydantic's lax mode takes it, jsonargparse does not; the declared type is named
+    # true where a number goes: pydantic's lax mode would take it as 1; the declared rule is named
     (["--model.init_args.optimizer=torch.optim.SGD", "--model.init_args.optimizer.init_args.momentum=true"],
-     "model.init_args.optimizer.init_args.momentum: expected float (got true)"),
+     "model.init_args.optimizer.init_args.momentum: must be a number >= 0 (got true)"),
 ])
 def test_a_class_path_s_init_argument_is_refused_by_its_declared_type(capsys, args, line):
     """Was jsonargparse's wording: ``expected a float. Got value: inf``, ``expected a int``, ``one of int, None``."""

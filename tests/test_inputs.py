@@ -217,6 +217,11 @@ def test_a_mistake_is_one_line_naming_the_key(capsys, tmp_path, args, must):
 @pytest.mark.parametrize("text, must", [
     ("trainer:\n  max_steps: 3\n   val_check_interval: 2\n", ["line 3, column 22", "not valid YAML"]),
     ("model:\n  init_args:\n    rewards: [{name: format}\n", ["line 4", "not valid YAML"]),
+    # a key given twice: PyYAML would keep the second silently (YAML requires unique keys)
+    ("model:\n  init_args:\n    grpo:\n      beta: 0.1\n      epsilon: 0.2\n      beta: 0.3\n",
+     ["line 6, column 7", "key 'beta' given twice in one mapping, first on line 4"]),
+    ("trainer: {max_steps: 3, max_steps: 4}\n", ["line 1, column 25", "key 'max_steps' given twice"]),
+    ("model: {}\ntrainer: {}\nmodel: {}\n", ["line 3, column 1", "key 'model' given twice", "first on line 1"]),
     ("model:\n  init_args:\n    grpo:\n      loss_typ: dapo\n", ["model.init_args.grpo", "'loss_typ'", "loss_type"]),
     ("optimizer:\n  class_path: torch.optim.SGD\n", ["optimizer", "--model.init_args.optimizer"]),
     ("trainr:\n  max_steps: 3\n", ["'trainr'", "did you mean trainer"]),
@@ -321,6 +326,10 @@ def test_a_wrong_test_path_fails_before_the_model_is_built(capsys, tmp_path):
     ("{path: PATH, kind: puzzels}", "error: data.train.generate.kind: unknown data generator 'puzzels' (did you mean "
                                     "puzzles?); registered: "),
     ("{path: PATH, kind: [puzzles]}", "error: data.train.generate.kind: expected str (got ['puzzles'])"),  # TypeError
+    # a value pydantic would convert: the generator would get it as written (num: true made a 1-row set)
+    ("{path: PATH, num: true}", "error: data.train.generate.num: must be an integer >= 1 (got true)"),
+    ("{path: PATH, panel_size: 16.0}", "error: data.train.generate.panel_size: expected int (got 16.0)"),
+    ("{path: PATH, fixed_option_order: 1}", "error: data.train.generate.fixed_option_order: expected bool (got 1)"),
 ])
 def test_a_generate_block_is_typed_by_its_generator_also_without_a_kind(capsys, tmp_path, block, line):
     """A block without ``kind`` is the default generator's (puzzles) and typed by its settings: ``num: abc`` was a

@@ -331,3 +331,14 @@ def test_a_logger_without_its_run_id_yet_gets_no_folder_named_none(tmp_path):
     check_checkpoint_folders(trainer, lock)
     lock.release()
     assert not (tmp_path / "logs" / "run" / "None").exists() and not (tmp_path / "logs").exists()
+
+
+def test_a_key_may_repeat_in_other_mappings_and_beside_a_merge_key(tmp_path):
+    """Only a key given twice in one mapping is refused (by :func:`read_config`): the same key in two mappings, or a
+    key that overrides one merged in with ``<<:``, is what YAML means."""
+    from lit_grpo.settings.paths import read_config
+
+    config = tmp_path / "c.yaml"
+    config.write_text("base: &b {lr: 1, beta: 2}\nrun:\n  <<: *b\n  lr: 3\nother: {lr: 4}\n")
+    assert read_config(str(config)) == {"base": {"lr": 1, "beta": 2}, "run": {"lr": 3, "beta": 2},
+                                        "other": {"lr": 4}}

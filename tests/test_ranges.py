@@ -78,6 +78,23 @@ def test_problems_walk_dataclasses_dicts_and_lists_by_their_declared_types(value
     assert problems(value, _Outer, "o") == found
 
 
+@pytest.mark.parametrize("value, found", [
+    # what pydantic's lax mode would convert is refused: the option gets the value as written
+    ({"inner": {"n": True}}, ["o.inner.n: expected int (got true)"]),
+    ({"inner": {"p": False}}, ["o.inner.p: must be a number in [0, 1] (got false)"]),
+    ({"inner": {"n": 2.0}}, ["o.inner.n: expected int (got 2.0)"]),
+    ({"inner": {"n": "5"}}, ["o.inner.n: expected int (got '5')"]),  # quoted: a string, not the number
+    ({"sizes": [1, True]}, ["o.sizes[1]: must be an integer >= 1 (got true)"]),
+    ({"weights": {"a": True}}, ["o.weights.a: must be a number in [0, 1] (got true)"]),
+    ({"limit": True}, ["o.limit: must be a number > 0 or null (got true)"]),
+    # what a config writes for its declared type stays right: an int for a float, a list for a tuple
+    ({"inner": {"p": 1}, "weights": {"a": 0}, "anything": True, "limit": 3}, []),
+])
+def test_a_scalar_of_another_type_is_refused_not_converted(value, found):
+    assert problems(value, _Outer, "o") == found
+    assert problems([0.9, 1], tuple[float, float], "betas") == [] and problems(1, bool, "b") == ["b: expected bool (got 1)"]
+
+
 def test_a_class_path_block_is_checked_by_its_class_and_torch_classes_by_parameter_name():
     from lit_grpo.settings import check_arguments
 

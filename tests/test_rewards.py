@@ -202,6 +202,12 @@ def test_unknown_reward_options_are_refused_naming_the_valid_ones(name, kwargs, 
     ("rubric", {"judge": {"timeout_s": "slow"}}, "option judge.timeout_s: must be a number > 0 (got slow)"),
     ("open_accuracy", {"judge": {"offline": {"rel_tol": "a"}}}, "option judge.offline.rel_tol: must be a number >= 0"),
     ("open_accuracy", {"judge": 5}, "option judge: expected one of Judge, JudgeConfig, dict[str, Any], null (got 5)"),
+    # a scalar pydantic would convert, also inside a settings mapping
+    ("rubric", {"strict": 1}, "option strict: expected bool (got 1)"),
+    ("rubric", {"weights": {"unit": True}}, "option weights.unit: must be a number >= 0 (got true)"),
+    ("open_accuracy", {"judge": {"num_judges": 3.0}}, "option judge.num_judges: must be an integer >= 1 (got 3.0)"),
+    ("open_accuracy", {"judge": {"offline": {"rel_tol": True}}},
+     "option judge.offline.rel_tol: must be a number >= 0 (got true)"),
 ])
 def test_reward_option_values_are_checked_against_their_types(name, kwargs, expected):
     from lit_grpo.rewards import RewardSpec, build_reward

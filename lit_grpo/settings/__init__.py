@@ -25,6 +25,7 @@ import dataclasses
 import functools
 import importlib
 import inspect
+import json
 import math
 import types
 import typing
@@ -133,7 +134,9 @@ def describe(key: str, err: dict[str, Any], tp: Any = None) -> str:
         what = f"expected {type_name(tp, err['input'])}"
     else:
         what = err["msg"][:1].lower() + err["msg"][1:]
-    return f"{key}: {what} (got {shown(err['input'])})"
+    # a number written as a string ("5") is quoted, so the line does not refuse what looks like the declared type
+    got = repr(err["input"]) if err["type"] in _SCALAR_TYPES and isinstance(err["input"], str) else shown(err["input"])
+    return f"{key}: {what} (got {got})"
 
 
 def shown(value: Any) -> str:
@@ -171,22 +174,46 @@ def _adapter(tp: Any) -> pydantic.TypeAdapter | None:
         return _adapter(Union[members]) if members != typing.get_args(tp) else None
 
 
+_SCALAR_TYPES = ("int_type", "float_type", "bool_type")
+"""pydantic's strict-mode errors of a scalar of another type: the conversions its lax mode makes (``true`` -> 1,
+1 -> ``true``, 2.0 -> 2, ``"5"`` -> 5) are refused, since the option gets the value as written, not as converted."""
+
+
 def problems(value: Any, tp: Any, key: str) -> list[str]:
-    """Problems of ``value`` as an option of the declared type ``tp`` named ``key``; ``[]`` when it is fine."""
+    """Problems of ``value`` as an option of the declared type ``tp`` named ``key``; ``[]`` when it is fine.
+
+    Checked in pydantic's lax mode, then, for a value a config can hold, in its strict mode as JSON (where a list
+    is a tuple, a string a path and a mapping a dataclass, as in a config), of whose errors only a scalar of another
+    type counts (:data:`_SCALAR_TYPES`)."""
     adapter = _adapter(tp)
+    if adapter is None:
+        return []
     try:
-        if adapter is not None:
-            adapter.validate_python(value)
+        adapter.validate_python(value)
     except pydantic.ValidationError as exc:
-        err = exc.errors()[0]
-        node, path, inner = value, key, tp
-        for part in err["loc"]:  # pydantic's loc also names union members and validators: keep what indexes value
-            if isinstance(part, int) and isinstance(node, (list, tuple)) and part < len(node):
-                node, path, inner = node[part], f"{path}[{part}]", _member(inner, part)
-            elif isinstance(node, Mapping) and part in node:
-                node, path, inner = node[part], f"{path}.{part}", _member(inner, part)
-        return [describe(path, err, inner)]
+        return [_located(value, tp, key, exc.errors()[0])]
+    try:
+        text = json.dumps(value, allow_nan=True)
+    except (TypeError, ValueError):  # an object handed over in Python: the lax check is all there is
+        return []
+    try:
+        adapter.validate_json(text, strict=True)
+    except pydantic.ValidationError as exc:
+        errors = [e for e in exc.errors() if e["type"] in _SCALAR_TYPES]
+        if errors:
+            return [_located(value, tp, key, errors[0])]
     return []
+
+
+def _located(value: Any, tp: Any, key: str, err: dict[str, Any]) -> str:
+    """The line of ``err``, named by the item of ``value`` it is about (``key.name``, ``key[1]``)."""
+    node, path, inner = value, key, tp
+    for part in err["loc"]:  # pydantic's loc also names union members and validators: keep what indexes value
+        if isinstance(part, int) and isinstance(node, (list, tuple)) and part < len(node):
+            node, path, inner = node[part], f"{path}[{part}]", _member(inner, part)
+        elif isinstance(node, Mapping) and part in node:
+            node, path, inner = node[part], f"{path}.{part}", _member(inner, part)
+    return describe(path, err, inner)
 
 
 def _member(tp: Any, part: str | int) -> Any:

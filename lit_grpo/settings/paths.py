@@ -67,19 +67,40 @@ def wrong_folder(name: str, path: str, roots: Iterable[Path]) -> str | None:
     return None
 
 
+class _UniqueKeys(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping: YAML requires unique keys, and PyYAML keeps
+    the last one silently, so a second ``lr:`` further down a config would win unseen."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        first: dict[Any, yaml.Mark] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: keys given beside it override its keys
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                mark = first.setdefault(key, key_node.start_mark)
+            except TypeError:  # an unhashable key: the constructor below refuses it
+                continue
+            if mark is not key_node.start_mark:
+                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} given twice in one mapping, first "
+                                                        f"on line {mark.line + 1}", key_node.start_mark)
+        return super().construct_mapping(node, deep)
+
+
 def read_config(path: str, text: bool = False) -> Any:
     """What a config file (``~`` expanded) holds, or config text given inline as jsonargparse allows it
     (``--config "{model: ...}"``; with ``text``, any value that names no file, as ``--trainer="a: 1"``), read as YAML:
     the one reader of config files.
 
     Raises:
-        ConfigError: the file is missing or not valid YAML (naming line and column), or not UTF-8 (naming the line).
+        ConfigError: the file is missing or not valid YAML (naming line and column; a key given twice in one
+            mapping is not valid), or not UTF-8 (naming the line).
     """
     file = Path(path).expanduser()
     # text that starts with "{" and names no file is inline YAML, as jsonargparse accepts it
     inline = not file.is_file() and (text or path.lstrip().startswith("{")) or "\n" in path
     try:
-        return yaml.safe_load(path if inline else file.read_text(encoding="utf-8"))
+        return yaml.load(path if inline else file.read_text(encoding="utf-8"), Loader=_UniqueKeys)
     except (FileNotFoundError, IsADirectoryError):
         raise ConfigError(wrong_folder("config file", path, search_roots())
                           or f"config file {path} does not exist") from None
