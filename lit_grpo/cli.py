@@ -365,6 +365,10 @@ def _loader_without_base_key() -> None:
     set_loader("omegaconf+", without_base, (pyyaml.YAMLError,))
 
 
+_resolving_run_name: list[bool] = []
+"""Non-empty while :func:`run_name` reads the logger's name (which must not ask for ``${run_name:}`` again)."""
+
+
 def run_name(*given: Any, _root_: Any) -> str:
     """``${run_name:}`` in a config (``dirpath: checkpoints/${run_name:}_grpo``): the ``name`` of ``trainer.logger``,
     or of the first logger when it is a list of them (TensorBoard and W&B at once): the name the logger writes under,
@@ -389,7 +393,14 @@ def run_name(*given: Any, _root_: Any) -> str:
 
         return inspect.signature(TensorBoardLogger).parameters["name"].default
     init_args = logger.get("init_args") if isinstance(logger, DictConfig) else None
-    name = init_args.get("name") if isinstance(init_args, DictConfig) else None
+    if _resolving_run_name:  # the logger's name asks for itself: omegaconf would recurse to a RecursionError
+        raise InterpolationResolutionError("${run_name:} is the name of trainer.logger, so that name cannot hold it: "
+                                           "write the name out")
+    _resolving_run_name.append(True)
+    try:
+        name = init_args.get("name") if isinstance(init_args, DictConfig) else None
+    finally:
+        _resolving_run_name.pop()
     if isinstance(name, str) and name:
         return name
     what = logger.get("class_path") if isinstance(logger, DictConfig) else None

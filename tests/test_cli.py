@@ -148,6 +148,12 @@ def test_a_run_name_no_logger_gives_is_one_line(capsys):
               "--print_config"])
     assert exc.value.code == 2 and capsys.readouterr().err == \
         "error: trainer.callbacks[2].init_args.keys: ${run_name:} takes no argument (got x)\n"
+    for name in ("${run_name:}", "v2_${run_name:}"):  # the logger's name asking for itself: was a RecursionError line
+        with pytest.raises(SystemExit) as exc:
+            main(["fit", "--config", "configs/demo.yaml", f"--trainer.logger.init_args.name={name}", "--print_config"])
+        assert exc.value.code == 2 and capsys.readouterr().err == (
+            "error: trainer.logger.init_args.name: ${run_name:} is the name of trainer.logger, so that name cannot "
+            "hold it: write the name out\n"), name
 
 
 def _overrides(tmp_path, **extra) -> Path:
