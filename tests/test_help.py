@@ -105,7 +105,8 @@ def test_fit_help_lists_every_reward_with_its_options_docs_and_defaults(fit_help
             assert block.endswith("no options")
         assert "(no description)" not in block  # every option has its one-line doc
     assert "kwargs.mode: how the box is found" in flat
-    assert "--kwargs.judge.base_url" in section and "--kwargs.judge.offline.rel_tol" in section  # the judge's fields
+    assert "kwargs.judge.base_url" in section and "kwargs.judge.offline.rel_tol" in section  # the judge's fields,
+    assert "--kwargs." not in section  # keys of a mapping, not flags (--kwargs.judge.num_judges is no option)
 
 
 def test_sft_config_help_shows_the_sft_module(capsys):

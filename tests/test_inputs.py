@@ -222,6 +222,13 @@ def test_a_mistake_is_one_line_naming_the_key(capsys, tmp_path, args, must):
      ["line 6, column 7", "key 'beta' given twice in one mapping, first on line 4"]),
     ("trainer: {max_steps: 3, max_steps: 4}\n", ["line 1, column 25", "key 'max_steps' given twice"]),
     ("model: {}\ntrainer: {}\nmodel: {}\n", ["line 3, column 1", "key 'model' given twice", "first on line 1"]),
+    # true where a number goes: jsonargparse's pydantic types would take it as 1 (a run with beta 1)
+    ("model: {init_args: {grpo: {beta: true}}}\n", ["model.init_args.grpo.beta: must be a number >= 0 (got true)"]),
+    ("model:\n  init_args:\n    sampling: {top_k: true}\n",
+     ["model.init_args.sampling.top_k: must be an integer >= 0 (got true)"]),
+    ("data: {batch_size: false}\n", ["data.batch_size: must be an integer >= 1 (got false)"]),
+    ("model: {init_args: {evaluation: {judge: {min_votes: true}}}}\n",
+     ["model.init_args.evaluation.judge.min_votes: must be an integer >= 1 or null (got true)"]),
     ("model:\n  init_args:\n    grpo:\n      loss_typ: dapo\n", ["model.init_args.grpo", "'loss_typ'", "loss_type"]),
     ("optimizer:\n  class_path: torch.optim.SGD\n", ["optimizer", "--model.init_args.optimizer"]),
     ("trainr:\n  max_steps: 3\n", ["'trainr'", "did you mean trainer"]),
@@ -231,6 +238,29 @@ def test_a_config_file_mistake_is_one_line_naming_the_file(capsys, tmp_path, tex
     bad.write_text(text)
     code, _, err = run(capsys, "fit", "--config", "configs/demo.yaml", "--config", str(bad))
     one_line_error(code, err, str(bad), *must)
+
+
+@pytest.mark.parametrize("given, line", [
+    ("{batch_size: true}", "error: data.batch_size: must be an integer >= 1 (got true)"),
+    ("{batch_size: 4, batch_size: 8}", "error: --data: key 'batch_size' given twice in one mapping, first on line 1"),
+    ("FILE", "error: FILE, line 2, column 1: not valid YAML (key 'batch_size' given twice in one mapping, first on "
+             "line 1)"),
+])
+def test_a_mapping_or_file_given_to_data_is_read_as_a_config_file(capsys, tmp_path, given, line):
+    """``--data=FILE`` and ``--data='{...}'`` meet the config file's checks: no key twice, no true for a number."""
+    file = tmp_path / "data.yaml"
+    file.write_text("batch_size: 4\nbatch_size: 8\n")
+    code, _, err = run(capsys, "fit", "--config", "configs/demo.yaml", "--data=" + given.replace("FILE", str(file)),
+                       "--trainer.logger.init_args.save_dir", str(tmp_path / "logs"))
+    assert code == 2 and err == line.replace("FILE", str(file)) + "\n"
+
+
+def test_a_str_option_takes_text_that_looks_like_a_mapping(capsys):
+    """Only a value whose option is no string is read as YAML before the parser: a system prompt ``{a: 1, a: 2}``
+    is text."""
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", "configs/demo.yaml", "--data.system_prompt={a: 1, a: 2}", "--print_config"])
+    assert yaml.safe_load(capsys.readouterr().out)["data"]["system_prompt"] == "{a: 1, a: 2}"
 
 
 def test_the_scorers_judge_in_its_kwargs_is_named_with_its_one_place(capsys, tmp_path):

@@ -125,7 +125,7 @@ def describe(key: str, err: dict[str, Any], tp: Any = None) -> str:
                                                                for k, v in err.get("ctx", {}).items()})
         bounded = _bounded(tp) if declared else None
         if bounded is not None:  # bounds: say what kind of value, where the bound alone does not
-            if err["type"] not in _CONSTRAINTS:  # no number at all ("abc"): a number, or an integer
+            if err["type"] not in _CONSTRAINTS or isinstance(err["input"], bool):  # no number ("abc", false)
                 what = f"{_NOUNS.get(bounded, 'a value')} {what}"
             elif err["type"] in _NOT_FINITE:  # inf meets ">= 0": it is its finiteness that fails
                 what = f"{'an integer' if bounded is int else 'a finite number'} {what}"

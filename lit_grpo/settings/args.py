@@ -44,7 +44,7 @@ from lit_grpo.compat import (jsonargparse_class, jsonargparse_import_path, jsona
                              jsonargparse_refusal, jsonargparse_unknown_key)
 from lit_grpo.registry import did_you_mean
 from lit_grpo.settings import ConfigError, argument_types, bare_type, describe, problems, shown, type_name
-from lit_grpo.settings.paths import config_tree, read_config
+from lit_grpo.settings.paths import config_tree, load_yaml, read_config
 
 
 BASE_KEY = "_base_"
@@ -243,7 +243,7 @@ def check_override(key: str, model_class: Any, value: str | None = None) -> None
         _check_group_file(key, value)
     done, tp, _ = walk(key, model_class)
     below = key.split(".")[len(done):]
-    plain = typing.get_args(bare_type(tp)) or (bare_type(tp),)  # Optional[float]: float, None
+    plain = _plain_types(tp)
     if below and all(any(p is t for t in (int, float, str, bool, type(None))) for p in plain):
         raise ConfigError(f"--{key}: {'.'.join(done)} is one value ({type_name(tp, None)}), with no options below it")
     if (_without_none(tp) is dict or typing.get_origin(_without_none(tp)) is dict) and len(below) > 1:
@@ -253,6 +253,11 @@ def check_override(key: str, model_class: Any, value: str | None = None) -> None
                               f"{'.'.join(below[1:])}")
         raise ConfigError(f"--{key}: {at} is a dict: set one of its keys (--{at}.{below[0]}=...) or give it whole "
                           f"(--{at}='{{...}}')")
+
+
+def _plain_types(tp: Any) -> tuple[Any, ...]:
+    """The members of ``tp`` without its annotations (``Optional[float]``: float, None)."""
+    return typing.get_args(bare_type(tp)) or (bare_type(tp),)
 
 
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
@@ -299,10 +304,46 @@ def _mapping(value: str | None) -> dict | None:
     return parsed if isinstance(parsed, dict) else None
 
 
-def check_config_file(path: str, after_subcommand: bool = False) -> None:
+def check_as_written(tree: Any, at: str, model_class: Any, source: str = "") -> None:
+    """``true``/``false`` in a config file or a mapping given on the command line (``tree``, the value of the dotted
+    key ``at``; ``""`` for a whole config) where its option declares a number: jsonargparse's pydantic types would
+    take it as 1 or 0 (``beta: true`` would train with beta 1). A flag's ``true`` is refused by the parser itself.
+
+    Raises:
+        ConfigError: ``<source>: <key>: must be ... (got true)``.
+    """
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            if isinstance(k, str):
+                check_as_written(v, f"{at}.{k}" if at else k, model_class, source)
+    elif isinstance(tree, bool):
+        key = without_subcommand(at)
+        done, tp, _ = walk(key, model_class)
+        found = problems(tree, tp, key) if tp is not None and len(done) == len(key.split(".")) else []
+        if found:
+            raise ConfigError(f"{source}: {found[0]}" if source else found[0])
+
+
+def _check_given_mapping(key: str, value: str | None, model_class: Any) -> None:
+    """A mapping given on the command line (``--data='{batch_size: 4}'``), or a ``--data``/``--trainer`` config file,
+    read as a config file is: no key given twice, no ``true`` for a number (:func:`check_as_written`)."""
+    if key in ("data", "trainer") and value and Path(value).expanduser().is_file():
+        check_as_written(read_config(value), key, model_class, value)
+    elif value and value.lstrip().startswith("{") and str not in _plain_types(walk(key, model_class)[1]):
+        try:
+            tree = load_yaml(value)
+        except yaml.constructor.ConstructorError as exc:  # a key given twice
+            raise ConfigError(f"--{key}: {exc.problem}") from None
+        except yaml.YAMLError:  # text of a str option, or jsonargparse's to refuse
+            return
+        check_as_written(tree, key, model_class)
+
+
+def check_config_file(path: str, after_subcommand: bool = False, model_class: Any = None) -> None:
     """What jsonargparse cannot say of the config file or text ``path`` (:func:`read_config`): where it is not valid
-    YAML (line and column), not a mapping, config text naming ``_base_`` files, or a subcommand's block (``fit:``)
-    that is no mapping, or in a config given after the subcommand (whose parser reads no such block).
+    YAML (line and column; a key given twice), not a mapping, config text naming ``_base_`` files, or a subcommand's
+    block (``fit:``) that is no mapping, or in a config given after the subcommand (whose parser reads no such block);
+    with ``model_class``, a ``true`` for a number (:func:`check_as_written`).
 
     Raises:
         ConfigError: see :func:`read_config`; a config that is not a mapping, config text with a ``_base_`` key, a
@@ -321,6 +362,8 @@ def check_config_file(path: str, after_subcommand: bool = False) -> None:
     if isinstance(tree, dict) and BASE_KEY in tree and not Path(path).expanduser().is_file():
         raise ConfigError(f"{BASE_KEY} needs a config file (its paths are relative to the file's folder), "
                           "not config text")
+    if model_class is not None:
+        check_as_written(tree, "", model_class, path)
 
 
 def config_with_bases(path: str, _seen: tuple[str, ...] = ()) -> list[str]:
@@ -410,9 +453,10 @@ def prepare_args(args: list[str], model_class: Any = None) -> list[str]:
         out += args[last:start]
         last = end
         if key in ("config", "c") and value:
-            check_config_file(value, after_subcommand)
+            check_config_file(value, after_subcommand, model_class)
         elif key not in ("print_config", "help", "h") and not key.endswith(".help"):  # help: lit_grpo.settings.help
             check_override(key, model_class, value)
+            _check_given_mapping(key, value, model_class)
         joined = [f"--{key}={value}"] if value and value.startswith("-") and end - start == 2 else None
         out += _as_nested(key, value) or joined or args[start:end]  # "--k -1e-5": a negative number, not a flag
     check_class_order(args)

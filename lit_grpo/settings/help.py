@@ -139,9 +139,10 @@ def reward_help(parser_class: type) -> str:
             lines.append(_wrap(f"kwargs.{option}: {doc} (type: {kind}, {default})", 6))
         if not reward_options(name):
             lines.append("      no options")
-    for settings, users in settings_of.items():
+    for settings, users in settings_of.items():  # keys of a reward's kwargs, not flags: shown without dashes
         lines += [_heading(f"{settings.__name__} settings: the keys of the mapping given as {', '.join(users)}"),
-                  _options(parser_class, settings, "kwargs." + users[0].rsplit(".", 1)[-1])]
+                  _options(parser_class, settings, "kwargs." + users[0].rsplit(".", 1)[-1]).replace("--kwargs.",
+                                                                                                    "kwargs.")]
     return "\n".join(lines)
 
 

@@ -87,6 +87,15 @@ class _UniqueKeys(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+def load_yaml(text: str) -> Any:
+    """``text`` read as YAML, refusing a key given twice in one mapping (:class:`_UniqueKeys`).
+
+    Raises:
+        yaml.YAMLError: not valid YAML; a ``yaml.constructor.ConstructorError`` for a key given twice.
+    """
+    return yaml.load(text, Loader=_UniqueKeys)
+
+
 def read_config(path: str, text: bool = False) -> Any:
     """What a config file (``~`` expanded) holds, or config text given inline as jsonargparse allows it
     (``--config "{model: ...}"``; with ``text``, any value that names no file, as ``--trainer="a: 1"``), read as YAML:
@@ -100,7 +109,7 @@ def read_config(path: str, text: bool = False) -> Any:
     # text that starts with "{" and names no file is inline YAML, as jsonargparse accepts it
     inline = not file.is_file() and (text or path.lstrip().startswith("{")) or "\n" in path
     try:
-        return yaml.load(path if inline else file.read_text(encoding="utf-8"), Loader=_UniqueKeys)
+        return load_yaml(path if inline else file.read_text(encoding="utf-8"))
     except (FileNotFoundError, IsADirectoryError):
         raise ConfigError(wrong_folder("config file", path, search_roots())
                           or f"config file {path} does not exist") from None
