@@ -243,6 +243,8 @@ def test_a_config_file_mistake_is_one_line_naming_the_file(capsys, tmp_path, tex
 @pytest.mark.parametrize("given, line", [
     ("{batch_size: true}", "error: data.batch_size: must be an integer >= 1 (got true)"),
     ("{batch_size: 4, batch_size: 8}", "error: --data: key 'batch_size' given twice in one mapping, first on line 1"),
+    ("batch_size: true", "error: data.batch_size: must be an integer >= 1 (got true)"),  # block style, no braces
+    ("batch_size: 4\nbatch_size: 8", "error: --data: key 'batch_size' given twice in one mapping, first on line 1"),
     ("FILE", "error: FILE, line 2, column 1: not valid YAML (key 'batch_size' given twice in one mapping, first on "
              "line 1)"),
 ])
@@ -253,6 +255,20 @@ def test_a_mapping_or_file_given_to_data_is_read_as_a_config_file(capsys, tmp_pa
     code, _, err = run(capsys, "fit", "--config", "configs/demo.yaml", "--data=" + given.replace("FILE", str(file)),
                        "--trainer.logger.init_args.save_dir", str(tmp_path / "logs"))
     assert code == 2 and err == line.replace("FILE", str(file)) + "\n"
+
+
+@pytest.mark.parametrize("flag, line", [
+    ("--model.init_args.grpo=beta: true", "model.init_args.grpo.beta: must be a number >= 0 (got true)"),
+    ("--model.init_args.rewards=[{name: binary, weight: 1.0, weight: 2.0}]",
+     "--model.init_args.rewards: key 'weight' given twice in one mapping, first on line 1"),
+    ("--trainer.callbacks+={class_path: lightning.pytorch.callbacks.ModelCheckpoint, init_args: {every_n_train_steps: 1,"
+     " every_n_train_steps: 2}}", "--trainer.callbacks: key 'every_n_train_steps' given twice in one mapping, first "
+                                  "on line 1"),
+])
+def test_yaml_text_given_to_a_group_a_list_or_a_class_is_read_as_a_config_file(capsys, flag, line):
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "--config", "configs/demo.yaml", flag, "--print_config"])
+    assert exc.value.code == 2 and capsys.readouterr().err == f"error: {line}\n"
 
 
 def test_a_str_option_takes_text_that_looks_like_a_mapping(capsys):

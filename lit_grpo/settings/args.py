@@ -325,17 +325,25 @@ def check_as_written(tree: Any, at: str, model_class: Any, source: str = "") -> 
 
 
 def _check_given_mapping(key: str, value: str | None, model_class: Any) -> None:
-    """A mapping given on the command line (``--data='{batch_size: 4}'``), or a ``--data``/``--trainer`` config file,
-    read as a config file is: no key given twice, no ``true`` for a number (:func:`check_as_written`)."""
-    if key in ("data", "trainer") and value and Path(value).expanduser().is_file():
+    """YAML text given to an option that takes a mapping or a list (``--data='{batch_size: 4}'``, ``--data='batch_size:
+    4'``, ``--model.init_args.rewards='[...]'``), or a ``--data``/``--trainer`` config file, read as a config file is:
+    no key given twice, no ``true`` for a number (:func:`check_as_written`)."""
+    if not value:
+        return
+    if key in ("data", "trainer") and Path(value).expanduser().is_file():
         check_as_written(read_config(value), key, model_class, value)
-    elif value and value.lstrip().startswith("{") and str not in _plain_types(walk(key, model_class)[1]):
-        try:
-            tree = load_yaml(value)
-        except yaml.constructor.ConstructorError as exc:  # a key given twice
-            raise ConfigError(f"--{key}: {exc.problem}") from None
-        except yaml.YAMLError:  # text of a str option, or jsonargparse's to refuse
-            return
+        return
+    key = key.rstrip("+")  # "--key+=" appends to a list option
+    done, tp, _ = walk(key, model_class)
+    if tp is None or len(done) < len(key.split(".")) or str in _plain_types(tp):
+        return  # an option not known here, or one that takes text: the parser reads its value
+    try:
+        tree = load_yaml(value)
+    except yaml.constructor.ConstructorError as exc:  # a key given twice
+        raise ConfigError(f"--{key}: {exc.problem}") from None
+    except yaml.YAMLError:  # jsonargparse's to refuse
+        return
+    if isinstance(tree, (dict, list)):
         check_as_written(tree, key, model_class)
 
 
