@@ -271,6 +271,15 @@ def test_yaml_text_given_to_a_group_a_list_or_a_class_is_read_as_a_config_file(c
     assert exc.value.code == 2 and capsys.readouterr().err == f"error: {line}\n"
 
 
+def test_a_file_given_to_the_model_is_read_as_a_config_file(capsys, tmp_path):
+    model = tmp_path / "model.yaml"
+    model.write_text("class_path: lit_grpo.GRPOModule\ninit_args:\n  grpo: {beta: true}\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "--config", "configs/demo.yaml", f"--model={model}", "--print_config"])
+    assert exc.value.code == 2 and capsys.readouterr().err == \
+        f"error: {model}: model.init_args.grpo.beta: must be a number >= 0 (got true)\n"
+
+
 def test_a_str_option_takes_text_that_looks_like_a_mapping(capsys):
     """Only a value whose option is no string is read as YAML before the parser: a system prompt ``{a: 1, a: 2}``
     is text."""

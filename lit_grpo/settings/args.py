@@ -255,6 +255,17 @@ def check_override(key: str, model_class: Any, value: str | None = None) -> None
                           f"(--{at}='{{...}}')")
 
 
+def _takes_mapping(tp: Any) -> bool:
+    """Whether an option of the declared type ``tp`` takes a mapping or a list: a class (the model, the data module,
+    an option group), a dict or a list; not a scalar, a path or an option not typed here."""
+    for member in _plain_types(tp):
+        origin = typing.get_origin(member) or member
+        if origin in (dict, list, tuple) or inspect.isclass(origin) and not issubclass(
+                origin, (str, int, float, bool, type(None), os.PathLike)):
+            return True
+    return False
+
+
 def _plain_types(tp: Any) -> tuple[Any, ...]:
     """The members of ``tp`` without its annotations (``Optional[float]``: float, None)."""
     return typing.get_args(bare_type(tp)) or (bare_type(tp),)
@@ -326,17 +337,15 @@ def check_as_written(tree: Any, at: str, model_class: Any, source: str = "") -> 
 
 def _check_given_mapping(key: str, value: str | None, model_class: Any) -> None:
     """YAML text given to an option that takes a mapping or a list (``--data='{batch_size: 4}'``, ``--data='batch_size:
-    4'``, ``--model.init_args.rewards='[...]'``), or a ``--data``/``--trainer`` config file, read as a config file is:
+    4'``, ``--model.init_args.rewards='[...]'``), or a file of it (``--data=data.yaml``), read as a config file is:
     no key given twice, no ``true`` for a number (:func:`check_as_written`)."""
-    if not value:
-        return
-    if key in ("data", "trainer") and Path(value).expanduser().is_file():
-        check_as_written(read_config(value), key, model_class, value)
-        return
     key = key.rstrip("+")  # "--key+=" appends to a list option
     done, tp, _ = walk(key, model_class)
-    if tp is None or len(done) < len(key.split(".")) or str in _plain_types(tp):
-        return  # an option not known here, or one that takes text: the parser reads its value
+    if not value or len(done) < len(key.split(".")) or str in _plain_types(tp) or not _takes_mapping(tp):
+        return  # an option not known here, or one that takes text or a scalar: the parser reads its value
+    if Path(value).expanduser().is_file():  # a file of the option's value (--model=m.yaml)
+        check_as_written(read_config(value), key, model_class, value)
+        return
     try:
         tree = load_yaml(value)
     except yaml.constructor.ConstructorError as exc:  # a key given twice
