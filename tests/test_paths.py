@@ -342,3 +342,17 @@ def test_a_key_may_repeat_in_other_mappings_and_beside_a_merge_key(tmp_path):
     config.write_text("base: &b {lr: 1, beta: 2}\nrun:\n  <<: *b\n  lr: 3\nother: {lr: 4}\n")
     assert read_config(str(config)) == {"base": {"lr": 1, "beta": 2}, "run": {"lr": 3, "beta": 2},
                                         "other": {"lr": 4}}
+
+
+def test_a_json_file_indented_with_tabs_is_read_as_json(tmp_path):
+    """JSON is no YAML where a tab comes before a key (``json.dump(indent="\\t")``); jsonargparse reads it as JSON,
+    and so does :func:`read_config` (a YAML file with a tab stays refused, with its line)."""
+    from lit_grpo.settings import ConfigError
+    from lit_grpo.settings.paths import read_config
+
+    config = tmp_path / "grpo.json"
+    config.write_text('{\n\t"beta": 0.0,\n\t"epsilon_low": 0.2\n}\n')
+    assert read_config(str(config)) == {"beta": 0.0, "epsilon_low": 0.2}
+    config.write_text("trainer:\n\tmax_steps: 3\n")
+    with pytest.raises(ConfigError, match="line 2, column 1: not valid YAML"):
+        read_config(str(config))

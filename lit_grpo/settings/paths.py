@@ -17,6 +17,7 @@ README's command run from another folder, is one line in a fraction of a second.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -93,7 +94,14 @@ def load_yaml(text: str) -> Any:
     Raises:
         yaml.YAMLError: not valid YAML; a ``yaml.constructor.ConstructorError`` for a key given twice.
     """
-    return yaml.load(text, Loader=_UniqueKeys)
+    try:
+        return yaml.load(text, Loader=_UniqueKeys)
+    except yaml.YAMLError:
+        try:  # JSON that is no YAML (a tab before a key, as json.dump(indent="\t") writes), as jsonargparse reads it
+            return json.loads(text)
+        except ValueError:
+            pass
+        raise
 
 
 def read_config(path: str, text: bool = False) -> Any:
