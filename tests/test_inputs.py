@@ -245,8 +245,7 @@ def test_a_config_file_mistake_is_one_line_naming_the_file(capsys, tmp_path, tex
     ("{batch_size: 4, batch_size: 8}", "error: --data: key 'batch_size' given twice in one mapping, first on line 1"),
     ("batch_size: true", "error: data.batch_size: must be an integer >= 1 (got true)"),  # block style, no braces
     ("batch_size: 4\nbatch_size: 8", "error: --data: key 'batch_size' given twice in one mapping, first on line 1"),
-    ("FILE", "error: FILE, line 2, column 1: not valid YAML (key 'batch_size' given twice in one mapping, first on "
-             "line 1)"),
+    ("FILE", "error: FILE, line 2, column 1: key 'batch_size' given twice in one mapping, first on line 1"),
 ])
 def test_a_mapping_or_file_given_to_data_is_read_as_a_config_file(capsys, tmp_path, given, line):
     """``--data=FILE`` and ``--data='{...}'`` meet the config file's checks: no key twice, no true for a number."""
@@ -262,13 +261,73 @@ def test_a_mapping_or_file_given_to_data_is_read_as_a_config_file(capsys, tmp_pa
     ("--model.init_args.rewards=[{name: binary, weight: 1.0, weight: 2.0}]",
      "--model.init_args.rewards: key 'weight' given twice in one mapping, first on line 1"),
     ("--trainer.callbacks+={class_path: lightning.pytorch.callbacks.ModelCheckpoint, init_args: {every_n_train_steps: 1,"
-     " every_n_train_steps: 2}}", "--trainer.callbacks: key 'every_n_train_steps' given twice in one mapping, first "
+     " every_n_train_steps: 2}}", "--trainer.callbacks+: key 'every_n_train_steps' given twice in one mapping, first "
                                   "on line 1"),
 ])
 def test_yaml_text_given_to_a_group_a_list_or_a_class_is_read_as_a_config_file(capsys, flag, line):
     with pytest.raises(SystemExit) as exc:
         main(["fit", "--config", "configs/demo.yaml", flag, "--print_config"])
     assert exc.value.code == 2 and capsys.readouterr().err == f"error: {line}\n"
+
+
+@pytest.mark.parametrize("name, text", [
+    ("dup.json", '{"beta": 0.1, "epsilon_low": 0.2, "beta": 0.3}'),  # JSON is YAML: the YAML loader's line
+    ("tabs.json", '{\n\t"beta": 0.1,\n\t"beta": 0.3\n}'),  # a tab before a key: no YAML, read as JSON
+])
+def test_a_key_given_twice_in_a_json_file_is_refused(capsys, tmp_path, name, text):
+    """JSON keeps the last of two equal keys as PyYAML does; a config's second ``beta`` would win unseen."""
+    file = tmp_path / name
+    file.write_text(text)
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "--config", "configs/demo.yaml", f"--model.init_args.grpo={file}", "--print_config"])
+    at = ", line 1, column 35" if name == "dup.json" else ""
+    first = ", first on line 1" if name == "dup.json" else ""
+    assert exc.value.code == 2 and capsys.readouterr().err == \
+        f"error: {file}{at}: key 'beta' given twice in one mapping{first}\n"
+
+
+DATASET_OPTIONS = "path, reader, split, rows, generate, reader_args"
+
+
+@pytest.mark.parametrize("value", ["FILE.parquet", "FILE.jsonl", "FOLDER", "missing.parquet", "owner/dataset"])
+def test_data_given_to_a_datasets_options_names_its_path_option(capsys, tmp_path, value):
+    """``--data.val=x.parquet`` (the split's data, not its options) names ``--data.val.path``; jsonargparse would try
+    the value as a class path or a config file ("cannot import", "not UTF-8")."""
+    (tmp_path / "FILE.parquet").write_bytes(b"PAR1\xff\x00\x15")
+    (tmp_path / "FILE.jsonl").write_text('{"id": 1}\n{"id": 2}\n')
+    (tmp_path / "FOLDER").mkdir()
+    value = str(tmp_path / value) if value.startswith(("FILE", "FOLDER")) else value
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "--config", "configs/demo.yaml", f"--data.val={value}", "--print_config"])
+    assert exc.value.code == 2 and capsys.readouterr().err == (
+        f"error: --data.val takes the dataset's options ({DATASET_OPTIONS}) one by one, or as a mapping or a YAML "
+        f"file of them, not {value!r}: to read data from it, give --data.val.path={value}\n")
+
+
+@pytest.mark.parametrize("value, path", [
+    ("FILE", "v.parquet"),  # a config of the split's options in a file with no suffix
+    ("{path: v.parquet}", "v.parquet"),
+    ("path: v.parquet", "v.parquet"),
+    ("null", None),  # no val split
+])
+def test_a_datasets_options_given_whole_are_read(capsys, tmp_path, value, path):
+    (tmp_path / "FILE").write_text("path: v.parquet\nsplit: test\n")
+    value = str(tmp_path / value) if value == "FILE" else value
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", "configs/demo.yaml", f"--data.val={value}", "--print_config"])
+    val = yaml.safe_load(capsys.readouterr().out)["data"]["val"]
+    assert (val and val["path"]) == path
+
+
+@pytest.mark.parametrize("key", ["data.val", "model.init_args.grpo", "trainer.callbacks+", "data"])
+def test_an_empty_file_given_to_an_option_is_refused(capsys, tmp_path, key):
+    """jsonargparse reads an empty file as null: a split or a group switched off unseen, or a vague refusal."""
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing yet\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "--config", "configs/demo.yaml", f"--{key}={empty}", "--print_config"])
+    assert exc.value.code == 2 and capsys.readouterr().err == \
+        f"error: --{key}: {empty} is empty; write the value of {key.rstrip('+')} in it\n"
 
 
 def test_a_file_given_to_the_model_is_read_as_a_config_file(capsys, tmp_path):

@@ -230,19 +230,20 @@ def _roots(model_class: Any) -> dict[str, Any]:
 def check_override(key: str, model_class: Any, value: str | None = None) -> None:
     """What jsonargparse cannot say of one ``--key`` of the command line (without the dashes): a top-level
     ``--optimizer``, a key more than one level below a dict option (jsonargparse would store ``a.b`` as one key of
-    it), and a ``--data`` / ``--trainer`` value that names no config file (:func:`_check_group_file`). Unknown keys
-    are jsonargparse's to refuse (:func:`unknown_key` words them).
+    it), a group given a value that is no config of its options (:func:`_check_group_file`), and a mapping, list or
+    file given to an option, read as a config file is (:func:`_check_given_mapping`). Unknown keys are jsonargparse's
+    to refuse (:func:`unknown_key` words them).
 
     Raises:
         ConfigError: naming the key and what to give instead.
     """
-    key = key.rstrip("+")  # "--key+" appends to a list option in jsonargparse
+    given, key = key, key.rstrip("+")  # "--key+" appends to a list option in jsonargparse
     if key.split(".")[0] in ("optimizer", "lr_scheduler"):
         raise ConfigError(f"--{key}: {OPTIMIZER_HINT}")
-    if key in ("data", "trainer") and value:
-        _check_group_file(key, value)
-    done, tp, _ = walk(key, model_class)
+    done, tp, options = walk(key, model_class)
     below = key.split(".")[len(done):]
+    if value and not below and (key in ("data", "trainer") or _option_group(tp)):
+        _check_group_file(key, value, options or {})
     plain = _plain_types(tp)
     if below and all(any(p is t for t in (int, float, str, bool, type(None))) for p in plain):
         raise ConfigError(f"--{key}: {'.'.join(done)} is one value ({type_name(tp, None)}), with no options below it")
@@ -253,6 +254,14 @@ def check_override(key: str, model_class: Any, value: str | None = None) -> None
                               f"{'.'.join(below[1:])}")
         raise ConfigError(f"--{key}: {at} is a dict: set one of its keys (--{at}.{below[0]}=...) or give it whole "
                           f"(--{at}='{{...}}')")
+    if value and not below and str not in plain and _takes_mapping(tp):  # the parser reads a text or scalar option
+        _check_given_mapping(given, value, model_class)
+
+
+def _option_group(tp: Any) -> bool:
+    """Whether ``tp`` is one option group (a dataclass such as ``DatasetSpec`` or ``GRPOConfig``), or none."""
+    plain = [p for p in _plain_types(tp) if p is not type(None)]
+    return len(plain) == 1 and dataclasses.is_dataclass(plain[0])
 
 
 def _takes_mapping(tp: Any) -> bool:
@@ -274,16 +283,24 @@ def _plain_types(tp: Any) -> tuple[Any, ...]:
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
 
 
-def _check_group_file(key: str, value: str) -> None:
-    """``--data=VALUE`` / ``--trainer=VALUE``: a config file of the group's options or YAML text of them (as
-    jsonargparse reads it); a class path, or a path to no file, is named here (jsonargparse says "Unable to load
-    config").
+def _check_group_file(key: str, value: str, options: dict[str, Any]) -> None:
+    """``--data=VALUE``, ``--data.val=VALUE``, ``--model.init_args.grpo=VALUE``: a group of ``options`` takes a
+    config file of them or YAML text of them (as jsonargparse reads it), or null where it may be none; a class path,
+    a path to no file, or (to a dataset's group, which has a ``path``) a data file or folder is named here
+    (jsonargparse would say "Unable to load config", or try the value as a class path).
 
     Raises:
-        ConfigError: ``value`` is a class path (``a.b.C``: the groups are one class each, not a class to choose), a
-            folder, or a file path (a config suffix, or a ``/``) where no file is.
+        ConfigError: ``value`` is a class path (``a.b.C``: a group is one class, not a class to choose), a folder, a
+            file path (a config suffix, or a ``/``) where no file is, or data given in place of a dataset's options.
     """
     path = Path(value).expanduser()
+    if key not in ("data", "trainer") and value.strip() in ("", "~", "null", "Null", "NULL"):
+        return  # no such group (a split left out, LoRA off)
+    if "path" in options and (_holds_data(value) if path.is_file() else not value.lower().endswith(
+            CONFIG_SUFFIXES) and _mapping(value) is None and "\n" not in value and ": " not in value):
+        raise ConfigError(f"--{key} takes the dataset's options ({', '.join(options)}) one by one, or as a "
+                          f"mapping or a YAML file of them, not {value!r}: to read data from it, give "
+                          f"--{key}.path={value}")
     # what jsonargparse reads as YAML text itself (a mapping, a "key: value" string, several lines) is left to it
     if path.is_file() or _mapping(value) is not None or ":" in value or "\n" in value:
         return
@@ -302,6 +319,15 @@ def _check_group_file(key: str, value: str) -> None:
                                           f"{value!r} not found (relative paths are read from {os.getcwd()})"))
     raise ConfigError(f"--{key}: {value!r} is neither a config file nor a mapping of {key} options: give a YAML file, "
                       f"'{{option: value}}', or set one option (--{key}.<option>=...)")
+
+
+def _holds_data(file: str) -> bool:
+    """Whether the file ``file`` holds data (parquet, JSON lines, images), not a config (a mapping) or nothing."""
+    try:
+        tree = read_config(file)
+        return tree is not None and not isinstance(tree, dict)
+    except ConfigError:
+        return True
 
 
 def _mapping(value: str | None) -> dict | None:
@@ -335,21 +361,22 @@ def check_as_written(tree: Any, at: str, model_class: Any, source: str = "") -> 
             raise ConfigError(f"{source}: {found[0]}" if source else found[0])
 
 
-def _check_given_mapping(key: str, value: str | None, model_class: Any) -> None:
+def _check_given_mapping(given: str, value: str, model_class: Any) -> None:
     """YAML text given to an option that takes a mapping or a list (``--data='{batch_size: 4}'``, ``--data='batch_size:
     4'``, ``--model.init_args.rewards='[...]'``), or a file of it (``--data=data.yaml``), read as a config file is:
-    no key given twice, no ``true`` for a number (:func:`check_as_written`)."""
-    key = key.rstrip("+")  # "--key+=" appends to a list option
-    done, tp, _ = walk(key, model_class)
-    if not value or len(done) < len(key.split(".")) or str in _plain_types(tp) or not _takes_mapping(tp):
-        return  # an option not known here, or one that takes text or a scalar: the parser reads its value
+    no key given twice, no ``true`` for a number (:func:`check_as_written`), no empty file. ``given``: the key as
+    written (``trainer.callbacks+`` appends to a list option)."""
+    key = given.rstrip("+")
     if Path(value).expanduser().is_file():  # a file of the option's value (--model=m.yaml)
-        check_as_written(read_config(value), key, model_class, value)
+        tree = read_config(value)
+        if tree is None:  # jsonargparse would read it as null: a group switched off, or "expected GRPOConfig"
+            raise ConfigError(f"--{given}: {value} is empty; write the value of {key} in it")
+        check_as_written(tree, key, model_class, value)
         return
     try:
         tree = load_yaml(value)
     except yaml.constructor.ConstructorError as exc:  # a key given twice
-        raise ConfigError(f"--{key}: {exc.problem}") from None
+        raise ConfigError(f"--{given}: {exc.problem}") from None
     except yaml.YAMLError:  # jsonargparse's to refuse
         return
     if isinstance(tree, (dict, list)):
@@ -473,7 +500,6 @@ def prepare_args(args: list[str], model_class: Any = None) -> list[str]:
             check_config_file(value, after_subcommand, model_class)
         elif key not in ("print_config", "help", "h") and not key.endswith(".help"):  # help: lit_grpo.settings.help
             check_override(key, model_class, value)
-            _check_given_mapping(key, value, model_class)
         joined = [f"--{key}={value}"] if value and value.startswith("-") and end - start == 2 else None
         out += _as_nested(key, value) or joined or args[start:end]  # "--k -1e-5": a negative number, not a flag
     check_class_order(args)

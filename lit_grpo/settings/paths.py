@@ -68,6 +68,24 @@ def wrong_folder(name: str, path: str, roots: Iterable[Path]) -> str | None:
     return None
 
 
+class DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A key given twice in one mapping of a config (YAML or JSON)."""
+
+
+def _twice(key: Any, first: str = "") -> DuplicateKeyError:
+    return DuplicateKeyError(None, None, f"key {key!r} given twice in one mapping{first}")
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict:
+    """``json.loads``'s ``object_pairs_hook``: a JSON object, refusing a key given twice (JSON keeps the last)."""
+    seen: dict = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _twice(key)
+        seen[key] = value
+    return seen
+
+
 class _UniqueKeys(yaml.SafeLoader):
     """PyYAML's safe loader, refusing a key given twice in one mapping: YAML requires unique keys, and PyYAML keeps
     the last one silently, so a second ``lr:`` further down a config would win unseen."""
@@ -83,22 +101,26 @@ class _UniqueKeys(yaml.SafeLoader):
             except TypeError:  # an unhashable key: the constructor below refuses it
                 continue
             if mark is not key_node.start_mark:
-                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} given twice in one mapping, first "
-                                                        f"on line {mark.line + 1}", key_node.start_mark)
+                exc = _twice(key, f", first on line {mark.line + 1}")
+                exc.problem_mark = key_node.start_mark
+                raise exc
         return super().construct_mapping(node, deep)
 
 
 def load_yaml(text: str) -> Any:
-    """``text`` read as YAML, refusing a key given twice in one mapping (:class:`_UniqueKeys`).
+    """``text`` read as YAML, or as JSON where it is no YAML, refusing a key given twice in one mapping.
 
     Raises:
-        yaml.YAMLError: not valid YAML; a ``yaml.constructor.ConstructorError`` for a key given twice.
+        DuplicateKeyError: a key given twice in one mapping.
+        yaml.YAMLError: neither valid YAML nor JSON (the YAML error).
     """
     try:
         return yaml.load(text, Loader=_UniqueKeys)
+    except DuplicateKeyError:
+        raise
     except yaml.YAMLError:
         try:  # JSON that is no YAML (a tab before a key, as json.dump(indent="\t") writes), as jsonargparse reads it
-            return json.loads(text)
+            return json.loads(text, object_pairs_hook=_unique_pairs)
         except ValueError:
             pass
         raise
@@ -129,7 +151,9 @@ def read_config(path: str, text: bool = False) -> Any:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"{path}{at}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+        what = exc.problem if isinstance(exc, DuplicateKeyError) else \
+            f"not valid YAML ({getattr(exc, 'problem', None) or exc})"
+        raise ConfigError(f"{path}{at}: {what}") from None
     except OSError as exc:
         raise ConfigError(f"config file {path}: {exc.strerror or exc}") from None
 
