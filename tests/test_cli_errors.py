@@ -483,8 +483,10 @@ def test_an_unknown_key_is_refused_by_the_parser_and_named_with_its_group_and_fi
 ])
 def test_a_name_no_registry_holds_is_refused_when_the_config_is_read(capsys, tmp_path, given, line):
     """A registered name (loss type, scaling, engine, reward, scorer, template, reader) is checked by its declared
-    type while the config is parsed (``--print_config`` stops before any startup check), naming the closest."""
-    assert _given(capsys, tmp_path, given)[0].startswith("error: " + line)
+    type while the config is parsed (``--print_config`` stops before any startup check), naming the closest, and
+    the config file that gave it."""
+    err, path = _given(capsys, tmp_path, given)
+    assert err.startswith("error: " + ("" if given.startswith("--") else f"{path}: ") + line)
 
 
 @pytest.mark.parametrize("given, line", [
@@ -498,4 +500,25 @@ def test_a_name_no_registry_holds_is_refused_when_the_config_is_read(capsys, tmp
      "trainer.callbacks[1].init_args.save_top_k: "),
 ])
 def test_an_item_of_a_list_is_named_by_its_index(capsys, tmp_path, given, line):
-    assert _given(capsys, tmp_path, given)[0].startswith("error: " + line)
+    err, path = _given(capsys, tmp_path, given)
+    assert err.startswith("error: " + ("" if given.startswith("--") else f"{path}: ") + line)
+
+
+@pytest.mark.parametrize("configs, flag, named", [
+    (["neg"], None, "neg"),  # the file that gave the refused value
+    (["neg", "ok"], None, "neg"),  # refused as it is read, though a later file would set another
+    (["ok", "neg"], None, "neg"),
+    (["ok"], "--model.init_args.grpo.beta=-1", None),  # a flag's value: the file that set beta gave 0.1, not it
+    (["nan"], None, "nan"),  # NaN is no value equal to itself
+    (["short"], None, "short"),  # model.grpo.beta, as a config may write model.init_args.grpo.beta
+])
+def test_a_value_refused_as_a_config_is_read_names_the_config(capsys, tmp_path, configs, flag, named):
+    texts = {"neg": "model: {init_args: {grpo: {beta: -1}}}", "ok": "model: {init_args: {grpo: {beta: 0.1}}}",
+             "nan": "model: {init_args: {grpo: {beta: .nan}}}", "short": "model: {grpo: {beta: -1}}"}
+    args = []
+    for name in configs:
+        (tmp_path / f"{name}.yaml").write_text(texts[name] + "\n")
+        args += ["--config", str(tmp_path / f"{name}.yaml")]
+    line = f"model.init_args.grpo.beta: must be >= 0 (got {'nan' if named == 'nan' else -1})"
+    assert _error(capsys, *args, *([flag] if flag else [])) == \
+        "error: " + (f"{tmp_path / named}.yaml: " if named else "") + line

@@ -64,7 +64,7 @@ def test_a_config_file_is_refused_the_same_way(capsys, tmp_path):
     path = tmp_path / "toy.yaml"
     path.write_text(yaml.safe_dump({"model": {"init_args": {"toy": {"strength": math.inf}}}}))
     code, out, err = _run(capsys, "--config", str(path))
-    assert code == 2 and err == "error: model.init_args.toy.strength: must be in [0, 1] (got inf)\n"
+    assert code == 2 and err == f"error: {path}: model.init_args.toy.strength: must be in [0, 1] (got inf)\n"
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -56,6 +56,7 @@ SUBCOMMANDS = ("fit", "validate", "test", "predict")
 OPTIMIZER_HINT = ("the optimizer and its scheduler are part of the model: set them with "
                   "--model.init_args.optimizer (e.g. --model.init_args.optimizer torch.optim.SGD "
                   "--model.init_args.optimizer.init_args.lr 0.5) and --model.init_args.lr_scheduler")
+_ABSENT = object()
 # a sentinel type that options_of finds no options in: the keys below it are left to jsonargparse
 _OPAQUE = object()
 """A type whose sub-keys are not checked here (a ``class_path`` value, a union, a list, ...)."""
@@ -186,10 +187,11 @@ def class_options(cls: type, option_type: Any) -> list[str]:
     return sorted({k.split(".")[0] for k in parser.get_defaults().keys()} - skip)
 
 
-def config_holding(key: str, configs: list[str], indices: list[int] = ()) -> str | None:
-    """The first of the config files among ``configs`` that sets the dotted ``key`` (the parser stops at it), or
-    None (``model.init_args.x`` may be written ``model.x``; a config may nest its keys under a subcommand).
-    ``indices``: the index of each list's item on the way (``trainer.callbacks[1]``), where known."""
+def config_holding(key: str, configs: list[str], indices: list[int] = (), value: Any = _ABSENT) -> str | None:
+    """The first of the config files among ``configs`` that sets the dotted ``key`` (to ``value``, where given: the
+    one refused), the one the parser stops at, or None (``model.init_args.x`` may be written ``model.x``; a config
+    may nest its keys under a subcommand). ``indices``: the index of each list's item on the way
+    (``trainer.callbacks[1]``), where known."""
     parts = key.split(".")
     short = parts[:2] == ["model", "init_args"] and parts[2:3] != ["init_args"]  # not init_args written twice
     forms = [parts, parts[:1] + parts[2:]] if short else [parts]
@@ -205,9 +207,14 @@ def config_holding(key: str, configs: list[str], indices: list[int] = ()) -> str
                         node = node[i] if i is not None and i < len(node) else \
                             next((n for n in node if isinstance(n, dict) and part in n), {})
                     node = node.get(part, _ABSENT) if isinstance(node, dict) else _ABSENT
-                if node is not _ABSENT:
+                if node is not _ABSENT and (value is _ABSENT or _same(node, value)):
                     return config
     return None
+
+
+def _same(a: Any, b: Any) -> bool:
+    """``a == b`` of one type (``1`` is not ``true``), NaN equal to NaN."""
+    return type(a) is type(b) and (a == b or a != a and b != b)
 
 
 def _import(class_path: str) -> Any:
@@ -511,7 +518,6 @@ CLASS_OPTIONS = ("model", "trainer.logger")
 ``class_path`` before them."""
 NO_CLASS = ("true", "false", "null", "none", "")
 """Values that set a class option to no class (a logger switched off, or Lightning's default one)."""
-_ABSENT = object()
 
 
 def check_class_order(args: list[str]) -> None:
@@ -747,12 +753,21 @@ def short_error(message: str, ex: BaseException | None = None, model_class: Any 
     keys, values = jsonargparse_refusal(causes)
     # a value given whole (a class's mapping, a list) is the user's own text, named by the key: not repeated
     values = [v for v in values if v is None or isinstance(v, (str, int, float, bool))]
-    got = shown(values[-1]) if values else ""
     keys = [k for i, k in enumerate(keys) if i + 1 == len(keys) or not keys[i + 1].startswith(k + ".")]  # --data=F:
     key = _full_key(keys, model_class)  # its parser names "data", then "data.batch_size"
     unknown = jsonargparse_unknown_key(causes)
     if unknown is not None:  # a key that names no option: where it was set, and the options there
         return _unknown_line([*keys, unknown], causes, model_class, configs, root, subcommands)
+    line = _refused_value(message, causes, key, values, model_class)
+    # the config file that set the refused value (a flag's value is no file's)
+    source = config_holding(without_subcommand(key, subcommands), list(configs), jsonargparse_list_indices(causes),
+                            values[-1]) if key and values else None
+    return f"{source}: {line}" if source else line
+
+
+def _refused_value(message: str, causes: list[BaseException], key: str, values: list[Any], model_class: Any) -> str:
+    """:func:`short_error`'s line for a value refused at the dotted ``key``: the key, then the rule it breaks."""
+    got = shown(values[-1]) if values else ""
     root = _text(causes[-1]) if causes else message
     detail = next((line.strip() for line in root.splitlines() if line.strip()), message.strip())
     declared = declared_type(key, model_class) if key else None
