@@ -240,7 +240,41 @@ def test_a_config_file_mistake_is_one_line_naming_the_file(capsys, tmp_path, tex
     one_line_error(code, err, str(bad), *must)
 
 
+@pytest.mark.parametrize("text, line", [
+    ("trainr: {}", "unknown option 'trainr' (did you mean trainer?); valid: ckpt_path, data, model, return_predictions,"
+                   " seed_everything, trainer, verbose, weights_only"),
+    ("model: {init_args: {grpoo: {}}}", "model.init_args: unknown option 'grpoo' (did you mean grpo?); valid: "
+                                        "attention, evaluation, grpo, lr_scheduler, optimizer, perf, policy, rewards, "
+                                        "sampling"),
+    ("data: {train: {generat: {}}}", "data.train: unknown option 'generat' (did you mean generate?); valid: generate, "
+                                     "path, reader, reader_args, rows, split"),
+])
+def test_an_unknown_key_holding_an_empty_mapping_is_refused(capsys, tmp_path, text, line):
+    """jsonargparse drops an empty mapping unseen, known key or not: a mistyped group left empty for later."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text + "\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "--config", "configs/demo.yaml", "--config", str(bad), "--print_config"])
+    assert exc.value.code == 2 and capsys.readouterr().err == f"error: {bad}: {line}\n"
+
+
+def test_empty_mappings_of_known_options_are_accepted(capsys, tmp_path):
+    """An empty mapping is refused only under a key that names no option: a group, a dict option and a class's
+    ``init_args`` may be empty."""
+    ok = tmp_path / "ok.yaml"
+    ok.write_text("model:\n  init_args:\n    grpo: {}\n    optimizer:\n      class_path: torch.optim.AdamW\n"
+                  "      init_args: {}\ndata:\n  train:\n    reader_args: {}\ntrainer:\n  plugins: {}\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "--config", "configs/demo.yaml", "--config", str(ok), "--print_config"])
+    config = yaml.safe_load(capsys.readouterr().out)
+    assert exc.value.code in (0, None) and config["model"]["init_args"]["grpo"]["beta"] == 0.0  # demo.yaml's, kept
+    assert config["model"]["init_args"]["optimizer"]["class_path"] == "torch.optim.AdamW"
+
+
 @pytest.mark.parametrize("given, line", [
+    ("{trian: {}}", "error: data: unknown option 'trian' (did you mean train?); valid: batch_size, eval_batch_size, "
+                    "max_prompt_length, num_workers, on_bad_row, on_overlap, predict, system_prompt, template, test, "
+                    "train, val"),
     ("{batch_size: true}", "error: data.batch_size: must be an integer >= 1 (got true)"),
     ("{batch_size: 4, batch_size: 8}", "error: --data: key 'batch_size' given twice in one mapping, first on line 1"),
     ("batch_size: true", "error: data.batch_size: must be an integer >= 1 (got true)"),  # block style, no braces

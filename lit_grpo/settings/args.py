@@ -357,6 +357,8 @@ def check_as_written(tree: Any, at: str, model_class: Any, source: str = "") -> 
         ConfigError: ``<source>: <key>: must be ... (got true)``.
     """
     if isinstance(tree, dict):
+        if not tree and at and at not in SUBCOMMANDS:  # jsonargparse drops an empty mapping, known key or not
+            _refuse_unknown(without_subcommand(at), model_class, source)
         for k, v in tree.items():
             if isinstance(k, str):
                 check_as_written(v, f"{at}.{k}" if at else k, model_class, source)
@@ -366,6 +368,15 @@ def check_as_written(tree: Any, at: str, model_class: Any, source: str = "") -> 
         found = problems(tree, tp, key) if tp is not None and len(done) == len(key.split(".")) else []
         if found:
             raise ConfigError(f"{source}: {found[0]}" if source else found[0])
+
+
+def _refuse_unknown(key: str, model_class: Any, source: str) -> None:
+    """Refuse the dotted ``key`` of a config where it names no option of a group whose options are known
+    (:func:`unknown_key`'s line); a key below a class given by ``class_path`` or a dict is the parser's to judge."""
+    done, _, options = walk(key, model_class)
+    if options is not None and len(done) < len(key.split(".")):
+        line = unknown_key(key, model_class)
+        raise ConfigError(f"{source}: {line}" if source else line)
 
 
 def _check_given_mapping(given: str, value: str, model_class: Any) -> None:
