@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Optional
 
 import pytest
+import yaml
 from jsonargparse import ArgumentError, ArgumentParser
 
 from lit_grpo.cli import main
@@ -371,6 +372,42 @@ def test_a_subcommand_block_that_is_no_mapping_is_one_line(capsys, tmp_path, tex
     with pytest.raises(SystemExit) as exc:
         main(["--config", str(path), "fit", "--config", "configs/demo.yaml", "--print_config"])
     assert exc.value.code == 2 and capsys.readouterr().err == f"error: {path}: {line}\n"
+
+
+@pytest.mark.parametrize("text, ignored", [
+    ("model: {init_args: {grpo: {beta: -1}}}", "model"),  # an overlay's keys, never read: no range check either
+    ("seed_everything: 3\ntrainer: {max_steps: 2}", "seed_everything, trainer"),
+    ("fit: {trainer: {max_steps: 2}}\ndata: {batch_size: 2}", "data"),  # beside a block: still ignored
+])
+def test_keys_outside_the_subcommands_block_of_a_config_given_before_it_are_refused(capsys, tmp_path, text, ignored):
+    """The parser before the subcommand reads only a config's ``fit:`` block; the rest was dropped unseen (a run
+    with Lightning's defaults, or without the overlay)."""
+    path = tmp_path / "early.yaml"
+    path.write_text(text + "\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["--config", str(path), "fit", "--config", "configs/demo.yaml", "--print_config"])
+    assert exc.value.code == 2 and capsys.readouterr().err == (
+        f"error: {path}: given before the subcommand, a config is read only in its 'fit:' block, so {ignored} would be"
+        f" ignored: give it after the subcommand (fit --config {path}), or write these keys under 'fit:'\n")
+
+
+def test_an_overlays_fit_block_given_before_the_subcommand_needs_its_own_model(capsys, tmp_path):
+    """Two configs before the subcommand: the second's model options were refused as "unknown option 'beta'" with the
+    first file named; each such config needs its own model class_path."""
+    base, overlay = tmp_path / "base.yaml", tmp_path / "overlay.yaml"
+    base.write_text(yaml.safe_dump({"fit": yaml.safe_load(Path("configs/demo.yaml").read_text())}))
+    overlay.write_text("fit: {model: {init_args: {grpo: {beta: 0.3}}}, trainer: {max_steps: 3}}\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["--config", str(base), "--config", str(overlay), "fit", "--print_config"])
+    assert exc.value.code == 2 and capsys.readouterr().err == (
+        f"error: {overlay} sets model options, but no model class_path comes before: given before the subcommand, a "
+        f"config needs its own model class_path for them: give it after the subcommand (fit --config {overlay}, "
+        "without its 'fit:' block)\n")
+    overlay.write_text("fit: {trainer: {max_steps: 3}}\n")  # no model options: read over the first
+    with pytest.raises(SystemExit):
+        main(["--config", str(base), "--config", str(overlay), "fit", "--print_config"])
+    config = yaml.safe_load(capsys.readouterr().out)
+    assert config["trainer"]["max_steps"] == 3 and config["model"]["class_path"] == "lit_grpo.GRPOModule"
 
 
 @pytest.mark.parametrize("given, line", [

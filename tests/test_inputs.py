@@ -323,14 +323,16 @@ def test_a_key_given_twice_in_a_json_file_is_refused(capsys, tmp_path, name, tex
 DATASET_OPTIONS = "path, reader, split, rows, generate, reader_args"
 
 
-@pytest.mark.parametrize("value", ["FILE.parquet", "FILE.jsonl", "FOLDER", "missing.parquet", "owner/dataset"])
+@pytest.mark.parametrize("value", ["FILE.parquet", "FILE.jsonl", "FOLDER", "missing.parquet", "owner/dataset",
+                                   "ONE.jsonl"])
 def test_data_given_to_a_datasets_options_names_its_path_option(capsys, tmp_path, value):
     """``--data.val=x.parquet`` (the split's data, not its options) names ``--data.val.path``; jsonargparse would try
     the value as a class path or a config file ("cannot import", "not UTF-8")."""
     (tmp_path / "FILE.parquet").write_bytes(b"PAR1\xff\x00\x15")
     (tmp_path / "FILE.jsonl").write_text('{"id": 1}\n{"id": 2}\n')
     (tmp_path / "FOLDER").mkdir()
-    value = str(tmp_path / value) if value.startswith(("FILE", "FOLDER")) else value
+    (tmp_path / "ONE.jsonl").write_text('{"id": 1, "question": "q"}\n')  # one row: a YAML mapping too
+    value = str(tmp_path / value) if value.startswith(("FILE", "FOLDER", "ONE")) else value
     with pytest.raises(SystemExit) as exc:
         main(["fit", "--config", "configs/demo.yaml", f"--data.val={value}", "--print_config"])
     assert exc.value.code == 2 and capsys.readouterr().err == (
@@ -338,15 +340,41 @@ def test_data_given_to_a_datasets_options_names_its_path_option(capsys, tmp_path
         f"file of them, not {value!r}: to read data from it, give --data.val.path={value}\n")
 
 
+@pytest.mark.parametrize("given, data", [
+    ("--config=CONFIG", "v.parquet"),  # CONFIG: data: {val: DATA}
+    ("--config=CONFIG", "owner/dataset"),
+    ("--config=CONFIG", "FOLDER"),
+    ("--data={val: DATA}", "v.parquet"),
+    ("--data.val=FILE", "v.parquet"),  # FILE holds DATA, a YAML scalar
+])
+def test_data_in_place_of_a_datasets_options_in_a_config_names_its_path_option(capsys, tmp_path, given, data):
+    """In a config (or YAML text or a file given to an option) ``val: x.parquet`` was tried as a class path to
+    import ("cannot import class_path 'x.parquet'") or refused as "expected DatasetSpec"."""
+    (tmp_path / "FOLDER").mkdir()
+    data = str(tmp_path / data) if data == "FOLDER" else data
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump({"data": {"val": data}}))
+    (tmp_path / "f.yaml").write_text(data + "\n")
+    given = given.replace("CONFIG", str(tmp_path / "c.yaml")).replace("FILE", str(tmp_path / "f.yaml"))
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "--config", "configs/demo.yaml", given.replace("DATA", data), "--print_config"])
+    source = {"--config": f"{tmp_path / 'c.yaml'}: ", "--data.val": f"{tmp_path / 'f.yaml'}: "}.get(
+        given.split("=")[0], "")
+    assert exc.value.code == 2 and capsys.readouterr().err == (
+        f"error: {source}data.val takes the dataset's options ({DATASET_OPTIONS}) one by one, or as a mapping or a "
+        f"YAML file of them, not {data!r}: to read data from it, set data.val.path: {data}\n")
+
+
 @pytest.mark.parametrize("value, path", [
     ("FILE", "v.parquet"),  # a config of the split's options in a file with no suffix
     ("{path: v.parquet}", "v.parquet"),
     ("path: v.parquet", "v.parquet"),
     ("null", None),  # no val split
+    ("NULL_FILE", None),  # a file that says null, as a file may (an empty one is refused)
 ])
 def test_a_datasets_options_given_whole_are_read(capsys, tmp_path, value, path):
     (tmp_path / "FILE").write_text("path: v.parquet\nsplit: test\n")
-    value = str(tmp_path / value) if value == "FILE" else value
+    (tmp_path / "NULL_FILE").write_text("# no val split\nnull\n")
+    value = str(tmp_path / value) if value in ("FILE", "NULL_FILE") else value
     with pytest.raises(SystemExit):
         main(["fit", "--config", "configs/demo.yaml", f"--data.val={value}", "--print_config"])
     val = yaml.safe_load(capsys.readouterr().out)["data"]["val"]
@@ -357,7 +385,7 @@ def test_a_datasets_options_given_whole_are_read(capsys, tmp_path, value, path):
 def test_an_empty_file_given_to_an_option_is_refused(capsys, tmp_path, key):
     """jsonargparse reads an empty file as null: a split or a group switched off unseen, or a vague refusal."""
     empty = tmp_path / "empty.yaml"
-    empty.write_text("# nothing yet\n")
+    empty.write_text("# nothing yet\n---\n")  # comments and an empty document: nothing
     with pytest.raises(SystemExit) as exc:
         main(["fit", "--config", "configs/demo.yaml", f"--{key}={empty}", "--print_config"])
     assert exc.value.code == 2 and capsys.readouterr().err == \

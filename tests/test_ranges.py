@@ -307,7 +307,8 @@ def test_a_bad_number_from_yaml_env_or_flags_is_refused_before_anything_is_built
     with pytest.raises(SystemExit) as exc:
         main(args)
     out, err = capsys.readouterr()
-    line = line.replace("(got nan)", "(got .nan)") if route != "yaml" else line  # a flag's or variable's text
+    line = line.replace("(got nan)", "(got .nan)") if route != "yaml" else f"{tmp_path / 'bad.yaml'}: {line}"  # the
+    # file that gave the value is named; a flag's or variable's text is shown as typed
     if route == "flags" and key == "max_grad_norm":  # the flag's ".nan" reaches the check as text: no number
         line = line.replace("must be >", "must be a number >")
     if route == "oc.env" and key == "max_grad_norm":  # resolved late: pydantic's own sentence, the key and value

@@ -16,6 +16,8 @@ from lit_grpo.data.sample import BAD_BYTES_COLUMN, BadRowError
 from lit_grpo.errors import InputError
 
 _BUILDERS = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".tsv": "csv", ".csv": "csv"}
+DATA_SUFFIXES = tuple(_BUILDERS)
+"""The suffixes of the data files a dataset's ``path`` may name."""
 
 
 def open_table(path: str, split: str = "train", rows: str | None = None, image_columns=("images", "image"),

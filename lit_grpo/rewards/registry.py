@@ -31,7 +31,7 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from lit_grpo.data.sample import RECORD_COLUMNS
 from lit_grpo.errors import InputError, UserError
-from lit_grpo.settings import Checked, SettingError, argument_types, problems
+from lit_grpo.settings import Checked, Problem, SettingError, argument_types, problems
 from lit_grpo.registry import Registry, did_you_mean
 
 log = logging.getLogger(__name__)
@@ -243,7 +243,8 @@ class RewardSpec(Checked):
             raise SettingError(exc.problems, "RewardSpec", str(shown)) from None  # keys stay under kwargs
         if isinstance(self.weight, (int, float)) and not math.isfinite(self.weight):  # here, not in the type: a
             # weight from ${oc.env:...} is still text when the parser checks the type (pydantic: "not a number")
-            raise SettingError([f"weight: must be a finite number (got {self.weight!r})"], "RewardSpec")
+            raise SettingError([Problem(f"weight: must be a finite number (got {self.weight!r})", "weight",
+                                        self.weight)], "RewardSpec")
 
     @staticmethod
     def option_types(value) -> dict[str, Any]:

@@ -65,6 +65,19 @@ class SettingError(ValueError):
         super().__init__(message or first_and_more([f"{owner}{join}{p}" if owner else p for p in problems]))
 
 
+class Problem(str):
+    """One problem's line, ``<key>: <what> (got <value>)``, that keeps the dotted ``key`` it names and the refused
+    ``value`` (to find the config file that gave it)."""
+
+    key: str
+    value: Any
+
+    def __new__(cls, line: str, key: str, value: Any) -> Problem:
+        made = super().__new__(cls, line)
+        made.key, made.value = key, value
+        return made
+
+
 def _num(x: Any) -> str:
     return str(int(x)) if isinstance(x, (int, float)) and float(x).is_integer() else repr(x)
 
@@ -116,7 +129,10 @@ def describe(key: str, err: dict[str, Any], tp: Any = None) -> str:
     the rule ``tp`` declares (or, inside a dict or list, the one the error's ``ctx`` names), or pydantic's own
     sentence for a value of the wrong type; then the value given."""
     if err["type"] == "value_error" and isinstance(err.get("ctx", {}).get("error"), SettingError):
-        return err["ctx"]["error"].problems[0] if not key else f"{key}.{err['ctx']['error'].problems[0]}"
+        inner = err["ctx"]["error"].problems[0]  # a field's problem, raised by the dataclass's own check
+        if not key or not isinstance(inner, Problem):
+            return f"{key}.{inner}" if key else inner
+        return Problem(f"{key}.{inner}", f"{key}.{inner.key}", inner.value)
     if err["type"] == "value_error" and isinstance(err.get("ctx", {}).get("error"), UnknownName):
         return f"{key}: {err['ctx']['error']}"  # names the value, the closest registered name and the valid ones
     declared = rule(tp)
@@ -136,7 +152,7 @@ def describe(key: str, err: dict[str, Any], tp: Any = None) -> str:
         what = err["msg"][:1].lower() + err["msg"][1:]
     # a number written as a string ("5") is quoted, so the line does not refuse what looks like the declared type
     got = repr(err["input"]) if err["type"] in _SCALAR_TYPES and isinstance(err["input"], str) else shown(err["input"])
-    return f"{key}: {what} (got {got})"
+    return Problem(f"{key}: {what} (got {got})", key, err["input"])
 
 
 def shown(value: Any) -> str:

@@ -39,7 +39,7 @@ from typing import Any, Union
 import pydantic
 import yaml
 
-from lit_grpo.settings.argv import iter_options
+from lit_grpo.settings.argv import iter_options, subcommand_at
 from lit_grpo.compat import (jsonargparse_class, jsonargparse_import_path, jsonargparse_list_indices,
                              jsonargparse_refusal, jsonargparse_unknown_key)
 from lit_grpo.registry import did_you_mean
@@ -303,11 +303,8 @@ def _check_group_file(key: str, value: str, options: dict[str, Any]) -> None:
     path = Path(value).expanduser()
     if key not in ("data", "trainer") and value.strip() in ("", "~", "null", "Null", "NULL"):
         return  # no such group (a split left out, LoRA off)
-    if "path" in options and (_holds_data(value) if path.is_file() else not value.lower().endswith(
-            CONFIG_SUFFIXES) and _mapping(value) is None and "\n" not in value and ": " not in value):
-        raise ConfigError(f"--{key} takes the dataset's options ({', '.join(options)}) one by one, or as a "
-                          f"mapping or a YAML file of them, not {value!r}: to read data from it, give "
-                          f"--{key}.path={value}")
+    if "path" in options and _names_data(value):
+        raise ConfigError(f"--{key} {_takes_options(options, value)}, give --{key}.path={value}")
     # what jsonargparse reads as YAML text itself (a mapping, a "key: value" string, several lines) is left to it
     if path.is_file() or _mapping(value) is not None or ":" in value or "\n" in value:
         return
@@ -328,13 +325,28 @@ def _check_group_file(key: str, value: str, options: dict[str, Any]) -> None:
                       f"'{{option: value}}', or set one option (--{key}.<option>=...)")
 
 
-def _holds_data(file: str) -> bool:
-    """Whether the file ``file`` holds data (parquet, JSON lines, images), not a config (a mapping) or nothing."""
-    try:
-        tree = read_config(file)
-        return tree is not None and not isinstance(tree, dict)
-    except ConfigError:
+def _names_data(value: str) -> bool:
+    """Whether ``value``, given where a dataset's options go, names data (a data file, a folder, a hub id), not a
+    config file of the options or YAML text of them."""
+    from lit_grpo.data.io import DATA_SUFFIXES
+
+    path = Path(value).expanduser()
+    if _mapping(value) is not None or value.lstrip().startswith("[") or "\n" in value or ": " in value:
+        return False  # YAML text of options, or of a list
+    if path.suffix.lower() in DATA_SUFFIXES:
         return True
+    if path.is_file() and path.suffix.lower() not in CONFIG_SUFFIXES:  # no suffix: a config, or data of no kind here
+        try:
+            tree = read_config(value)
+            return tree is not None and not isinstance(tree, dict)
+        except ConfigError:
+            return True
+    return not path.is_file() and not value.lower().endswith(CONFIG_SUFFIXES)
+
+
+def _takes_options(options: dict[str, Any], value: str) -> str:
+    return (f"takes the dataset's options ({', '.join(options)}) one by one, or as a mapping or a YAML file of them, "
+            f"not {value!r}: to read data from it")
 
 
 def _mapping(value: str | None) -> dict | None:
@@ -362,6 +374,12 @@ def check_as_written(tree: Any, at: str, model_class: Any, source: str = "") -> 
         for k, v in tree.items():
             if isinstance(k, str):
                 check_as_written(v, f"{at}.{k}" if at else k, model_class, source)
+    elif isinstance(tree, str) and at and at not in SUBCOMMANDS:  # data where a dataset's options go
+        key = without_subcommand(at)
+        done, tp, options = walk(key, model_class)
+        if len(done) == len(key.split(".")) and _option_group(tp) and "path" in options and _names_data(tree):
+            line = f"{key} {_takes_options(options, tree)}, set {key}.path: {tree}"
+            raise ConfigError(f"{source}: {line}" if source else line)
     elif isinstance(tree, bool):
         key = without_subcommand(at)
         done, tp, _ = walk(key, model_class)
@@ -387,7 +405,9 @@ def _check_given_mapping(given: str, value: str, model_class: Any) -> None:
     key = given.rstrip("+")
     if Path(value).expanduser().is_file():  # a file of the option's value (--model=m.yaml)
         tree = read_config(value)
-        if tree is None:  # jsonargparse would read it as null: a group switched off, or "expected GRPOConfig"
+        # nothing in it (comments at most), which jsonargparse would read as null: a split dropped unseen
+        node = yaml.compose(Path(value).expanduser().read_text(encoding="utf-8")) if tree is None else True
+        if node is None or getattr(node, "value", None) == "":  # not "null" or "~": those say it
             raise ConfigError(f"--{given}: {value} is empty; write the value of {key} in it")
         check_as_written(tree, key, model_class, value)
         return
@@ -401,7 +421,8 @@ def _check_given_mapping(given: str, value: str, model_class: Any) -> None:
         check_as_written(tree, key, model_class)
 
 
-def check_config_file(path: str, after_subcommand: bool = False, model_class: Any = None) -> None:
+def check_config_file(path: str, after_subcommand: bool = False, model_class: Any = None,
+                      before: str | None = None) -> None:
     """What jsonargparse cannot say of the config file or text ``path`` (:func:`read_config`): where it is not valid
     YAML (line and column; a key given twice), not a mapping, config text naming ``_base_`` files, or a subcommand's
     block (``fit:``) that is no mapping, or in a config given after the subcommand (whose parser reads no such block);
@@ -418,6 +439,11 @@ def check_config_file(path: str, after_subcommand: bool = False, model_class: An
     if sub and after_subcommand:  # jsonargparse refuses it by a key inside, which may be a real option
         raise ConfigError(f"{path}: a '{sub}:' block is read from a config given before the subcommand (--config F "
                           f"{sub} ...); in one given after it, write its options without the block")
+    outside = [k for k in tree or {} if k not in (*SUBCOMMANDS, BASE_KEY)] if before else []
+    if outside:  # the parser before the subcommand reads only the subcommands' blocks: the rest would be ignored
+        raise ConfigError(f"{path}: given before the subcommand, a config is read only in its '{before}:' block, so "
+                          f"{', '.join(map(str, outside))} would be ignored: give it after the subcommand ({before} "
+                          f"--config {path}), or write these keys under '{before}:'")
     if sub and not isinstance(tree[sub], dict):
         raise ConfigError(f"{path}: {sub}: a mapping of {', '.join(ROOT_KEYS[:4])} (got {shown(tree[sub])})")
     # inline text has no folder for its bases' relative paths to start from
@@ -509,13 +535,13 @@ def prepare_args(args: list[str], model_class: Any = None) -> list[str]:
     """
     model_class = model_class or model_class_of(args)  # the caller's, when it has read it already
     out: list[str] = []
-    last, after_subcommand = 0, False
+    last, sub = 0, subcommand_at(args, SUBCOMMANDS)
     for key, value, (start, end) in iter_options(args):
-        after_subcommand = after_subcommand or bool(set(args[last:start]) & set(SUBCOMMANDS))  # a positional "fit"
+        after_subcommand = sub is not None and start > sub[0]
         out += args[last:start]
         last = end
         if key in ("config", "c") and value:
-            check_config_file(value, after_subcommand, model_class)
+            check_config_file(value, after_subcommand, model_class, sub[1] if sub and not after_subcommand else None)
         elif key not in ("print_config", "help", "h") and not key.endswith(".help"):  # help: lit_grpo.settings.help
             check_override(key, model_class, value)
         joined = [f"--{key}={value}"] if value and value.startswith("-") and end - start == 2 else None
@@ -545,9 +571,14 @@ def check_class_order(args: list[str]) -> None:
     if any(k in ("help", "h") or k.endswith(".help") for k, _, _ in iter_options(args)):
         return  # help lists the options of whatever it is given
     state: dict[str, str] = {}  # option -> "" (its class_path given) or the argument that switched it off
-    configs = []
-    for key, value, _ in iter_options(args):
-        if key in ("config", "c") and value:
+    configs, sub = [], subcommand_at(args, SUBCOMMANDS)
+    for key, value, (start, _) in iter_options(args):
+        if key in ("config", "c") and value and sub and start < sub[0]:  # its block is read on its own
+            configs.append(value)
+            own: dict[str, str] = {}
+            _class_order(config_tree(value), own, value, None, before=sub[1])
+            state.update(own)
+        elif key in ("config", "c") and value:
             configs.append(value)
             _class_order(config_tree(value), state, value, None)
         elif key not in ("print_config",) and value is not None:
@@ -604,8 +635,10 @@ def check_overlay_order(configs: list[str]) -> None:
                                   f"of another (an overlay) goes after the config it changes: {order}")
 
 
-def _class_order(tree: dict, state: dict[str, str], config: str | None, argument: str | None) -> None:
-    """Update ``state`` (see :func:`check_class_order`) with ``tree``: a config's mapping, or one argument as one."""
+def _class_order(tree: dict, state: dict[str, str], config: str | None, argument: str | None,
+                 before: str | None = None) -> None:
+    """Update ``state`` (see :func:`check_class_order`) with ``tree``: a config's mapping, or one argument as one;
+    ``before``: the subcommand a config is given before (its block is read on its own, not over earlier ones)."""
     for sub in [tree.get(s) for s in SUBCOMMANDS if isinstance(tree.get(s), dict)] or [tree]:
         for option in CLASS_OPTIONS:
             value: Any = sub
@@ -620,7 +653,10 @@ def _class_order(tree: dict, state: dict[str, str], config: str | None, argument
             elif isinstance(value, dict) and value and state.get(option) != "":
                 source = shlex.quote(config) if config else argument
                 why = f" ({state[option]})" if state.get(option) else ""
-                fix = (f"a config that changes some options of another (an overlay) goes after the config it "
+                fix = (f"given before the subcommand, a config needs its own {option} class_path for them: give it "
+                       f"after the subcommand ({before} --config {source}, without its '{before}:' block)"
+                       if before else
+                       f"a config that changes some options of another (an overlay) goes after the config it "
                        f"changes: --config BASE.yaml --config {source}" if config else
                        f"give the config that names it first (--config configs/demo.yaml), or --{option}=<class "
                        "path> before it")
@@ -773,6 +809,15 @@ def short_error(message: str, ex: BaseException | None = None, model_class: Any 
     # the config file that set the refused value (a flag's value is no file's)
     source = config_holding(without_subcommand(key, subcommands), list(configs), jsonargparse_list_indices(causes),
                             values[-1]) if key and values else None
+    return f"{source}: {line}" if source else line
+
+
+def with_source(line: str, configs: list[str]) -> str:
+    """``line`` (a :class:`~lit_grpo.settings.Problem`'s, ``model.init_args.rewards[0].weight: ...``) after the config
+    file that gave its refused value, where one did (:func:`config_holding`)."""
+    key, value = getattr(line, "key", ""), getattr(line, "value", _ABSENT)
+    indices = [int(i) for i in re.findall(r"\[(\d+)\]", key)]
+    source = config_holding(re.sub(r"\[\d+\]", "", key), configs, indices, value) if key else None
     return f"{source}: {line}" if source else line
 
 

@@ -23,3 +23,14 @@ def iter_options(args: list[str]):
 def config_files(args: list[str]) -> list[str]:
     """The values of every ``--config`` / ``-c`` in ``args``, in order."""
     return [value for key, value, _ in iter_options(args) if key in ("config", "c") and value]
+
+
+def subcommand_at(args: list[str], subcommands: tuple[str, ...]) -> tuple[int, str] | None:
+    """``(index, name)`` of the subcommand in ``args``: the first of ``subcommands`` that is no option's value."""
+    last = 0
+    for _, _, (start, end) in [*iter_options(args), (None, None, (len(args), len(args)))]:
+        found = next(((i, a) for i, a in enumerate(args[last:start], last) if a in subcommands), None)
+        if found:
+            return found
+        last = end
+    return None
