@@ -34,7 +34,7 @@ from lit_grpo.compat import has_option, jsonargparse_import_path, lists_replace,
 from lit_grpo.settings import ConfigError, HelpFormatter, shown
 from lit_grpo.settings.args import (BASE_KEY, SUBCOMMANDS, expand_bases, model_class_of, prepare_args, short_error,
                                     without_subcommand)
-from lit_grpo.settings.argv import config_files
+from lit_grpo.settings.argv import config_files, iter_options
 from lit_grpo.settings.help import extra_help, help_args
 from lit_grpo.data.datamodule import VLMDataModule
 from lit_grpo.data.sample import prompt_limit
@@ -205,7 +205,7 @@ class GRPOCLI(LightningCLI):
         # the --config files, beside which a path written relative to the config is also looked for
         files = config_files(given)
         config = (self.config[sub] if sub else self.config).as_dict()
-        check_config(config, sub, files)
+        check_config(config, sub, files, [k for k, _, _ in iter_options(given) if k not in ("config", "c")])
         watch_variables(key_variables(config))  # a run's api_key_env masked on the console too
         if any(issubclass(cls, WandbLoggerBase) for _, cls in logger_classes(config.get("trainer") or {})):
             mask_under_console_capture()

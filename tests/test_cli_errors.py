@@ -400,9 +400,9 @@ def test_an_overlays_fit_block_given_before_the_subcommand_needs_its_own_model(c
     with pytest.raises(SystemExit) as exc:
         main(["--config", str(base), "--config", str(overlay), "fit", "--print_config"])
     assert exc.value.code == 2 and capsys.readouterr().err == (
-        f"error: {overlay} sets model options, but no model class_path comes before: given before the subcommand, a "
-        f"config needs its own model class_path for them: give it after the subcommand (fit --config {overlay}, "
-        "without its 'fit:' block)\n")
+        f"error: {overlay} sets model options, but it names no model class_path: a config given before the subcommand "
+        "is parsed on its own, so model options there need that config's own model class_path: give it after the "
+        f"subcommand (fit --config {overlay}, without its 'fit:' block)\n")
     overlay.write_text("fit: {trainer: {max_steps: 3}}\n")  # no model options: read over the first
     with pytest.raises(SystemExit):
         main(["--config", str(base), "--config", str(overlay), "fit", "--print_config"])
@@ -559,3 +559,24 @@ def test_a_value_refused_as_a_config_is_read_names_the_config(capsys, tmp_path, 
     line = f"model.init_args.grpo.beta: must be >= 0 (got {'nan' if named == 'nan' else -1})"
     assert _error(capsys, *args, *([flag] if flag else [])) == \
         "error: " + (f"{tmp_path / named}.yaml: " if named else "") + line
+
+
+def test_a_config_given_before_the_subcommand_with_no_block_for_it_is_refused(capsys, tmp_path):
+    """``--config F validate`` where F has only a ``fit:`` block: nothing in F was read, and validate ran without it."""
+    path = tmp_path / "fit_only.yaml"
+    path.write_text(yaml.safe_dump({"fit": yaml.safe_load(Path("configs/demo.yaml").read_text())}))
+    with pytest.raises(SystemExit) as exc:
+        main(["--config", str(path), "validate", "--print_config"])
+    assert exc.value.code == 2 and capsys.readouterr().err == (
+        f"error: {path}: given before the subcommand validate, a config is read in its 'validate:' block; it has none "
+        "(only fit:), so nothing in it would be read\n")
+
+
+@pytest.mark.parametrize("text", ["# nothing yet\n", "null\n", "---\n"])
+def test_an_empty_config_file_is_named(capsys, tmp_path, text):
+    """jsonargparse said ``unexpected config: # nothing yet``, naming no file."""
+    path = tmp_path / "empty.yaml"
+    path.write_text(text)
+    assert _error(capsys, "--config", str(path)) == (
+        f"error: {path}: a config is a mapping of seed_everything, trainer, model, data, ckpt_path, weights_only, "
+        "verbose, return_predictions; this one is empty")

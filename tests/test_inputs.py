@@ -370,11 +370,13 @@ def test_data_in_place_of_a_datasets_options_in_a_config_names_its_path_option(c
     ("path: v.parquet", "v.parquet"),
     ("null", None),  # no val split
     ("NULL_FILE", None),  # a file that says null, as a file may (an empty one is refused)
+    ("JSON_FILE", "v.parquet"),  # .json: data rows or a config; this one is a mapping of options
 ])
 def test_a_datasets_options_given_whole_are_read(capsys, tmp_path, value, path):
     (tmp_path / "FILE").write_text("path: v.parquet\nsplit: test\n")
     (tmp_path / "NULL_FILE").write_text("# no val split\nnull\n")
-    value = str(tmp_path / value) if value in ("FILE", "NULL_FILE") else value
+    (tmp_path / "JSON_FILE.json").write_text('{"path": "v.parquet", "split": "test"}')
+    value = str(tmp_path / value) + ".json" * (value == "JSON_FILE") if value.endswith("FILE") else value
     with pytest.raises(SystemExit):
         main(["fit", "--config", "configs/demo.yaml", f"--data.val={value}", "--print_config"])
     val = yaml.safe_load(capsys.readouterr().out)["data"]["val"]

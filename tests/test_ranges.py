@@ -385,3 +385,27 @@ def test_a_negative_number_after_a_space_is_the_option_s_value(key, value, text,
         main(["fit", "--config", "configs/demo.yaml", f"--{key}", value])
     err = capsys.readouterr().err.strip()
     assert exc.value.code == 2 and err.startswith(f"error: {key}: {text}"), err
+
+
+@pytest.mark.parametrize("after, named", [
+    ([], True),  # the file gave the value the run would get
+    (["--model.init_args.optimizer.init_args.lr=-0.001"], False),  # a flag gave it last: no file
+    (["--model.init_args.optimizer=torch.optim.SGD", "--model.init_args.optimizer.init_args.lr=-0.001"], False),
+    (["--config=GOOD", "--model.init_args.optimizer.init_args.lr=-0.001"], False),
+    (["--config=ENV"], False),  # ${oc.env:...} as written in the last file: no file's number
+])
+def test_a_value_refused_at_the_start_names_only_the_file_that_gave_it(tmp_path, capsys, monkeypatch, after, named):
+    """A startup refusal checks the value the run would get: the last source that set it, a file only if it is that
+    source (an earlier file with the same number was named though a flag gave it)."""
+    bad, good, env = tmp_path / "bad.yaml", tmp_path / "good.yaml", tmp_path / "env.yaml"
+    for path, lr in ((bad, -0.001), (good, 0.5), (env, "${oc.env:%s}" % ENV)):
+        path.write_text(yaml.safe_dump({"model": {"init_args": {"optimizer": {
+            "class_path": "torch.optim.SGD", "init_args": {"lr": lr}}}}}))
+    monkeypatch.setenv(ENV, "-0.001")
+    after = [a.replace("GOOD", str(good)).replace("ENV", str(env)) for a in after]
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "--config", "configs/demo.yaml", "--config", str(_redirect(tmp_path)), "--config", str(bad),
+              *after])
+    assert exc.value.code == 2 and capsys.readouterr().err == "error: " + f"{bad}: " * named + \
+        "model.init_args.optimizer.init_args.lr: must be >= 0 (got -0.001)\n"
+    assert not (tmp_path / "logs").exists() and not (tmp_path / "model").exists()

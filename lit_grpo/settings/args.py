@@ -187,29 +187,39 @@ def class_options(cls: type, option_type: Any) -> list[str]:
     return sorted({k.split(".")[0] for k in parser.get_defaults().keys()} - skip)
 
 
-def config_holding(key: str, configs: list[str], indices: list[int] = (), value: Any = _ABSENT) -> str | None:
-    """The first of the config files among ``configs`` that sets the dotted ``key`` (to ``value``, where given: the
-    one refused), the one the parser stops at, or None (``model.init_args.x`` may be written ``model.x``; a config
-    may nest its keys under a subcommand). ``indices``: the index of each list's item on the way
-    (``trainer.callbacks[1]``), where known."""
+def config_holding(key: str, configs: list[str], indices: list[int] = (), value: Any = _ABSENT,
+                   last: bool = False) -> str | None:
+    """The config file among ``configs`` that sets the dotted ``key`` (to ``value``, where given: the one refused):
+    the first (the parser stops at it), or with ``last`` the last one setting it, if to ``value`` (the value a run
+    gets); or None. ``model.init_args.x`` may be written ``model.x``; a config may nest its keys under a subcommand.
+    ``indices``: the index of each list's item on the way (``trainer.callbacks[1]``), where known."""
+    files = [c for c in configs if Path(c).expanduser().is_file()]  # config text: no file to name
+    for config in reversed(files) if last else files:
+        node = _set_in(config_tree(config), key, indices)
+        if node is not _ABSENT and (value is _ABSENT or _same(node, value)):
+            return config
+        if node is not _ABSENT and last:  # a later value, not the refused one (an ${oc.env:...} as written)
+            return None
+    return None
+
+
+def _set_in(tree: dict, key: str, indices: list[int]) -> Any:
+    """The value a config's mapping ``tree`` gives the dotted ``key`` (see :func:`config_holding`), or ``_ABSENT``."""
     parts = key.split(".")
     short = parts[:2] == ["model", "init_args"] and parts[2:3] != ["init_args"]  # not init_args written twice
-    forms = [parts, parts[:1] + parts[2:]] if short else [parts]
-    for config in [c for c in configs if Path(c).expanduser().is_file()]:  # config text: no file to name
-        tree = config_tree(config)
-        for sub in [tree[s] for s in SUBCOMMANDS if isinstance(tree.get(s), dict)] or [tree]:
-            for form in forms:
-                node: Any = sub
-                at = list(indices)
-                for part in form:
-                    if isinstance(node, list):  # a list's item: at its index, else the first that has the part
-                        i = at.pop(0) if at else None
-                        node = node[i] if i is not None and i < len(node) else \
-                            next((n for n in node if isinstance(n, dict) and part in n), {})
-                    node = node.get(part, _ABSENT) if isinstance(node, dict) else _ABSENT
-                if node is not _ABSENT and (value is _ABSENT or _same(node, value)):
-                    return config
-    return None
+    for sub in [tree[s] for s in SUBCOMMANDS if isinstance(tree.get(s), dict)] or [tree]:
+        for form in [parts, parts[:1] + parts[2:]] if short else [parts]:
+            node: Any = sub
+            at = list(indices)
+            for part in form:
+                if isinstance(node, list):  # a list's item: at its index, else the first that has the part
+                    i = at.pop(0) if at else None
+                    node = node[i] if i is not None and i < len(node) else \
+                        next((n for n in node if isinstance(n, dict) and part in n), {})
+                node = node.get(part, _ABSENT) if isinstance(node, dict) else _ABSENT
+            if node is not _ABSENT:
+                return node
+    return _ABSENT
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -333,9 +343,10 @@ def _names_data(value: str) -> bool:
     path = Path(value).expanduser()
     if _mapping(value) is not None or value.lstrip().startswith("[") or "\n" in value or ": " in value:
         return False  # YAML text of options, or of a list
-    if path.suffix.lower() in DATA_SUFFIXES:
+    suffix = path.suffix.lower()
+    if suffix in DATA_SUFFIXES and suffix not in CONFIG_SUFFIXES:  # .json may hold either: its content says
         return True
-    if path.is_file() and path.suffix.lower() not in CONFIG_SUFFIXES:  # no suffix: a config, or data of no kind here
+    if path.is_file() and suffix not in (".yaml", ".yml"):  # no suffix, .json: a config, or data
         try:
             tree = read_config(value)
             return tree is not None and not isinstance(tree, dict)
@@ -439,13 +450,19 @@ def check_config_file(path: str, after_subcommand: bool = False, model_class: An
     if sub and after_subcommand:  # jsonargparse refuses it by a key inside, which may be a real option
         raise ConfigError(f"{path}: a '{sub}:' block is read from a config given before the subcommand (--config F "
                           f"{sub} ...); in one given after it, write its options without the block")
-    outside = [k for k in tree or {} if k not in (*SUBCOMMANDS, BASE_KEY)] if before else []
+    if tree is None:  # jsonargparse: "unexpected config", naming no file
+        raise ConfigError(f"{path}: a config is a mapping of {', '.join(ROOT_KEYS)}; this one is empty")
+    outside = [k for k in tree if k not in (*SUBCOMMANDS, BASE_KEY)] if before else []
     if outside:  # the parser before the subcommand reads only the subcommands' blocks: the rest would be ignored
         raise ConfigError(f"{path}: given before the subcommand, a config is read only in its '{before}:' block, so "
                           f"{', '.join(map(str, outside))} would be ignored: give it after the subcommand ({before} "
                           f"--config {path}), or write these keys under '{before}:'")
     if sub and not isinstance(tree[sub], dict):
         raise ConfigError(f"{path}: {sub}: a mapping of {', '.join(ROOT_KEYS[:4])} (got {shown(tree[sub])})")
+    if before and not outside and before not in tree and sub:  # blocks for other subcommands only
+        raise ConfigError(f"{path}: given before the subcommand {before}, a config is read in its '{before}:' block; it "
+                          f"has none (only {', '.join(k + ':' for k in tree if k in SUBCOMMANDS)}), so nothing in it "
+                          "would be read")
     # inline text has no folder for its bases' relative paths to start from
     if isinstance(tree, dict) and BASE_KEY in tree and not Path(path).expanduser().is_file():
         raise ConfigError(f"{BASE_KEY} needs a config file (its paths are relative to the file's folder), "
@@ -653,15 +670,15 @@ def _class_order(tree: dict, state: dict[str, str], config: str | None, argument
             elif isinstance(value, dict) and value and state.get(option) != "":
                 source = shlex.quote(config) if config else argument
                 why = f" ({state[option]})" if state.get(option) else ""
-                fix = (f"given before the subcommand, a config needs its own {option} class_path for them: give it "
-                       f"after the subcommand ({before} --config {source}, without its '{before}:' block)"
-                       if before else
+                fix = (f"a config given before the subcommand is parsed on its own, so {option} options there need "
+                       f"that config's own {option} class_path: give it after the subcommand ({before} --config "
+                       f"{source}, without its '{before}:' block)" if before else
                        f"a config that changes some options of another (an overlay) goes after the config it "
                        f"changes: --config BASE.yaml --config {source}" if config else
                        f"give the config that names it first (--config configs/demo.yaml), or --{option}=<class "
                        "path> before it")
-                raise ConfigError(f"{config or argument} sets {option} options, but no {option} class_path comes "
-                                  f"before{why}: {fix}")
+                head = f"no {option} class_path comes before" if not before else f"it names no {option} class_path"
+                raise ConfigError(f"{config or argument} sets {option} options, but {head}{why}: {fix}")
 
 
 def _as_nested(key: str, value: str | None) -> list[str] | None:
@@ -812,13 +829,24 @@ def short_error(message: str, ex: BaseException | None = None, model_class: Any 
     return f"{source}: {line}" if source else line
 
 
-def with_source(line: str, configs: list[str]) -> str:
-    """``line`` (a :class:`~lit_grpo.settings.Problem`'s, ``model.init_args.rewards[0].weight: ...``) after the config
-    file that gave its refused value, where one did (:func:`config_holding`)."""
+def with_source(line: str, configs: list[str], flags: list[str] = ()) -> str:
+    """``line`` (a :class:`~lit_grpo.settings.Problem`'s, ``model.init_args.rewards[0].weight: ...``, of a value
+    the run would get) after the config file that gave that value: the last one setting the key, where no flag of
+    ``flags`` (the command line's keys) sets it or a group holding it afterwards."""
     key, value = getattr(line, "key", ""), getattr(line, "value", _ABSENT)
-    indices = [int(i) for i in re.findall(r"\[(\d+)\]", key)]
-    source = config_holding(re.sub(r"\[\d+\]", "", key), configs, indices, value) if key else None
+    plain = re.sub(r"\[\d+\]", "", key)
+    flags = [_as_model_key(f.rstrip("+")) for f in flags]
+    if not key or any(f == plain or plain.startswith(f + ".") or f.startswith(plain + ".") for f in flags):
+        return line
+    source = config_holding(plain, configs, [int(i) for i in re.findall(r"\[(\d+)\]", key)], value, last=True)
     return f"{source}: {line}" if source else line
+
+
+def _as_model_key(key: str) -> str:
+    """``model.grpo.beta`` -> ``model.init_args.grpo.beta`` (a model option written without ``init_args``)."""
+    parts = key.split(".")
+    return ".".join(["model", "init_args", *parts[1:]]) if parts[0] == "model" and len(parts) > 1 and parts[1] not in (
+        "init_args", "class_path", "dict_kwargs") else key
 
 
 def _refused_value(message: str, causes: list[BaseException], key: str, values: list[Any], model_class: Any) -> str:
