@@ -33,7 +33,7 @@ from lit_grpo.checkpoint_io import with_atomic_io
 from lit_grpo.compat import has_option, jsonargparse_import_path, lists_replace, raised_by_jsonargparse
 from lit_grpo.settings import ConfigError, HelpFormatter, shown
 from lit_grpo.settings.args import (BASE_KEY, SUBCOMMANDS, expand_bases, model_class_of, prepare_args, short_error,
-                                    without_subcommand)
+                                    sources, without_subcommand)
 from lit_grpo.settings.argv import config_files, iter_options
 from lit_grpo.settings.help import extra_help, help_args
 from lit_grpo.data.datamodule import VLMDataModule
@@ -205,7 +205,9 @@ class GRPOCLI(LightningCLI):
         # the --config files, beside which a path written relative to the config is also looked for
         files = config_files(given)
         config = (self.config[sub] if sub else self.config).as_dict()
-        check_config(config, sub, files, [k for k, _, _ in iter_options(given) if k not in ("config", "c")])
+        given_by = sources(given)  # a flag that gave a file gives no value of its own
+        flags = [k for k, v, _ in iter_options(given) if k not in ("config", "c") and v not in given_by]
+        check_config(config, sub, files, flags, given_by)
         watch_variables(key_variables(config))  # a run's api_key_env masked on the console too
         if any(issubclass(cls, WandbLoggerBase) for _, cls in logger_classes(config.get("trainer") or {})):
             mask_under_console_capture()
@@ -430,7 +432,7 @@ def _main(args: list[str] | None) -> GRPOCLI:
     given = expand_bases(sys.argv[1:] if args is None else list(args))
     model_class = model_class_of(given)
     given = help_args(prepare_args(_comment_print_config(given), model_class), model_class)
-    configs = config_files(given)
+    configs = sources(given)  # the files that give values, to name the one that gave a refused value
     if args is None:
         sys.argv[1:] = given
     else:

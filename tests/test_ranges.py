@@ -409,3 +409,24 @@ def test_a_value_refused_at_the_start_names_only_the_file_that_gave_it(tmp_path,
     assert exc.value.code == 2 and capsys.readouterr().err == "error: " + f"{bad}: " * named + \
         "model.init_args.optimizer.init_args.lr: must be >= 0 (got -0.001)\n"
     assert not (tmp_path / "logs").exists() and not (tmp_path / "model").exists()
+
+
+@pytest.mark.parametrize("option, text, after, line", [
+    ("model.init_args.grpo", "beta: -1\n", [], "model.init_args.grpo.beta: must be >= 0 (got -1)"),  # parse time
+    ("model.init_args.rewards", "- {name: format}\n- {name: binary, weight: .inf}\n", [],
+     "model.init_args.rewards[1].weight: must be a finite number (got inf)"),  # at the start
+    ("model.init_args.optimizer", "class_path: torch.optim.SGD\ninit_args: {lr: -0.5}\n", [],
+     "model.init_args.optimizer.init_args.lr: must be >= 0 (got -0.5)"),
+    ("model.init_args.optimizer", "class_path: torch.optim.SGD\ninit_args: {lr: -0.5}\n",
+     ["--model.init_args.optimizer.init_args.lr=-0.5"], "model.init_args.optimizer.init_args.lr: must be >= 0 (got -0.5)"),
+])
+def test_a_file_given_to_an_option_is_named_as_a_config_file_is(tmp_path, capsys, option, text, after, line):
+    """``--model.init_args.grpo=FILE`` is read as a config file is, so the value it gave is named by it too (not when
+    a flag after it gave the value)."""
+    path = tmp_path / "option.yaml"
+    path.write_text(text)
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "--config", "configs/demo.yaml", "--config", str(_redirect(tmp_path)), f"--{option}={path}",
+              *after])
+    assert exc.value.code == 2 and capsys.readouterr().err == "error: " + f"{path}: " * (not after) + line + "\n"
+    assert not (tmp_path / "logs").exists() and not (tmp_path / "model").exists()

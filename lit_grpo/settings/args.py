@@ -195,12 +195,49 @@ def config_holding(key: str, configs: list[str], indices: list[int] = (), value:
     ``indices``: the index of each list's item on the way (``trainer.callbacks[1]``), where known."""
     files = [c for c in configs if Path(c).expanduser().is_file()]  # config text: no file to name
     for config in reversed(files) if last else files:
-        node = _set_in(config_tree(config), key, indices)
+        node = _set_in(_rooted(config), key, indices)
         if node is not _ABSENT and (value is _ABSENT or _same(node, value)):
             return config
         if node is not _ABSENT and last:  # a later value, not the refused one (an ${oc.env:...} as written)
             return None
     return None
+
+
+class OptionFile(str):
+    """A file given to an option (``--model.init_args.grpo=grpo.yaml``): its path, and the option's dotted ``key``
+    under which its content is read (:func:`sources`)."""
+
+    key: str
+
+    def __new__(cls, path: str, key: str) -> OptionFile:
+        made = super().__new__(cls, path)
+        made.key = key
+        return made
+
+
+def sources(args: list[str]) -> list[str]:
+    """The files of ``args`` that give values, in order: each ``--config`` file, and each config-like file (a YAML
+    or JSON suffix, or none) given to an option, as an :class:`OptionFile`."""
+    found: list[str] = []
+    for key, value, _ in iter_options(args):
+        if key in ("config", "c") and value:
+            found.append(value)
+        elif value and Path(value).suffix.lower() in (*CONFIG_SUFFIXES, "") and Path(value).expanduser().is_file():
+            found.append(OptionFile(value, key.rstrip("+")))
+    return found
+
+
+def _rooted(config: str) -> dict:
+    """The mapping a config gives from the top: a config file's, or an option file's content under its key."""
+    if not isinstance(config, OptionFile):
+        return config_tree(config)
+    try:
+        tree = read_config(config)
+    except ConfigError:
+        return {}
+    for part in reversed(config.key.split(".")):
+        tree = {part: tree}
+    return tree
 
 
 def _set_in(tree: dict, key: str, indices: list[int]) -> Any:

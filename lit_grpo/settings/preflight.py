@@ -27,11 +27,13 @@ from lit_grpo.api_keys import find_credentials
 
 
 def check_config(config: dict[str, Any], subcommand: str | None, config_files: list[str] = (),
-                 flags: list[str] = ()) -> None:
+                 flags: list[str] = (), sources: list[str] | None = None) -> None:
     """Raise :class:`~lit_grpo.settings.args.ConfigError` for the first problems found (see the module docstring).
     ``config_files``: the ``--config`` files given, next to which a relative path from the wrong folder is looked
-    for (:func:`lit_grpo.settings.paths.search_roots`), and the one that gave a refused value is named, unless one
-    of ``flags`` (the command line's other keys) set it."""
+    for (:func:`lit_grpo.settings.paths.search_roots`); the one of ``sources`` (default: those, in order with files
+    given to options) that gave a refused value is named, unless one of ``flags`` (the command line's other keys)
+    set it."""
+    sources = list(config_files) if sources is None else sources
     from lit_grpo.settings.paths import search_roots, wrong_folder
 
     # credentials first: a later refusal may quote the config, and must never print a key
@@ -41,7 +43,7 @@ def check_config(config: dict[str, Any], subcommand: str | None, config_files: l
                           "export it and set the judge's api_key_env to the variable's NAME (value not shown)")
     problems = check_ranges(config)
     if problems:  # before anything builds an object that would refuse the same number less clearly
-        raise ConfigError(_first_named(problems, config_files, list(flags)))
+        raise ConfigError(_first_named(problems, sources, list(flags)))
     ckpt = config.get("ckpt_path")
     roots = search_roots(config_files)
     if ckpt and ckpt not in SPECIAL_CKPT and not os.path.exists(ckpt):  # Lightning resolves these names itself
@@ -59,7 +61,7 @@ def check_config(config: dict[str, Any], subcommand: str | None, config_files: l
             # a KeyError's str() adds quotes around its message: its argument is the message itself
             problems.append(str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc))
     if problems:
-        raise ConfigError(_first_named(problems, config_files, list(flags)))
+        raise ConfigError(_first_named(problems, sources, list(flags)))
 
 
 def _first_named(problems: list[str], config_files: list[str], flags: list[str]) -> str:
