@@ -289,7 +289,7 @@ def test_a_group_config_file_is_read(capsys, tmp_path):
     with pytest.raises(SystemExit) as exc:  # its range is checked after parsing (--print_config stops before)
         main(["fit", "--config", "configs/demo.yaml", f"--data={path}"])
     err = capsys.readouterr().err
-    assert exc.value.code == 2 and err.strip() == "error: data.batch_size: must be >= 1 (got 0)"
+    assert exc.value.code == 2 and err.strip() == f"error: {path}: data.batch_size: must be >= 1 (got 0)"
 
 
 def test_a_group_config_file_from_another_folder_says_where_it_is(capsys, tmp_path, monkeypatch):
