@@ -422,18 +422,21 @@ def check_as_written(tree: Any, at: str, model_class: Any, source: str = "") -> 
         for k, v in tree.items():
             if isinstance(k, str):
                 check_as_written(v, f"{at}.{k}" if at else k, model_class, source)
-    elif isinstance(tree, str) and at and at not in SUBCOMMANDS:  # data where a dataset's options go
-        key = without_subcommand(at)
-        done, tp, options = walk(key, model_class)
-        if len(done) == len(key.split(".")) and _option_group(tp) and "path" in options and _names_data(tree):
-            line = f"{key} {_takes_options(options, tree)}, set {key}.path: {tree}"
-            raise ConfigError(f"{source}: {line}" if source else line)
-    elif isinstance(tree, bool):
-        key = without_subcommand(at)
-        done, tp, _ = walk(key, model_class)
-        found = problems(tree, tp, key) if tp is not None and len(done) == len(key.split(".")) else []
-        if found:
-            raise ConfigError(f"{source}: {found[0]}" if source else found[0])
+        return
+    key = without_subcommand(at)
+    done, tp, options = walk(key, model_class) if at and at not in SUBCOMMANDS else ([], None, None)
+    if len(done) < len(key.split(".")):  # the whole key names no option here: the parser judges the value
+        return
+    if isinstance(tree, str) and _option_group(tp) and "path" in options and _names_data(tree):
+        raise ConfigError(_sourced(source, f"{key} {_takes_options(options, tree)}, set {key}.path: {tree}"))
+    found = problems(tree, tp, key) if isinstance(tree, bool) and tp is not None else []
+    if found:
+        raise ConfigError(_sourced(source, found[0]))
+
+
+def _sourced(source: str, line: str) -> str:
+    """``line`` after the config file or text ``source`` it comes from, where there is one."""
+    return f"{source}: {line}" if source else line
 
 
 def _refuse_unknown(key: str, model_class: Any, source: str) -> None:
@@ -441,8 +444,7 @@ def _refuse_unknown(key: str, model_class: Any, source: str) -> None:
     (:func:`unknown_key`'s line); a key below a class given by ``class_path`` or a dict is the parser's to judge."""
     done, _, options = walk(key, model_class)
     if options is not None and len(done) < len(key.split(".")):
-        line = unknown_key(key, model_class)
-        raise ConfigError(f"{source}: {line}" if source else line)
+        raise ConfigError(_sourced(source, unknown_key(key, model_class)))
 
 
 def _check_given_mapping(given: str, value: str, model_class: Any) -> None:
